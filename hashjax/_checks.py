@@ -1,0 +1,98 @@
+"""Input validation shared by every module.
+
+Each check raises ``ValueError`` naming the argument, what was expected and
+what came. Checks run on concrete arrays before any jit trace; on tracers they
+check only what the abstract value tells (shape and dtype), so every public
+function stays jit-able.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def is_concrete(x: Any) -> bool:
+  """True when ``x`` holds values (not a tracer under jit/vmap/grad)."""
+  return not isinstance(x, jax.core.Tracer)
+
+
+def _desc(x: Any) -> str:
+  return f"dtype {np.dtype(x.dtype).name} and shape {tuple(x.shape)}"
+
+
+def check_words(name: str, words: Any, *, min_ndim: int = 1) -> None:
+  """``words`` must be uint32 packed codes with at least ``min_ndim`` dims."""
+  if not hasattr(words, "dtype"):
+    raise ValueError(f"{name}: expected a uint32 array of packed codes, got {type(words).__name__}")
+  if words.dtype != np.uint32:
+    raise ValueError(
+        f"{name}: expected packed codes of dtype uint32 (see hashjax.codes.pack_bits), got {_desc(words)}")
+  if words.ndim < min_ndim:
+    raise ValueError(f"{name}: expected at least {min_ndim} dimension(s) [..., num_words], got {_desc(words)}")
+  if words.shape[-1] == 0:
+    raise ValueError(f"{name}: expected at least one uint32 word per code, got {_desc(words)}")
+
+
+def check_same_width(name_a: str, a: Any, name_b: str, b: Any) -> None:
+  if a.shape[-1] != b.shape[-1]:
+    raise ValueError(
+        f"{name_b}: expected codes of {a.shape[-1]} uint32 word(s) like {name_a}, "
+        f"got {b.shape[-1]} (shapes {tuple(a.shape)} and {tuple(b.shape)})")
+
+
+def num_words_for(num_bits: int) -> int:
+  return (int(num_bits) + 31) // 32
+
+
+def check_num_bits(num_bits: Any, *, words: Any = None, name: str = "num_bits",
+                   words_name: str = "words") -> int:
+  """``num_bits`` must be a positive int; if ``words`` is given it must fit them."""
+  if isinstance(num_bits, (bool, np.bool_)) or not isinstance(num_bits, (int, np.integer)):
+    raise ValueError(f"{name}: expected a positive Python int, got {num_bits!r}")
+  if num_bits < 1:
+    raise ValueError(f"{name}: expected a positive int, got {num_bits}")
+  if words is not None and words.shape[-1] != num_words_for(num_bits):
+    raise ValueError(
+        f"{name}: {num_bits} bits pack into {num_words_for(num_bits)} uint32 word(s), "
+        f"but {words_name} has {words.shape[-1]} (shape {tuple(words.shape)})")
+  return int(num_bits)
+
+
+def check_nonempty(name: str, x: Any, axis: int = 0, what: str = "item") -> None:
+  if x.ndim == 0 or x.shape[axis] == 0:
+    raise ValueError(f"{name}: expected at least one {what}, got shape {tuple(x.shape)}")
+
+
+def check_finite(name: str, x: Any) -> None:
+  """Real-valued ``x`` must hold no NaN or inf (checked when concrete)."""
+  if not hasattr(x, "dtype") or not np.issubdtype(np.dtype(x.dtype), np.number):
+    raise ValueError(f"{name}: expected a numeric array, got {type(x).__name__}")
+  if is_concrete(x) and np.issubdtype(np.dtype(x.dtype), np.inexact):
+    arr = np.asarray(x)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+      first = tuple(int(i) for i in np.argwhere(bad)[0])
+      raise ValueError(
+          f"{name}: expected finite values, got {int(bad.sum())} NaN/inf entries "
+          f"(first at index {first}: {arr[first]!r})")
+
+
+def check_int_range(name: str, x: Any, low: int, high: int, *, what: str = "values") -> None:
+  """Integer ``x`` with every entry in [low, high] (values checked when concrete)."""
+  if not hasattr(x, "dtype") or not (np.issubdtype(np.dtype(x.dtype), np.integer)
+                                     or np.dtype(x.dtype) == np.bool_):
+    raise ValueError(f"{name}: expected an integer array of {what} in [{low}, {high}], got "
+                     + (_desc(x) if hasattr(x, "dtype") else type(x).__name__))
+  if is_concrete(x) and x.size:
+    arr = np.asarray(x)
+    lo, hi = arr.min(), arr.max()
+    if lo < low or hi > high:
+      raise ValueError(f"{name}: expected {what} in [{low}, {high}], got values in [{lo}, {hi}]")
+
+
+def check_shape(name: str, x: Any, shape: tuple, *, like: str) -> None:
+  if tuple(x.shape) != tuple(shape):
+    raise ValueError(f"{name}: expected shape {tuple(shape)} (the shape of {like}), got {tuple(x.shape)}")

@@ -1,0 +1,38 @@
+"""hashjax: learning binary hash codes as learning to rank, and searching them fast."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="hashjax",
+    version="0.1.0",
+    description="Learning to hash as learning to rank, with tie-aware evaluation, in JAX.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["hashjax", "hashjax.*"]),
+    package_data={"hashjax.data": ["mnist_t10k/*.gz", "mnist_t10k/README.md"]},
+    install_requires=[
+        "jax>=0.4.30",
+        "jaxlib>=0.4.30",
+        "numpy>=1.24",
+        "optax>=0.2",
+        "flax>=0.8",
+        "orbax-checkpoint>=0.5",
+        "absl-py>=1.0",
+        "ml_collections>=0.1.1",
+        "scipy>=1.10",
+        "scikit-learn>=1.3",
+        "tensorflow-datasets>=4.9",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=7",
+            "nbclient>=0.9",
+            "nbformat>=5.9",
+            "ipykernel>=6",
+            "matplotlib>=3.7",
+        ],
+        "bench": ["faiss-cpu>=1.7"],
+        "notebook": ["matplotlib>=3.7", "jupyter"],
+    },
+)
