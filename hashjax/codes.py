@@ -74,13 +74,9 @@ def _check_bits(name: str, bits) -> None:
 
 @jax.jit
 def _pack(bits: Array) -> Array:
-  num_bits = bits.shape[-1]
-  num_words = _checks.num_words_for(num_bits)
+  # bits[..., 32 W] (already padded): one compilation per word count, not per num_bits.
   on = (bits > 0).astype(jnp.uint32)
-  pad = num_words * 32 - num_bits
-  if pad:
-    on = jnp.pad(on, [(0, 0)] * (on.ndim - 1) + [(0, pad)])
-  on = on.reshape(on.shape[:-1] + (num_words, 32))
+  on = on.reshape(on.shape[:-1] + (on.shape[-1] // 32, 32))
   shifts = jnp.arange(32, dtype=jnp.uint32)
   return jnp.sum(on << shifts, axis=-1, dtype=jnp.uint32)
 
@@ -104,15 +100,19 @@ def pack_bits(bits: Array) -> Array:
   [[13]]
   """
   _check_bits("bits", bits)
-  return _pack(jnp.asarray(bits))
+  pad = _checks.num_words_for(bits.shape[-1]) * 32 - bits.shape[-1]
+  if pad:
+    xnp = np if isinstance(bits, np.ndarray) else jnp
+    bits = xnp.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, pad)])
+  return _pack(bits)
 
 
-@functools.partial(jax.jit, static_argnames="num_bits")
-def _unpack(words: Array, num_bits: int) -> Array:
+@jax.jit
+def _unpack(words: Array) -> Array:
+  # All 32 W bits: one compilation per word count; callers slice to num_bits.
   shifts = jnp.arange(32, dtype=jnp.uint32)
   bits = (words[..., None] >> shifts) & jnp.uint32(1)
-  bits = bits.reshape(words.shape[:-1] + (words.shape[-1] * 32,))
-  return bits[..., :num_bits].astype(jnp.uint8)
+  return bits.reshape(words.shape[:-1] + (words.shape[-1] * 32,)).astype(jnp.uint8)
 
 
 def unpack_bits(words: Array, num_bits: int) -> Array:
@@ -133,7 +133,7 @@ def unpack_bits(words: Array, num_bits: int) -> Array:
   """
   _checks.check_words("words", words)
   num_bits = _checks.check_num_bits(num_bits, words=words)
-  return _unpack(jnp.asarray(words), num_bits)
+  return _unpack(words)[..., :num_bits]
 
 
 def _check_pair(query_words, db_words):

@@ -1,0 +1,68 @@
+"""Pieces every experiment shares: datasets by name, the retrieval protocol, the result table."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, NamedTuple, Sequence
+
+import ml_collections
+import numpy as np
+
+from hashjax import data
+
+
+class Protocol(NamedTuple):
+  """A labelled dataset split into queries, database and a training subset."""
+  features: np.ndarray  # float32 [num_items, dim]
+  labels: np.ndarray  # int32 [num_items]
+  split: data.RetrievalSplit
+  name: str
+
+
+def load_dataset(name: str, *, tfds_split: str = "test", data_dir: str | None = None):
+  """Features and labels of a dataset named in a config.
+
+  ``mnist_t10k`` (embedded, the default) and ``digits`` (scikit-learn) are
+  offline; ``tfds:<name>`` (e.g. ``tfds:mnist``, ``tfds:cifar10``) reads a
+  prepared tensorflow-datasets copy through ``data_source``.
+  """
+  if name == "mnist_t10k":
+    return data.load_mnist_t10k()
+  if name == "digits":
+    return data.load_digits()
+  if name.startswith("tfds:"):
+    return data.load_tfds(name[len("tfds:"):], split=tfds_split, data_dir=data_dir)
+  raise ValueError(f"config.dataset: expected 'mnist_t10k', 'digits' or 'tfds:<name>', got {name!r}")
+
+
+def load_protocol(config: ml_collections.ConfigDict) -> Protocol:
+  """The dataset and its seeded query/database/train split, as the config names them."""
+  features, labels = load_dataset(config.dataset, tfds_split=config.get("tfds_split", "test"),
+                                  data_dir=config.get("data_dir", None))
+  split = data.retrieval_split(labels, queries_per_class=config.queries_per_class,
+                               train_per_class=config.train_per_class, seed=config.seed)
+  return Protocol(features.astype(np.float32), labels.astype(np.int32), split, config.dataset)
+
+
+def default_workdir(config_name: str) -> str:
+  return os.path.join("runs", config_name)
+
+
+COLUMNS = (
+    ("ap_tie_aware", "AP_T"),
+    ("ndcg_tie_aware", "NDCG_T"),
+    ("ap_optimistic", "AP_opt"),
+    ("ap_pessimistic", "AP_pes"),
+    ("precision_at_radius_2", "P@r2"),
+    ("precision_at_100_tie_aware", "P@100_T"),
+)
+
+
+def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
+  """A fixed-width text table: method, bits, then one column per metric."""
+  header = f"{'method':<14}{'bits':>5}" + "".join(f"{title:>10}" for _, title in columns)
+  lines: List[str] = [header, "-" * len(header)]
+  for row in rows:
+    cells = "".join(f"{row[key]:>10.4f}" if key in row else f"{'-':>10}" for key, _ in columns)
+    lines.append(f"{row['method']:<14}{row['bits']:>5}" + cells)
+  return "\n".join(lines)

@@ -1,0 +1,259 @@
+"""Image datasets as numpy arrays: IDX files, the embedded MNIST test set,
+scikit-learn's digits and tensorflow-datasets.
+
+Every loader returns ``(features, labels)`` with ``features`` as
+``float32[n, d]`` (images flattened row-major, scaled to ``[0, 1]`` unless
+``scale=False``) and ``labels`` as ``int32[n]``.
+
+The MNIST test set (10,000 digits) ships inside the package
+(``hashjax/data/mnist_t10k/``, see its README for provenance and licence), so
+everything in hashjax runs offline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pathlib
+import zlib
+from typing import Optional, Tuple, Union
+
+import numpy as np
+
+PathLike = Union[str, os.PathLike]
+
+#: Folder of the embedded MNIST test set (two gzip-compressed IDX files).
+MNIST_T10K_DIR = pathlib.Path(__file__).resolve().parent / "mnist_t10k"
+MNIST_T10K_IMAGES = "t10k-images-idx3-ubyte.gz"
+MNIST_T10K_LABELS = "t10k-labels-idx1-ubyte.gz"
+
+# IDX type byte -> big-endian numpy dtype (http://yann.lecun.com/exdb/mnist/).
+_IDX_DTYPES = {
+    0x08: np.dtype(">u1"),
+    0x09: np.dtype(">i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+def _read_bytes(path: pathlib.Path) -> bytes:
+  with open(path, "rb") as f:
+    raw = f.read()
+  if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file name says
+    try:
+      return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as e:
+      raise ValueError(f"path: {str(path)!r} is a corrupt or truncated gzip file ({e})") from e
+  return raw
+
+
+def read_idx(path: PathLike) -> np.ndarray:
+  r"""Reads an IDX file (plain or gzip-compressed) into a numpy array.
+
+  The header is two zero bytes, a type byte (``0x08`` uint8, ``0x09`` int8,
+  ``0x0B`` int16, ``0x0C`` int32, ``0x0D`` float32, ``0x0E`` float64), the
+  number of dimensions ``k`` and ``k`` big-endian uint32 sizes; the payload
+  must hold exactly the product of the sizes. Gzip is detected from the
+  file's magic bytes, not its name.
+
+  .. math:: \mathrm{magic} = 256 \cdot \mathrm{type} + k, \quad
+     \mathrm{len(payload)} = \mathrm{itemsize} \cdot \prod_{i<k} n_i
+
+  Args:
+    path: a local IDX file, e.g. ``t10k-labels-idx1-ubyte.gz``.
+
+  Returns:
+    ``[n_0, ..., n_{k-1}]`` array in native byte order with the file's dtype.
+
+  Raises:
+    ValueError: naming ``path`` when the file is not IDX, is corrupt, or its
+      size does not match its header. ``FileNotFoundError`` if it is missing.
+
+  >>> labels = read_idx(MNIST_T10K_DIR / MNIST_T10K_LABELS)
+  >>> labels.dtype.name, labels.shape, labels[:5].tolist()
+  ('uint8', (10000,), [7, 2, 1, 0, 4])
+  """
+  path = pathlib.Path(path)
+  raw = _read_bytes(path)
+  if len(raw) < 4:
+    raise ValueError(f"path: {str(path)!r} is too short for an IDX header ({len(raw)} bytes)")
+  zeros, type_code, ndim = raw[:2], raw[2], raw[3]
+  magic = int.from_bytes(raw[:4], "big")
+  if zeros != b"\x00\x00" or type_code not in _IDX_DTYPES or ndim == 0:
+    raise ValueError(
+        f"path: {str(path)!r} is not an IDX file: magic number {magic} (0x{magic:08x}); expected "
+        "two zero bytes, a type byte in {0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E} and at least one dimension")
+  header = 4 + 4 * ndim
+  if len(raw) < header:
+    raise ValueError(f"path: {str(path)!r} ends inside its IDX header ({len(raw)} bytes, "
+                     f"header needs {header} for {ndim} dimensions)")
+  shape = tuple(int(n) for n in np.frombuffer(raw, ">u4", count=ndim, offset=4))
+  dtype = _IDX_DTYPES[type_code]
+  expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  if len(raw) - header != expected:
+    raise ValueError(
+        f"path: {str(path)!r} has {len(raw) - header} payload bytes, but its IDX header "
+        f"(magic {magic}, shape {shape}, {dtype.itemsize}-byte items) needs {expected}")
+  data = np.frombuffer(raw, dtype, offset=header).reshape(shape)
+  return data.astype(dtype.newbyteorder("="))
+
+
+def _check_scale(scale) -> None:
+  if not isinstance(scale, (bool, np.bool_)):
+    raise ValueError(f"scale: expected a bool, got {scale!r}")
+
+
+def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+  r"""The MNIST test set (LeCun, Cortes & Burges), embedded in the package.
+
+  .. math:: x_{i} = p_{i} / 255 \in [0, 1]^{784}, \quad y_i \in \{0, \dots, 9\}
+
+  Images are flattened row-major (pixel ``(r, c)`` at column ``28 r + c``).
+  The label counts per digit 0-9 are
+  ``[980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]``.
+
+  Args:
+    scale: divide the uint8 pixels by 255 (default); ``False`` keeps 0..255
+      as float32.
+    data_dir: folder holding ``t10k-images-idx3-ubyte.gz`` and
+      ``t10k-labels-idx1-ubyte.gz``; defaults to the copy inside hashjax.
+
+  Returns:
+    ``(features float32[10000, 784], labels int32[10000])``.
+
+  >>> features, labels = load_mnist_t10k()
+  >>> features.shape, features.dtype.name, float(features.max()), labels[:3].tolist()
+  ((10000, 784), 'float32', 1.0, [7, 2, 1])
+  """
+  _check_scale(scale)
+  folder = MNIST_T10K_DIR if data_dir is None else pathlib.Path(data_dir)
+  images = read_idx(folder / MNIST_T10K_IMAGES)
+  labels = read_idx(folder / MNIST_T10K_LABELS)
+  if images.dtype != np.uint8 or images.shape != (10000, 28, 28):
+    raise ValueError(f"data_dir: {MNIST_T10K_IMAGES} should hold uint8 images of shape (10000, 28, 28), "
+                     f"got {images.dtype.name} {images.shape}")
+  if labels.dtype != np.uint8 or labels.shape != (10000,):
+    raise ValueError(f"data_dir: {MNIST_T10K_LABELS} should hold 10000 uint8 labels, "
+                     f"got {labels.dtype.name} {labels.shape}")
+  if labels.max() > 9:
+    raise ValueError(f"data_dir: {MNIST_T10K_LABELS} holds labels up to {labels.max()}, expected 0..9")
+  features = images.reshape(10000, 784).astype(np.float32)
+  if scale:
+    features /= np.float32(255)
+  return features, labels.astype(np.int32)
+
+
+def load_digits(*, scale: bool = True) -> Tuple[np.ndarray, np.ndarray]:
+  r"""scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes).
+
+  .. math:: x_{i} = p_{i} / 16 \in [0, 1]^{64}, \quad y_i \in \{0, \dots, 9\}
+
+  Args:
+    scale: divide the 0..16 pixel counts by 16 (default); ``False`` keeps them.
+
+  Returns:
+    ``(features float32[1797, 64], labels int32[1797])``.
+
+  >>> features, labels = load_digits()
+  >>> features.shape, features.dtype.name, float(features.max()), labels.dtype.name
+  ((1797, 64), 'float32', 1.0, 'int32')
+  """
+  _check_scale(scale)
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+  bunch = datasets.load_digits()
+  features = np.asarray(bunch.data, np.float32)
+  if scale:
+    features /= np.float32(16)
+  return features, np.asarray(bunch.target, np.int32)
+
+
+def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, download: bool = False,
+              image_key: str = "image", label_key: str = "label", scale: bool = True
+              ) -> Tuple[np.ndarray, np.ndarray]:
+  r"""Any tensorflow-datasets dataset with image and class-label features.
+
+  Reads through ``tfds.data_source`` (random access over ArrayRecord files),
+  which works without TensorFlow; examples are read one at a time and stacked.
+  ``tfds.load`` would need TensorFlow and is not used. Use tfds's split
+  slicing to read part of a split (``split="train[:5000]"``).
+
+  .. math:: x_i = \mathrm{vec}(\mathrm{image}_i) / 255, \quad y_i = \mathrm{label}_i
+
+  Args:
+    name: a tfds name such as ``"mnist"`` or ``"cifar10"``.
+    split: a tfds split, e.g. ``"test"`` or ``"train[:10%]"``.
+    data_dir: tfds data folder (default: ``$TFDS_DATA_DIR`` or
+      ``~/tensorflow_datasets``). Data are read in ``array_record`` format;
+      a folder prepared as TFRecord by ``tfds.load`` cannot be read here.
+    download: let tfds download and prepare the data when it is missing
+      (needs the network; off by default so nothing is fetched silently).
+    image_key: the image feature (any numeric array; flattened row-major).
+    label_key: the class-label feature.
+    scale: divide uint8 images by 255; ``False`` keeps raw values as float32.
+
+  Returns:
+    ``(features float32[n, prod(image shape)], labels int32[n])``.
+
+  Raises:
+    ValueError: naming the argument for an unknown dataset or feature key.
+    FileNotFoundError: when the data are not in ``data_dir`` and
+      ``download`` is False.
+
+  >>> import tensorflow_datasets as tfds
+  >>> with tfds.testing.mock_data(num_examples=3):  # random stand-in data, offline
+  ...   features, labels = load_tfds("cifar10", split="test")
+  >>> features.shape, features.dtype.name, labels.dtype.name
+  ((3, 3072), 'float32', 'int32')
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"name: expected a tfds dataset name such as 'mnist', got {name!r}")
+  if not isinstance(split, str) or not split:
+    raise ValueError(f"split: expected a tfds split such as 'test' or 'train[:5000]', got {split!r}")
+  _check_scale(scale)
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  (slow import)
+
+  try:
+    source = tfds.data_source(name, split=split, data_dir=data_dir, download=download,
+                              builder_kwargs={"file_format": "array_record"})
+  except tfds.core.registered.DatasetNotFoundError as e:
+    raise ValueError(f"name: tfds has no dataset {name!r}") from e
+  except (KeyError, FileNotFoundError, NotImplementedError, AssertionError) as e:
+    if download:
+      raise
+    raise FileNotFoundError(
+        f"data_dir: tfds data for {name!r} split {split!r} were not found in array_record format under "
+        f"{data_dir or '$TFDS_DATA_DIR or ~/tensorflow_datasets'}; pass download=True (needs the network) "
+        f"or prepare them with tfds.data_source({name!r}, data_dir=...). tfds said: {e}") from e
+
+  features_info = source.dataset_info.features
+  for arg, key in (("image_key", image_key), ("label_key", label_key)):
+    if key not in features_info:
+      raise ValueError(f"{arg}: {name!r} has features {sorted(features_info.keys())}, not {key!r}")
+  num_classes = getattr(features_info[label_key], "num_classes", None)
+
+  n = len(source)
+  if n == 0:
+    raise ValueError(f"split: {name!r} split {split!r} holds no examples")
+  images, labels = [], np.empty(n, np.int64)
+  for i in range(n):
+    example = source[i]
+    images.append(np.asarray(example[image_key]))
+    labels[i] = int(np.asarray(example[label_key]))
+  images = np.stack(images)
+  if not np.issubdtype(images.dtype, np.number):
+    raise ValueError(f"image_key: feature {image_key!r} is not numeric (dtype {images.dtype})")
+  if np.issubdtype(images.dtype, np.inexact) and not np.isfinite(images).all():
+    raise ValueError(f"image_key: feature {image_key!r} of {name!r} holds NaN/inf values")
+  if scale and images.dtype != np.uint8:
+    raise ValueError(f"scale: only uint8 images can be scaled by 1/255, {image_key!r} has dtype "
+                     f"{images.dtype.name}; pass scale=False")
+  if labels.min() < 0 or (num_classes is not None and labels.max() >= num_classes):
+    raise ValueError(f"label_key: labels of {name!r} lie in [{labels.min()}, {labels.max()}], "
+                     f"expected [0, {num_classes})")
+  features = images.reshape(n, -1).astype(np.float32)
+  if scale:
+    features /= np.float32(255)
+  return features, labels.astype(np.int32)

@@ -1,0 +1,160 @@
+"""hashjax.codes against brute-force references (python loops over bits/pairs)."""
+
+import numpy as np
+import pytest
+
+import hashjax
+from hashjax import codes
+
+
+def _ref_pack(bits):
+  bits = np.asarray(bits) > 0
+  num_words = (bits.shape[-1] + 31) // 32
+  out = np.zeros(bits.shape[:-1] + (num_words,), np.uint64)
+  for j in range(bits.shape[-1]):
+    out[..., j // 32] |= bits[..., j].astype(np.uint64) << np.uint64(j % 32)
+  return out.astype(np.uint32)
+
+
+@pytest.mark.parametrize("num_bits", [1, 2, 31, 32, 33, 63, 64, 65, 100, 128, 255, 1000, 1024])
+def test_pack_matches_loop_and_unpack_inverts(num_bits):
+  rng = np.random.default_rng(num_bits)
+  bits = rng.integers(0, 2, size=(3, 4, num_bits), dtype=np.uint8)
+  words = codes.pack_bits(bits)
+  assert words.dtype == np.uint32 and words.shape == (3, 4, (num_bits + 31) // 32)
+  np.testing.assert_array_equal(np.asarray(words), _ref_pack(bits))
+  np.testing.assert_array_equal(np.asarray(codes.unpack_bits(words, num_bits)), bits)
+
+
+def test_pack_and_unpack_for_every_length_up_to_1024():
+  # pack_bits is checked against the loop for every length. unpack_bits is
+  # "unpack all 32 W bits, then keep the first num_bits": it is checked for every
+  # length up to 160 and, beyond, for every word count W at the shortest and
+  # longest lengths that W holds, since each new length costs one XLA compile.
+  rng = np.random.default_rng(0)
+  for num_bits in range(1, 1025):
+    bits = rng.integers(0, 2, size=(2, num_bits), dtype=np.uint8)
+    words = codes.pack_bits(bits)
+    assert np.array_equal(np.asarray(words), _ref_pack(bits)), num_bits
+    if num_bits <= 160 or num_bits % 32 in (0, 1):
+      assert np.array_equal(np.asarray(codes.unpack_bits(words, num_bits)), bits), num_bits
+
+
+def test_pack_accepts_bool_and_pm1_and_pads_with_zero():
+  rng = np.random.default_rng(1)
+  bits01 = rng.integers(0, 2, size=(5, 40))
+  want = _ref_pack(bits01)
+  np.testing.assert_array_equal(np.asarray(codes.pack_bits(bits01.astype(bool))), want)
+  np.testing.assert_array_equal(np.asarray(codes.pack_bits(2 * bits01 - 1)), want)
+  np.testing.assert_array_equal(np.asarray(codes.pack_bits((2 * bits01 - 1).astype(np.float32))), want)
+  # Padding bits (40..63) are zero.
+  assert (np.asarray(codes.pack_bits(np.ones((1, 40))))[0, 1] == (1 << 8) - 1)
+
+
+def test_binarize_convention():
+  x = np.array([-2.0, -0.0, 0.0, 1e-30, 3.0], np.float32)
+  np.testing.assert_array_equal(np.asarray(codes.binarize(x)), [0, 0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("num_bits", [1, 7, 32, 33, 64, 100])
+def test_hamming_distance_matches_pair_loop(num_bits):
+  rng = np.random.default_rng(num_bits)
+  q = rng.integers(0, 2, size=(6, num_bits))
+  x = rng.integers(0, 2, size=(9, num_bits))
+  got = np.asarray(codes.hamming_distance(codes.pack_bits(q), codes.pack_bits(x)))
+  assert got.dtype == np.int32
+  for i in range(6):
+    for j in range(9):
+      assert got[i, j] == sum(int(a != b) for a, b in zip(q[i], x[j]))
+
+
+@pytest.mark.parametrize("num_bits,num_db,chunk", [(8, 50, 7), (32, 300, 64), (70, 129, 128), (3, 10, 100)])
+def test_hamming_histogram_matches_loop(num_bits, num_db, chunk):
+  rng = np.random.default_rng(num_db)
+  q = rng.integers(0, 2, size=(4, num_bits))
+  x = rng.integers(0, 2, size=(num_db, num_bits))
+  aff = rng.integers(0, 3, size=(4, num_db))
+  hist = np.asarray(codes.hamming_histogram(codes.pack_bits(q), codes.pack_bits(x), aff,
+                                            num_bits=num_bits, num_levels=3, chunk_size=chunk))
+  want = np.zeros((4, num_bits + 1, 3), np.int64)
+  for i in range(4):
+    for j in range(num_db):
+      want[i, int((q[i] != x[j]).sum()), aff[i, j]] += 1
+  np.testing.assert_array_equal(hist, want)
+  no_aff = np.asarray(codes.hamming_histogram(codes.pack_bits(q), codes.pack_bits(x), num_bits=num_bits,
+                                              chunk_size=chunk))
+  np.testing.assert_array_equal(no_aff[..., 0], want.sum(-1))
+
+
+def test_distance_histogram_matches_loop():
+  rng = np.random.default_rng(3)
+  d = rng.integers(0, 6, size=(2, 3, 40))
+  a = rng.integers(0, 4, size=(2, 3, 40))
+  h = np.asarray(codes.distance_histogram(d, a, num_bits=5, num_levels=4))
+  assert h.shape == (2, 3, 6, 4)
+  for idx in np.ndindex(2, 3):
+    want = np.zeros((6, 4), int)
+    for dist, lev in zip(d[idx], a[idx]):
+      want[dist, lev] += 1
+    np.testing.assert_array_equal(h[idx], want)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_weighted_hamming_matches_loop(shared):
+  rng = np.random.default_rng(4)
+  q = rng.integers(0, 2, size=(3, 12))
+  x = rng.integers(0, 2, size=(5, 12))
+  w = rng.random(12) if shared else rng.random((3, 12))
+  got = np.asarray(codes.weighted_hamming_distance(q, 2 * x - 1, w))
+  for i in range(3):
+    wi = w if shared else w[i]
+    for j in range(5):
+      np.testing.assert_allclose(got[i, j], sum(wi[k] for k in range(12) if q[i, k] != x[j, k]), rtol=1e-5)
+
+
+# -- bad input ---------------------------------------------------------------
+
+def _words(n, w=1):
+  return np.zeros((n, w), np.uint32)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: codes.pack_bits(np.array([0, 1, 2])), "bits"),
+    (lambda: codes.pack_bits(np.array([-1, 0, 1])), "bits"),
+    (lambda: codes.pack_bits(np.array(["a"])), "bits"),
+    (lambda: codes.pack_bits(np.zeros((3, 0))), "bits"),
+    (lambda: codes.unpack_bits(np.zeros(2, np.int64), 40), "words"),
+    (lambda: codes.unpack_bits(np.zeros(2, np.uint32), 30), "num_bits"),
+    (lambda: codes.unpack_bits(np.zeros(2, np.uint32), 0), "num_bits"),
+    (lambda: codes.unpack_bits(np.zeros(2, np.uint32), 40.0), "num_bits"),
+    (lambda: codes.hamming_distance(np.zeros((2, 1), np.int32), _words(3)), "query_words"),
+    (lambda: codes.hamming_distance(_words(2), _words(3, 2)), "db_words"),
+    (lambda: codes.hamming_distance(_words(0), _words(3)), "query_words"),
+    (lambda: codes.hamming_distance(_words(2), _words(0)), "db_words"),
+    (lambda: codes.hamming_histogram(_words(2), _words(3), num_bits=33), "num_bits"),
+    (lambda: codes.hamming_histogram(_words(2), _words(3), np.zeros((2, 4), int), num_bits=8), "affinity"),
+    (lambda: codes.hamming_histogram(_words(2), _words(3), -np.ones((2, 3), int), num_bits=8), "affinity"),
+    (lambda: codes.hamming_histogram(_words(2), _words(3), np.full((2, 3), 3), num_bits=8, num_levels=2),
+     "affinity"),
+    (lambda: codes.distance_histogram(np.array([0, 9]), num_bits=8), "distances"),
+    (lambda: codes.distance_histogram(np.array([0.5, 1.0]), num_bits=8), "distances"),
+    (lambda: codes.weighted_hamming_distance(np.ones((2, 4)), np.ones((3, 5)), np.ones(4)), "db_bits"),
+    (lambda: codes.weighted_hamming_distance(np.ones((2, 4)), np.ones((3, 4)), np.array([1, np.nan, 1, 1])),
+     "weights"),
+    (lambda: codes.weighted_hamming_distance(np.ones((2, 4)), np.ones((3, 4)), np.ones(5)), "weights"),
+])
+def test_bad_input_names_the_argument(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()
+
+
+def test_jit_compatible():
+  import jax
+  bits = np.random.default_rng(0).integers(0, 2, size=(4, 40))
+  words = jax.jit(codes.pack_bits)(bits)
+  np.testing.assert_array_equal(np.asarray(words), _ref_pack(bits))
+  np.testing.assert_array_equal(np.asarray(jax.jit(lambda w: codes.unpack_bits(w, 40))(words)), bits)
+
+
+def test_public_reexports():
+  assert hashjax.pack_bits is codes.pack_bits and hashjax.hamming_distance is codes.hamming_distance
