@@ -1,0 +1,87 @@
+r"""Unsupervised hashing baselines: LSH, PCA (PCAH), ITQ and spectral hashing.
+
+Each method is a module with two pure functions,
+
+* ``fit(features[N, dim], *, num_bits, key) -> params`` (a NamedTuple of
+  arrays, including the training ``mean`` used for centring), and
+* ``encode(params, features[..., dim]) -> bits uint8[..., num_bits]`` in
+  ``{0, 1}`` (``bit = 1`` iff the real-valued output is ``> 0``, the
+  convention of :func:`hashjax.codes.binarize`),
+
+and :data:`BASELINES` maps a short name to its module. PCA and SH are
+deterministic and ignore ``key``; LSH and ITQ require one. PCA and ITQ keep
+``num_bits`` principal directions, so they need ``num_bits <= dim``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Optional
+
+import jax
+
+from hashjax.baselines import itq, lsh, pca, spectral
+from hashjax.baselines.itq import ITQParams
+from hashjax.baselines.lsh import LSHParams
+from hashjax.baselines.pca import PCAParams
+from hashjax.baselines.spectral import SpectralParams
+
+Array = jax.Array
+
+#: Name -> module with ``fit`` and ``encode``.
+BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral}
+
+__all__ = ["BASELINES", "fit", "encode", "lsh", "pca", "itq", "spectral",
+           "LSHParams", "PCAParams", "ITQParams", "SpectralParams"]
+
+
+def _module(method: Any) -> ModuleType:
+  if not isinstance(method, str) or method not in BASELINES:
+    raise ValueError(f"method: expected one of {sorted(BASELINES)}, got {method!r}")
+  return BASELINES[method]
+
+
+def fit(method: str, features: Array, *, num_bits: int, key: Optional[Any] = None, **options: Any):
+  r"""Fits the baseline named ``method`` (a key of :data:`BASELINES`).
+
+  .. math:: \theta = \mathrm{fit}_{method}(X; b, key)
+
+  Args:
+    method: ``"lsh"``, ``"pca"``, ``"itq"`` or ``"sh"``.
+    features: ``[N, dim]`` finite training features.
+    num_bits: code length.
+    key: a ``jax.random`` key (required by ``"lsh"`` and ``"itq"``).
+    **options: extra keyword options of that method (e.g. ``num_iters`` for
+      ITQ).
+
+  Returns:
+    The method's params NamedTuple.
+
+  >>> import jax, numpy as np
+  >>> x = np.random.default_rng(0).normal(size=(50, 6)).astype(np.float32)
+  >>> type(fit("itq", x, num_bits=4, key=jax.random.key(0))).__name__
+  'ITQParams'
+  """
+  return _module(method).fit(features, num_bits=num_bits, key=key, **options)
+
+
+def encode(method: str, params: Any, features: Array) -> Array:
+  r"""Encodes ``features`` with the baseline named ``method``.
+
+  .. math:: b = \mathrm{encode}_{method}(\theta, x) \in \{0, 1\}^{b}
+
+  Args:
+    method: ``"lsh"``, ``"pca"``, ``"itq"`` or ``"sh"``.
+    params: params from :func:`fit` with the same ``method``.
+    features: ``[..., dim]`` finite features.
+
+  Returns:
+    ``uint8[..., num_bits]`` bits in ``{0, 1}``.
+
+  >>> import jax, numpy as np
+  >>> x = np.random.default_rng(0).normal(size=(50, 6)).astype(np.float32)
+  >>> params = fit("sh", x, num_bits=12)
+  >>> encode("sh", params, x).shape
+  (50, 12)
+  """
+  return _module(method).encode(params, features)

@@ -1,0 +1,364 @@
+"""Tests for hashjax.baselines against independent numpy references.
+
+Each method is checked against its paper's algorithm written out in numpy:
+LSH against sign((X - mean) W) and Charikar's collision probability theta/pi,
+PCA against numpy's SVD, ITQ against a numpy Procrustes step and the monotone
+decrease of its quantisation loss, SH against a brute-force enumeration of
+the 1-D Laplacian eigenvalues over (direction, mode) pairs.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from hashjax import baselines
+from hashjax.baselines import itq, lsh, pca, spectral
+
+METHODS = ["lsh", "pca", "itq", "sh"]
+KEY = jax.random.key(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _digits():
+  data = load_digits()
+  return data.data.astype(np.float64), data.target
+
+
+def _anisotropic(n=400, d=5, seed=0):
+  """Gaussian data with clearly distinct variances along random axes."""
+  rng = np.random.default_rng(seed)
+  scales = np.array([3.0, 2.2, 1.5, 1.0, 0.6, 0.4, 0.3, 0.2])[:d]
+  basis, _ = np.linalg.qr(rng.normal(size=(d, d)))
+  return (rng.normal(size=(n, d)) * scales) @ basis.T + rng.normal(size=d)
+
+
+def _np_pca(x, num_dirs):
+  """Reference PCA: numpy SVD of the centred data, largest |entry| made positive."""
+  mean = x.mean(0)
+  _, _, vt = np.linalg.svd(x - mean, full_matrices=False)
+  dirs = vt[:num_dirs].T.copy()
+  for j in range(num_dirs):
+    if dirs[np.argmax(np.abs(dirs[:, j])), j] < 0:
+      dirs[:, j] *= -1
+  return mean, dirs
+
+
+# ----------------------------------------------------------------------------- LSH
+
+def test_lsh_bits_are_signs_of_gaussian_hyperplanes():
+  x = _anisotropic(n=300, d=7)
+  with jax.enable_x64(True):
+    params = lsh.fit(x, num_bits=24, key=KEY)
+    w = np.asarray(jax.random.normal(KEY, (7, 24), dtype=jnp.float64))
+    bits = np.asarray(lsh.encode(params, x))
+  np.testing.assert_allclose(np.asarray(params.mean), x.mean(0), rtol=1e-12)
+  np.testing.assert_array_equal(np.asarray(params.projection), w)
+  np.testing.assert_array_equal(bits, ((x - x.mean(0)) @ w > 0).astype(np.uint8))
+  assert bits.dtype == np.uint8
+
+
+def test_lsh_collision_probability_is_angle_over_pi():
+  # Charikar 2002: Pr[h(u) != h(v)] = theta(u, v) / pi for random hyperplanes.
+  rng = np.random.default_rng(3)
+  u, v = rng.normal(size=6), rng.normal(size=6)
+  theta = np.arccos(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+  train = np.stack([u, v, -u, -v])  # mean zero: hyperplanes pass through the origin
+  num_bits = 20000
+  with jax.enable_x64(True):
+    params = lsh.fit(train, num_bits=num_bits, key=jax.random.key(7))
+    bits = np.asarray(lsh.encode(params, np.stack([u, v])))
+  frac = np.mean(bits[0] != bits[1])
+  p = theta / np.pi
+  assert abs(frac - p) < 5 * np.sqrt(p * (1 - p) / num_bits), (frac, p)
+
+
+def test_lsh_allows_more_bits_than_dims():
+  x = _anisotropic(d=3)
+  assert lsh.encode(lsh.fit(x, num_bits=40, key=KEY), x).shape == (400, 40)
+
+
+# ----------------------------------------------------------------------------- PCA
+
+def test_pca_matches_numpy_svd_on_digits():
+  x, _ = _digits()
+  with jax.enable_x64(True):
+    params = pca.fit(x, num_bits=16)
+    bits = np.asarray(pca.encode(params, x))
+  mean, dirs = _np_pca(x, 16)
+  np.testing.assert_allclose(np.asarray(params.mean), mean, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(params.projection), dirs, atol=1e-8)
+  np.testing.assert_array_equal(bits, ((x - mean) @ dirs > 0).astype(np.uint8))
+
+
+def test_pca_float32_agrees_with_numpy_up_to_rare_boundary_items():
+  x, _ = _digits()
+  bits = np.asarray(pca.encode(pca.fit(x.astype(np.float32), num_bits=8), x.astype(np.float32)))
+  mean, dirs = _np_pca(x, 8)
+  ref = ((x - mean) @ dirs > 0).astype(np.uint8)
+  assert np.mean(bits != ref) < 1e-3
+
+
+# ----------------------------------------------------------------------------- ITQ
+
+def _np_itq_loss(params, x):
+  v = (x - np.asarray(params.mean)) @ np.asarray(params.projection) @ np.asarray(params.rotation)
+  return np.sum((np.where(v > 0, 1.0, -1.0) - v) ** 2)
+
+
+def test_itq_quantization_loss_decreases_monotonically():
+  x, _ = _digits()
+  with jax.enable_x64(True):
+    losses = [_np_itq_loss(itq.fit(x, num_bits=16, key=KEY, num_iters=t), x) for t in range(21)]
+  losses = np.array(losses)
+  assert np.all(np.diff(losses) <= 1e-9 * losses[0]), losses
+  # The alternation actually moves (||V||_F^2, a constant, dominates the loss on raw digits).
+  assert losses[0] - losses[-1] > 1e-2 * losses[0]
+
+
+def test_itq_step_is_orthogonal_procrustes():
+  # Gong & Lazebnik 2011, Sec. 2.3: B = sgn(VR); SVD B^T V = S Omega S_hat^T; R = S_hat S^T.
+  x, _ = _digits()
+  with jax.enable_x64(True):
+    for t in (0, 3):
+      before = itq.fit(x, num_bits=12, key=KEY, num_iters=t)
+      after = itq.fit(x, num_bits=12, key=KEY, num_iters=t + 1)
+      v = (x - np.asarray(before.mean)) @ np.asarray(before.projection)
+      b = np.where(v @ np.asarray(before.rotation) > 0, 1.0, -1.0)
+      s, _, s_hat_t = np.linalg.svd(b.T @ v)
+      np.testing.assert_allclose(np.asarray(after.rotation), s_hat_t.T @ s.T, atol=1e-9)
+  mean, dirs = _np_pca(x, 12)
+  np.testing.assert_allclose(np.asarray(after.projection), dirs, atol=1e-8)
+
+
+def test_itq_rotation_orthogonal_and_encode_matches_numpy():
+  x, _ = _digits()
+  with jax.enable_x64(True):
+    params = itq.fit(x, num_bits=16, key=KEY)
+    bits = np.asarray(itq.encode(params, x))
+    loss = float(itq.quantization_loss(params, x))
+  r = np.asarray(params.rotation)
+  np.testing.assert_allclose(r.T @ r, np.eye(16), atol=1e-10)
+  v = (x - x.mean(0)) @ np.asarray(params.projection) @ r
+  np.testing.assert_array_equal(bits, (v > 0).astype(np.uint8))
+  np.testing.assert_allclose(loss, _np_itq_loss(params, x), rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- SH
+
+def _np_spectral(x, num_bits, max_mode=None):
+  """Reference SH (Weiss et al. 2008): brute-force all (direction, k) eigenvalues."""
+  num_dirs = min(num_bits, x.shape[1])
+  mean, dirs = _np_pca(x, num_dirs)
+  y = (x - mean) @ dirs
+  lo, hi = y.min(0), y.max(0)
+  eps = 0.5  # any kernel width gives the same order
+  candidates = []
+  for i in range(num_dirs):
+    for k in range(1, (max_mode or 3 * num_bits) + 1):
+      lam = -np.expm1(-eps ** 2 / 2 * (k * np.pi / (hi[i] - lo[i])) ** 2)  # 1 - exp(.)
+      candidates.append((lam, i, k))
+  chosen = sorted(candidates)[:num_bits]
+  direction = np.array([c[1] for c in chosen])
+  mode = np.array([c[2] for c in chosen])
+  return mean, dirs, lo, hi, direction, mode
+
+
+def _np_spectral_bits(x, mean, dirs, lo, hi, direction, mode):
+  y = (x - mean) @ dirs
+  phase = np.pi / 2 + mode * np.pi * (y[:, direction] - lo[direction]) / (hi - lo)[direction]
+  return (np.sin(phase) > 0).astype(np.uint8)
+
+
+@pytest.mark.parametrize("data,num_bits", [("aniso", 12), ("aniso", 3), ("digits", 16), ("digits", 40)])
+def test_spectral_matches_brute_force_modes(data, num_bits):
+  x = _anisotropic() if data == "aniso" else _digits()[0]
+  mean, dirs, lo, hi, direction, mode = _np_spectral(x, num_bits)
+  with jax.enable_x64(True):
+    params = spectral.fit(x, num_bits=num_bits)
+    bits = np.asarray(spectral.encode(params, x))
+  np.testing.assert_allclose(np.asarray(params.projection), dirs, atol=1e-8)
+  np.testing.assert_allclose(np.asarray(params.minimum), lo, atol=1e-8)
+  np.testing.assert_allclose(np.asarray(params.maximum), hi, atol=1e-8)
+  np.testing.assert_array_equal(np.asarray(params.direction), direction)
+  np.testing.assert_array_equal(np.asarray(params.mode), mode)
+  np.testing.assert_array_equal(bits, _np_spectral_bits(x, mean, dirs, lo, hi, direction, mode))
+  if data == "aniso" and num_bits == 12:
+    assert len(set(direction.tolist())) > 1 and mode.max() > 1  # a non-trivial mix of modes
+
+
+def test_spectral_skips_constant_direction():
+  x = _anisotropic(d=3)
+  x = np.concatenate([x, np.zeros((x.shape[0], 1))], axis=1)  # 4th PCA direction has zero range
+  with jax.enable_x64(True):
+    params = spectral.fit(x, num_bits=10)
+    bits = np.asarray(spectral.encode(params, x))
+  assert 3 not in np.asarray(params.direction).tolist()
+  _, _, _, _, direction, mode = _np_spectral(x[:, :3], 10)
+  np.testing.assert_array_equal(np.asarray(params.mode), mode)
+  assert set(np.unique(bits).tolist()) <= {0, 1}
+
+
+def test_spectral_all_constant_features_gives_constant_bits():
+  x = np.ones((5, 3), np.float32)
+  bits = np.asarray(spectral.encode(spectral.fit(x, num_bits=4), x + 1))
+  np.testing.assert_array_equal(bits, np.ones((5, 4), np.uint8))
+
+
+# ----------------------------------------------------------------------------- all methods
+
+def _nn_label_precision(bits, labels):
+  """Mean over items of the same-label fraction among their nearest other items."""
+  b = bits.astype(np.int32)
+  dist = b.shape[1] - (b @ b.T + (1 - b) @ (1 - b).T)
+  np.fill_diagonal(dist, b.shape[1] + 1)
+  nearest = dist == dist.min(1, keepdims=True)
+  same = labels[:, None] == labels[None, :]
+  return np.mean((nearest & same).sum(1) / nearest.sum(1))
+
+
+def test_retrieval_quality_on_digits():
+  x, y = _digits()
+  scores = {}
+  for method in METHODS:
+    params = baselines.fit(method, x.astype(np.float32), num_bits=32, key=KEY)
+    scores[method] = _nn_label_precision(np.asarray(baselines.encode(method, params, x.astype(np.float32))), y)
+  assert all(s > 0.5 for s in scores.values()), scores  # chance is ~0.1
+  assert scores["itq"] > scores["lsh"], scores
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_same_key_same_codes(method):
+  x, _ = _digits()
+  a = baselines.encode(method, baselines.fit(method, x, num_bits=8, key=jax.random.key(5)), x)
+  b = baselines.encode(method, baselines.fit(method, x, num_bits=8, key=jax.random.key(5)), x)
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("method", ["lsh", "itq"])
+def test_different_key_different_codes(method):
+  x, _ = _digits()
+  a = baselines.encode(method, baselines.fit(method, x, num_bits=8, key=jax.random.key(1)), x)
+  b = baselines.encode(method, baselines.fit(method, x, num_bits=8, key=jax.random.key(2)), x)
+  assert np.any(np.asarray(a) != np.asarray(b))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_shapes_dtype_batch_dims_and_integer_features(method):
+  x, _ = _digits()
+  xi = x.astype(np.uint8)
+  params = baselines.fit(method, xi, num_bits=8, key=KEY)
+  ref = np.asarray(baselines.encode(method, baselines.fit(method, xi.astype(np.float32), num_bits=8, key=KEY),
+                                    xi.astype(np.float32)))
+  bits = np.asarray(baselines.encode(method, params, xi))
+  np.testing.assert_array_equal(bits, ref)
+  assert bits.dtype == np.uint8 and bits.shape == (len(x), 8)
+  assert set(np.unique(bits).tolist()) <= {0, 1}
+  batched = np.asarray(baselines.encode(method, params, x[:12].reshape(3, 4, 64)))
+  np.testing.assert_array_equal(batched.reshape(12, 8), bits[:12])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_jit_fit_and_encode(method):
+  x = _anisotropic(n=100, d=5).astype(np.float32)
+  mod = baselines.BASELINES[method]
+  fit_jit = jax.jit(functools.partial(mod.fit, num_bits=4))
+  params = fit_jit(x, key=KEY)
+  eager = mod.fit(x, num_bits=4, key=KEY)
+  for a, b in zip(params, eager):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(jax.jit(mod.encode)(params, x)), np.asarray(mod.encode(eager, x)))
+
+
+def test_registry():
+  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh"}
+  x = _anisotropic(n=50, d=4)
+  with jax.enable_x64(True):
+    via = baselines.encode("itq", baselines.fit("itq", x, num_bits=3, key=KEY, num_iters=5), x)
+    direct = itq.encode(itq.fit(x, num_bits=3, key=KEY, num_iters=5), x)
+  np.testing.assert_array_equal(np.asarray(via), np.asarray(direct))
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def _fit(method, x, num_bits=4, key=KEY):
+  return baselines.fit(method, x, num_bits=num_bits, key=key)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bad_features_in_fit(method):
+  x = _anisotropic(n=20, d=5)
+  for bad in (np.nan, np.inf, -np.inf):
+    y = x.copy()
+    y[3, 2] = bad
+    with pytest.raises(ValueError, match="features"):
+      _fit(method, y)
+  for bad in (np.zeros((0, 5)), np.zeros((20, 0)), x[0], x[None], x.astype(np.complex64), x > 0, [[1.0]]):
+    with pytest.raises(ValueError, match="features"):
+      _fit(method, bad)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bad_num_bits(method):
+  x = _anisotropic(n=20, d=5)
+  for bad in (0, -3, 4.0, True, None, np.array(4)):
+    with pytest.raises(ValueError, match="num_bits"):
+      _fit(method, x, num_bits=bad)
+
+
+@pytest.mark.parametrize("method", ["pca", "itq"])
+def test_num_bits_above_dim_for_pca_methods(method):
+  with pytest.raises(ValueError, match="num_bits"):
+    _fit(method, _anisotropic(n=20, d=5), num_bits=6)
+
+
+@pytest.mark.parametrize("method", ["pca", "itq", "sh"])
+def test_pca_methods_need_two_rows(method):
+  with pytest.raises(ValueError, match="features"):
+    _fit(method, np.ones((1, 5)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bad_key(method):
+  x = _anisotropic(n=20, d=5)
+  for bad in (0, np.zeros(2, np.float32), jax.random.split(KEY, 2)):
+    with pytest.raises(ValueError, match="key"):
+      _fit(method, x, key=bad)
+  if method in ("lsh", "itq"):
+    with pytest.raises(ValueError, match="key"):
+      _fit(method, x, key=None)
+  else:
+    _fit(method, x, key=None)  # deterministic methods need no key
+
+
+def test_bad_num_iters():
+  x = _anisotropic(n=20, d=5)
+  for bad in (-1, 2.5, None):
+    with pytest.raises(ValueError, match="num_iters"):
+      itq.fit(x, num_bits=3, key=KEY, num_iters=bad)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bad_features_in_encode(method):
+  x = _anisotropic(n=20, d=5)
+  params = _fit(method, x)
+  for bad in (x[:, :4], np.zeros((3, 6)), np.float32(1.0), x.astype(np.complex64)):
+    with pytest.raises(ValueError, match="features"):
+      baselines.encode(method, params, bad)
+  y = x.copy()
+  y[0, 0] = np.nan
+  with pytest.raises(ValueError, match="features"):
+    baselines.encode(method, params, y)
+  other = "pca" if method != "pca" else "lsh"
+  with pytest.raises(ValueError, match="params"):
+    baselines.encode(method, _fit(other, x), x)
+
+
+def test_unknown_method():
+  with pytest.raises(ValueError, match="method"):
+    baselines.fit("kmeans", _anisotropic(n=20, d=5), num_bits=4, key=KEY)
+  with pytest.raises(ValueError, match="method"):
+    baselines.encode("kmeans", None, _anisotropic(n=20, d=5))
