@@ -1,0 +1,24 @@
+r"""TALR-NDCG on multi-level Euclidean affinities (He et al. 2018, Sec. 5.2), MNIST-10k.
+
+Pairs of images get affinity 1, 2, 5 or 10 when their pixel-space Euclidean
+distance is within the closest 5%, 1%, 0.2% or 0.1% of training pairs; the
+mapping is trained on relaxed tie-aware NDCG and compared with TALR-AP and
+the baselines in tie-aware NDCG.
+
+  python -m experiments.train --config=configs/talr_ndcg.py --workdir=runs/talr_ndcg
+  python -m experiments.train --config=configs/talr_ndcg.py:runlocal --workdir=/tmp/ndcg_quick
+"""
+
+import ml_collections
+
+from configs import talr_ap
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  config = talr_ap.get_config(arg)
+  config.name = "talr_ndcg"
+  config.affinity = "euclidean"
+  config.objective = "ndcg"
+  config.target_metric = "ndcg_tie_aware"
+  config.target = 0.0
+  return config

@@ -1,0 +1,539 @@
+r"""Hash mappings: learnable functions from features to per-bit logits.
+
+A mapping computes logits ``f(x)[..., num_bits]``; the code is its sign
+(He et al. 2018, eq. 6) and training uses a smooth stand-in::
+
+  features --mapping(params)--> logits --hashjax.codes.binarize--> bits --pack_bits--> words
+                                       \--hashjax.relaxations.relax--> 2 sigma(alpha f) - 1
+
+Two flax (``flax.linen``) modules are provided:
+
+* :class:`Linear`: ``f(x) = W^T x + b`` with ``W[dim, num_bits]``, the
+  parameterisation of Nair et al. 2012 (eq. 1, before the sigmoid) and the
+  shallow model of He et al. 2018;
+* :class:`MLP`: hidden layers of configurable widths and activation, then a
+  linear output layer of ``num_bits`` logits.
+
+``flax.linen`` (rather than ``flax.nnx``) because its parameters are a plain
+pytree of arrays, which is what ``optax`` updates and ``orbax`` checkpoints
+without any splitting/merging, and its modules are hashable, immutable
+descriptions, so a module can be a static argument of ``jax.jit``.
+
+Both modules can centre or standardise their inputs with statistics of the
+training set, ``x -> (x - mean) / scale``. These are constants of the module
+(passed in, see :func:`feature_stats`), never parameters: the optimizer
+cannot move them and they are not part of ``params``.
+
+The functional façade (:func:`make_mapping`, :func:`init`, :func:`apply`,
+:func:`encode`) is what training code and experiments use, so they do not
+depend on which module is behind a name.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from hashjax import _checks
+from hashjax import codes
+
+Array = jax.Array
+
+__all__ = [
+    "Linear", "MLP", "Constant", "MAPPINGS", "ACTIVATIONS", "INITS", "NAIR_VARIANCE",
+    "DEFAULT_HIDDEN", "DEFAULT_ENCODE_BATCH", "make_mapping", "init", "apply", "encode",
+    "feature_stats", "alpha_schedule",
+]
+
+#: Names accepted by :func:`make_mapping`.
+MAPPINGS = ("linear", "mlp")
+#: Hidden-layer activations of :class:`MLP`, by name (names keep modules hashable and configs plain).
+ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
+    "gelu": jax.nn.gelu,
+    "elu": jax.nn.elu,
+    "silu": jax.nn.silu,
+    "softplus": jax.nn.softplus,
+}
+#: Weight initialisations: ``"lecun"`` (flax's default, truncated normal of
+#: variance ``1 / fan_in``) and ``"nair"`` (Nair et al. 2012, Sec. 4: zero-mean
+#: Gaussian of variance :data:`NAIR_VARIANCE`). Biases always start at zero.
+INITS = ("lecun", "nair")
+#: Variance of the ``"nair"`` weight initialisation.
+NAIR_VARIANCE = 1e-3
+#: Hidden widths of ``make_mapping("mlp", ...)`` when ``hidden`` is not given.
+DEFAULT_HIDDEN = (256,)
+#: Rows per jit call in :func:`encode`.
+DEFAULT_ENCODE_BATCH = 65536
+
+
+# ----------------------------------------------------------------------------
+# Module constants and checks.
+
+
+class Constant:
+  """A read-only array held by a module, hashed and compared by value.
+
+  flax modules are hashable dataclasses (so they can be static under
+  ``jax.jit``); a raw array attribute would make them unhashable. ``Constant``
+  copies the array, freezes it, and hashes its dtype, shape and bytes.
+
+  >>> Constant(np.array([1.0, 2.0])) == Constant(np.array([1.0, 2.0]))
+  True
+  """
+
+  __slots__ = ("value", "_hash")
+
+  def __init__(self, value: Any):
+    v = np.array(value, copy=True)
+    v.setflags(write=False)
+    self.value = v
+    self._hash = hash((v.dtype.str, v.shape, v.tobytes()))
+
+  def __hash__(self) -> int:
+    return self._hash
+
+  def __eq__(self, other: Any) -> bool:
+    return (isinstance(other, Constant) and self.value.dtype == other.value.dtype
+            and self.value.shape == other.value.shape
+            and bool(np.array_equal(self.value, other.value)))
+
+  def __repr__(self) -> str:
+    return f"Constant(dtype={self.value.dtype.name}, shape={self.value.shape})"
+
+
+def _desc(x: Any) -> str:
+  return f"dtype {np.dtype(x.dtype).name} and shape {tuple(x.shape)}"
+
+
+def _check_real(name: str, x: Any) -> None:
+  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    raise ValueError(f"{name}: expected a real-valued array, got {type(x).__name__}")
+  dt = np.dtype(x.dtype)
+  if dt == np.bool_ or not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.floating)
+                            or dt == jnp.bfloat16):
+    raise ValueError(f"{name}: expected a real-valued (integer or floating) array, got {_desc(x)}")
+
+
+def _as_float(x: Any) -> Array:
+  # Integer features (e.g. uint8 pixels) become float32; float dtypes are kept.
+  x = jnp.asarray(x)
+  return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+
+
+def _check_features(name: str, features: Any, dim: Optional[int]) -> None:
+  _check_real(name, features)
+  if features.ndim < 1:
+    raise ValueError(f"{name}: expected an array [..., dim], got {_desc(features)}")
+  if dim is not None and features.shape[-1] != dim:
+    raise ValueError(
+        f"{name}: expected {dim} feature columns (the input width of the mapping), "
+        f"got shape {tuple(features.shape)}")
+  if features.shape[-1] == 0:
+    raise ValueError(f"{name}: expected at least one feature column, got shape {tuple(features.shape)}")
+  _checks.check_finite(name, features)
+
+
+def _check_key(key: Any, name: str = "key") -> None:
+  if not hasattr(key, "dtype") or not hasattr(key, "shape"):
+    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {type(key).__name__}")
+  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if key.shape != ():
+      raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
+    return
+  if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
+    raise ValueError(
+        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {_desc(key)}")
+
+
+def _kernel_init(init_name: str) -> Callable:
+  if init_name == "nair":
+    return nn.initializers.normal(stddev=math.sqrt(NAIR_VARIANCE))
+  return nn.initializers.lecun_normal()
+
+
+def _standardize(module: Any, x: Array) -> Array:
+  x = _as_float(x)
+  if module.mean is not None:
+    x = x - jnp.asarray(module.mean.value, x.dtype)
+  if module.scale is not None:
+    x = x / jnp.asarray(module.scale.value, x.dtype)
+  return x
+
+
+# ----------------------------------------------------------------------------
+# Modules.
+
+
+class Linear(nn.Module):
+  r"""Linear hash mapping: per-bit logits ``f(x) = W^T x + b``.
+
+  .. math:: f_j(x) = \sum_i W_{ij} \, \tilde x_i + b_j, \qquad \tilde x = (x - \mu) / s
+
+  Parameters are ``{"kernel": W[dim, num_bits], "bias": b[num_bits]}``.
+  Prefer :func:`make_mapping`, which validates the options.
+
+  Attributes:
+    num_bits: code length ``b``.
+    weight_init: ``"lecun"`` or ``"nair"`` (weights ``~ N(0, 1e-3)``), see :data:`INITS`
+      (``make_mapping``'s ``init=``; ``init`` itself is the flax method).
+    mean: optional :class:`Constant` ``[dim]`` subtracted from the inputs.
+    scale: optional :class:`Constant` ``[dim]`` (positive) dividing the centred inputs.
+    param_dtype: dtype of the parameters.
+
+  >>> import jax, jax.numpy as jnp
+  >>> m = Linear(num_bits=4)
+  >>> m.apply(m.init(jax.random.key(0), jnp.ones((1, 3))), jnp.ones((2, 3))).shape
+  (2, 4)
+  """
+  num_bits: int
+  weight_init: str = "lecun"
+  mean: Optional[Constant] = None
+  scale: Optional[Constant] = None
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, features: Array) -> Array:
+    x = _standardize(self, features)
+    kernel = self.param("kernel", _kernel_init(self.weight_init), (x.shape[-1], self.num_bits),
+                        self.param_dtype)
+    bias = self.param("bias", nn.initializers.zeros_init(), (self.num_bits,), self.param_dtype)
+    x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias)
+    return x @ kernel + bias
+
+
+class MLP(nn.Module):
+  r"""Multi-layer perceptron hash mapping: hidden layers, then ``num_bits`` logits.
+
+  .. math:: h_0 = \tilde x, \quad h_{l} = \sigma(W_l^T h_{l-1} + b_l), \quad f(x) = W_o^T h_L + b_o
+
+  Parameters are ``{"hidden_0": {"kernel", "bias"}, ..., "output": {"kernel", "bias"}}``.
+  Prefer :func:`make_mapping`, which validates the options.
+
+  Attributes:
+    num_bits: code length ``b``.
+    hidden: widths of the hidden layers, at least one.
+    activation: a name in :data:`ACTIVATIONS`.
+    weight_init: ``"lecun"`` or ``"nair"``; applies to every layer's weights.
+    mean, scale: optional :class:`Constant` input statistics, as in :class:`Linear`.
+    param_dtype: dtype of the parameters.
+
+  >>> import jax, jax.numpy as jnp
+  >>> m = MLP(num_bits=4, hidden=(8, 8))
+  >>> m.apply(m.init(jax.random.key(0), jnp.ones((1, 3))), jnp.ones((2, 3))).shape
+  (2, 4)
+  """
+  num_bits: int
+  hidden: tuple = DEFAULT_HIDDEN
+  activation: str = "relu"
+  weight_init: str = "lecun"
+  mean: Optional[Constant] = None
+  scale: Optional[Constant] = None
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, features: Array) -> Array:
+    x = _standardize(self, features)
+    act = ACTIVATIONS[self.activation]
+    for i, width in enumerate(self.hidden):
+      x = act(nn.Dense(width, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
+                       name=f"hidden_{i}")(x))
+    return nn.Dense(self.num_bits, kernel_init=_kernel_init(self.weight_init),
+                    param_dtype=self.param_dtype, name="output")(x)
+
+
+# ----------------------------------------------------------------------------
+# Functional façade.
+
+
+def _check_stat(name: str, value: Any, *, positive: bool) -> Constant:
+  _check_real(name, value)
+  if value.ndim != 1 or value.shape[0] == 0:
+    raise ValueError(f"{name}: expected a 1-D array [dim] of per-feature statistics, got {_desc(value)}")
+  _checks.check_finite(name, value)
+  if positive and np.any(np.asarray(value) <= 0):
+    raise ValueError(f"{name}: expected positive per-feature scales, got minimum {np.asarray(value).min()!r}")
+  return Constant(np.asarray(value))
+
+
+def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = None,
+                 activation: Optional[str] = None, init: str = "lecun", mean: Any = None,
+                 scale: Any = None, param_dtype: Any = jnp.float32) -> nn.Module:
+  r"""Builds a hash mapping module by name, validating every option.
+
+  .. math:: f : \mathbb{R}^{dim} \to \mathbb{R}^{b}, \qquad \phi(x) = \mathrm{sgn}(f(x))
+
+  Args:
+    name: ``"linear"`` or ``"mlp"`` (see :data:`MAPPINGS`).
+    num_bits: code length ``b >= 1``.
+    hidden: MLP hidden widths (positive ints, at least one); default
+      :data:`DEFAULT_HIDDEN`. Must be ``None`` or empty for ``"linear"``.
+    activation: MLP hidden activation, a name in :data:`ACTIVATIONS`; default
+      ``"relu"``. Must be ``None`` for ``"linear"``.
+    init: ``"lecun"`` (flax default) or ``"nair"``: weights ``~ N(0, 1e-3)``
+      (Nair et al. 2012, Sec. 4); biases start at zero either way.
+    mean: optional ``[dim]`` training mean subtracted from inputs (not learned).
+    scale: optional positive ``[dim]`` scale dividing the centred inputs (not
+      learned); see :func:`feature_stats`.
+    param_dtype: parameter dtype (``jnp.float64`` needs ``jax.enable_x64``).
+
+  Returns:
+    A :class:`Linear` or :class:`MLP` module (hashable, usable as a jit static argument).
+
+  >>> make_mapping("mlp", num_bits=16, hidden=(32,), activation="tanh").hidden
+  (32,)
+  """
+  if name not in MAPPINGS:
+    raise ValueError(f"name: expected one of {MAPPINGS}, got {name!r}")
+  num_bits = _checks.check_num_bits(num_bits)
+  if init not in INITS:
+    raise ValueError(f"init: expected one of {INITS}, got {init!r}")
+  if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
+    raise ValueError(f"activation: expected one of {tuple(ACTIVATIONS)}, got {activation!r}")
+  try:
+    param_dtype = np.dtype(param_dtype)
+  except TypeError:
+    raise ValueError(f"param_dtype: expected a floating dtype, got {param_dtype!r}") from None
+  if not np.issubdtype(param_dtype, np.floating):
+    raise ValueError(f"param_dtype: expected a floating dtype, got {param_dtype.name}")
+  mean_c = None if mean is None else _check_stat("mean", mean, positive=False)
+  scale_c = None if scale is None else _check_stat("scale", scale, positive=True)
+  if mean_c is not None and scale_c is not None and mean_c.value.shape != scale_c.value.shape:
+    raise ValueError(f"scale: expected shape {mean_c.value.shape} (the shape of mean), "
+                     f"got {scale_c.value.shape}")
+  if name == "linear":
+    if hidden is not None and len(tuple(hidden)) > 0:
+      raise ValueError(f"hidden: a linear mapping has no hidden layers, got {hidden!r} (use name='mlp')")
+    if activation is not None:
+      raise ValueError(f"activation: a linear mapping has no activation, got {activation!r} (use name='mlp')")
+    return Linear(num_bits=num_bits, weight_init=init, mean=mean_c, scale=scale_c,
+                  param_dtype=param_dtype.type)
+  hidden = DEFAULT_HIDDEN if hidden is None else hidden
+  activation = "relu" if activation is None else activation
+  try:
+    widths = tuple(hidden)
+  except TypeError:
+    raise ValueError(f"hidden: expected a sequence of positive ints, got {hidden!r}") from None
+  if not widths or not all(isinstance(w, (int, np.integer)) and not isinstance(w, (bool, np.bool_))
+                           and w >= 1 for w in widths):
+    raise ValueError(f"hidden: expected a non-empty sequence of positive ints, got {hidden!r}")
+  return MLP(num_bits=num_bits, hidden=tuple(int(w) for w in widths), activation=activation,
+             weight_init=init, mean=mean_c, scale=scale_c, param_dtype=param_dtype.type)
+
+
+def _check_mapping(mapping: Any) -> None:
+  if not isinstance(mapping, (Linear, MLP)):
+    raise ValueError(f"mapping: expected a hashjax.mappings module from make_mapping, got {type(mapping).__name__}")
+
+
+def _stat_dim(mapping: Any) -> Optional[int]:
+  for c in (mapping.mean, mapping.scale):
+    if c is not None:
+      return int(c.value.shape[0])
+  return None
+
+
+def _param_dim(mapping: Any, params: Any) -> int:
+  try:
+    kernel = params["kernel"] if isinstance(mapping, Linear) else params["hidden_0"]["kernel"]
+    return int(kernel.shape[0])
+  except (KeyError, TypeError, AttributeError, IndexError):
+    raise ValueError(
+        f"params: expected the parameters of a {type(mapping).__name__} mapping "
+        f"(from hashjax.mappings.init), got {type(params).__name__}") from None
+
+
+def _init(mapping: Any, key: Array, features: Array) -> Any:
+  # Not jitted: a jitted init recompiles the random number generation for every
+  # new module (seconds on CPU), while eager calls reuse per-shape compilations.
+  return mapping.init(key, features)["params"]
+
+
+def init(key: Any, mapping: nn.Module, example_features: Any) -> Any:
+  r"""Initialises the parameters of ``mapping`` for inputs like ``example_features``.
+
+  .. math:: \theta_0 \sim \mathrm{init}(key)
+
+  Args:
+    key: a ``jax.random`` key; the same key gives the same parameters.
+    mapping: a module from :func:`make_mapping`.
+    example_features: ``[..., dim]`` features fixing the input width (values are not used,
+      except that they must be finite).
+
+  Returns:
+    ``params``: a pytree (nested ``dict``) of arrays, ready for ``optax``.
+
+  >>> import jax, jax.numpy as jnp
+  >>> m = make_mapping("linear", num_bits=8, init="nair")
+  >>> params = init(jax.random.key(0), m, jnp.zeros((1, 5)))
+  >>> jax.tree.map(jnp.shape, params)
+  {'bias': (8,), 'kernel': (5, 8)}
+  """
+  _check_key(key)
+  _check_mapping(mapping)
+  _check_features("example_features", example_features, _stat_dim(mapping))
+  return _init(mapping, key, _as_float(example_features[..., :1, :] if example_features.ndim > 1
+                                       else example_features))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(mapping: Any, params: Any, features: Array) -> Array:
+  return mapping.apply({"params": params}, features)
+
+
+def apply(mapping: nn.Module, params: Any, features: Any) -> Array:
+  r"""Per-bit logits of ``mapping`` on ``features``: jit/vmap/grad-able.
+
+  .. math:: \mathrm{logits} = f(x; \theta) \in \mathbb{R}^{[..., b]}
+
+  Args:
+    mapping: a module from :func:`make_mapping`.
+    params: its parameters (from :func:`init`).
+    features: ``[..., dim]`` real features (integers become float32); finite.
+
+  Returns:
+    ``logits[..., num_bits]``; feed them to :func:`hashjax.codes.binarize` (codes) or
+    :func:`hashjax.relaxations.relax` (training).
+
+  >>> import jax, jax.numpy as jnp
+  >>> m = make_mapping("linear", num_bits=3)
+  >>> params = {"kernel": jnp.eye(2, 3), "bias": jnp.array([0.0, 0.0, 1.0])}
+  >>> apply(m, params, jnp.array([[2.0, -1.0]])).tolist()
+  [[2.0, -1.0, 1.0]]
+  """
+  _check_mapping(mapping)
+  _check_features("features", features, _param_dim(mapping, params))
+  return _apply(mapping, params, features)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _encode(mapping: Any, params: Any, features: Array) -> Array:
+  return codes.pack_bits(codes.binarize(mapping.apply({"params": params}, features)))
+
+
+def encode(mapping: nn.Module, params: Any, features: Any, *,
+           batch_size: int = DEFAULT_ENCODE_BATCH) -> Array:
+  r"""Hashes ``features`` to packed codes, ``batch_size`` rows per jit call.
+
+  .. math:: w = \mathrm{pack}([f(x; \theta) > 0])
+
+  Equal to ``pack_bits(binarize(apply(mapping, params, features)))``, but the
+  logits of only ``batch_size`` rows exist at a time (the last chunk is
+  padded, so one compilation serves every chunk).
+
+  Args:
+    mapping: a module from :func:`make_mapping`.
+    params: its parameters.
+    features: ``[..., dim]`` real, finite features.
+    batch_size: rows per call (positive int).
+
+  Returns:
+    ``uint32[..., ceil(num_bits / 32)]`` words.
+
+  >>> import jax.numpy as jnp
+  >>> m = make_mapping("linear", num_bits=3)
+  >>> params = {"kernel": jnp.eye(2, 3), "bias": jnp.array([0.0, 0.0, 1.0])}
+  >>> encode(m, params, jnp.array([[2.0, -1.0], [-1.0, 2.0]])).tolist()  # bits 101, 011
+  [[5], [6]]
+  """
+  _check_mapping(mapping)
+  if (isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer))
+      or batch_size < 1):
+    raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+  _check_features("features", features, _param_dim(mapping, params))
+  lead = tuple(features.shape[:-1])
+  flat = features.reshape((-1, features.shape[-1]))
+  n = flat.shape[0]
+  num_words = _checks.num_words_for(mapping.num_bits)
+  if n == 0:
+    return jnp.zeros(lead + (num_words,), jnp.uint32)
+  if n <= batch_size:
+    return _encode(mapping, params, flat).reshape(lead + (num_words,))
+  chunks = []
+  for start in range(0, n, batch_size):
+    chunk = flat[start:start + batch_size]
+    rows = chunk.shape[0]
+    if rows < batch_size:
+      xnp = np if isinstance(chunk, np.ndarray) else jnp
+      chunk = xnp.concatenate([chunk, xnp.zeros((batch_size - rows,) + chunk.shape[1:], chunk.dtype)])
+    chunks.append(_encode(mapping, params, chunk)[:rows])
+  return jnp.concatenate(chunks).reshape(lead + (num_words,))
+
+
+def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
+  r"""Per-feature training mean and scale for ``make_mapping(mean=, scale=)``.
+
+  .. math:: \mu_i = \tfrac1N \sum_n x_{ni}, \qquad s_i = \begin{cases} \mathrm{std}_i & \mathrm{std}_i \ge \epsilon \\ 1 & \text{otherwise} \end{cases}
+
+  Features whose standard deviation is below ``min_scale`` (e.g. constant
+  border pixels) get scale 1, so they are only centred.
+
+  Args:
+    features: ``[N, dim]`` finite training features (``N >= 1``).
+    min_scale: the ``epsilon`` above (non-negative).
+
+  Returns:
+    ``(mean[dim], scale[dim])`` numpy arrays in the features' float dtype
+    (float32 for integer features), computed in float64.
+
+  >>> mean, scale = feature_stats(np.array([[0.0, 1.0], [2.0, 1.0]]))
+  >>> mean.tolist(), scale.tolist()
+  ([1.0, 1.0], [1.0, 1.0])
+  """
+  _check_real("features", features)
+  if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
+    raise ValueError(f"features: expected a non-empty 2-D array [num_items, dim], got {_desc(features)}")
+  _checks.check_finite("features", features)
+  if not isinstance(min_scale, (int, float, np.floating, np.integer)) or not min_scale >= 0:
+    raise ValueError(f"min_scale: expected a non-negative float, got {min_scale!r}")
+  x = np.asarray(features)
+  out = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
+  x = x.astype(np.float64)
+  mean = x.mean(axis=0)
+  std = x.std(axis=0)
+  scale = np.where(std < min_scale, 1.0, std)
+  return mean.astype(out), scale.astype(out)
+
+
+def alpha_schedule(step: Any, *, init: float, final: float, steps: int) -> Array:
+  r"""Sigmoid slope ``alpha`` annealed linearly from ``init`` to ``final`` (He et al. eq. 6).
+
+  .. math:: \alpha(t) = \alpha_0 + (\alpha_1 - \alpha_0) \min(\max(t, 0) / T, 1)
+
+  A thin validated wrapper of ``optax.linear_schedule``; jit-able in ``step``,
+  so a ``loss_fn(params, batch, step)`` can call it on the traced step.
+
+  Args:
+    step: training step ``t`` (int scalar, may be traced).
+    init: ``alpha_0 > 0``.
+    final: ``alpha_1 > 0``.
+    steps: ``T >= 1``, the step at which ``final`` is reached and kept.
+
+  Returns:
+    float32 scalar ``alpha``.
+
+  >>> [float(alpha_schedule(t, init=1.0, final=5.0, steps=4)) for t in (0, 2, 4, 9)]
+  [1.0, 3.0, 5.0, 5.0]
+  """
+  for name, value in (("init", init), ("final", final)):
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value) or value <= 0):
+      raise ValueError(f"{name}: expected a positive finite float, got {value!r}")
+  if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 1:
+    raise ValueError(f"steps: expected a positive int, got {steps!r}")
+  if not hasattr(step, "dtype"):
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+      raise ValueError(f"step: expected an integer step, got {step!r}")
+  elif not jnp.issubdtype(step.dtype, jnp.integer) or jnp.ndim(step) != 0:
+    raise ValueError(f"step: expected an integer scalar, got {_desc(step)}")
+  schedule = optax.linear_schedule(float(init), float(final), int(steps))
+  return jnp.asarray(schedule(step), jnp.float32)

@@ -1,0 +1,188 @@
+r"""Tie-aware learning to rank objectives (TALR, He et al. 2018, Sec. 4).
+
+An objective is a pure ``loss_fn(params, batch, step) -> (loss, aux)`` built
+from three parts passed in, so that swapping one is an argument, not a code
+change:
+
+* a hash mapping (:mod:`hashjax.mappings`) whose logits are relaxed to
+  ``phi = 2 sigmoid(alpha f) - 1`` (eq. 6, :func:`hashjax.relaxations.relax`);
+* a relaxed distance (``"relaxed_hamming"``, eq. 5; ``"nair_hamming"``, Nair
+  et al. eq. 2; ``"squared_euclidean"``), each valued in ``[0, num_bits]``;
+* a relaxed metric of a soft histogram ``hist[..., num_bits + 1, V] -> [...]``
+  (:func:`hashjax.relaxations.relaxed_ap`, :func:`~hashjax.relaxations.relaxed_ndcg`,
+  or any function of that signature).
+
+The loss is minus the metric, averaged over the queries that have a relevant
+item (a query with none has an undefined AP/NDCG and no gradient).
+
+Two retrieval settings:
+
+* :func:`query_vs_rest`: every item of a minibatch of ``M`` is a query against
+  the other ``M - 1`` (He et al. Sec. 4.2); ``batch = {"features": [M, dim],
+  "affinity": int[M, M]}``;
+* :func:`query_vs_database`: queries against a sampled set of database items;
+  ``batch = {"features": [M, dim], "db_features": [N, dim], "affinity": int[M, N]}``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Union
+
+import jax
+import jax.numpy as jnp
+
+from hashjax import mappings, relaxations
+
+Array = jax.Array
+Schedule = Union[float, Callable[[Array], Array]]
+
+#: Relaxed distances by name: ``(phi_query[Q, b], phi_items[N, b]) -> [Q, N]`` in ``[0, b]``,
+#: for relaxed codes ``phi`` in ``[-1, 1]``. Nair's score and the squared Euclidean distance
+#: read the ``[0, 1]`` codes ``h = (phi + 1) / 2 = sigmoid(alpha f)`` (Nair et al. eq. 1).
+DISTANCES = {
+    "relaxed_hamming": relaxations.relaxed_hamming,
+    "nair_hamming": lambda q, x: relaxations.nair_hamming((q + 1) / 2, (x + 1) / 2),
+    "squared_euclidean": lambda q, x: relaxations.squared_euclidean((q + 1) / 2, (x + 1) / 2),
+}
+
+
+def metric_fn(name: str, **options) -> Callable[[Array], Array]:
+  """A relaxed metric by name: ``"ap"`` (options: ``harmonic``) or ``"ndcg"`` (``discount``).
+
+  .. math:: m : \\mathrm{hist}[\\ldots, b + 1, V] \\mapsto [\\ldots]
+
+  >>> import numpy as np
+  >>> f = metric_fn("ap", harmonic="digamma")
+  >>> round(float(f(np.array([[0., 1.], [1., 0.]]))), 6)
+  1.0
+  """
+  if name == "ap":
+    return functools.partial(relaxations.relaxed_ap, **options)
+  if name == "ndcg":
+    return functools.partial(relaxations.relaxed_ndcg, **options)
+  raise ValueError(f"name: expected 'ap' or 'ndcg', got {name!r}")
+
+
+def _distance(distance: Union[str, Callable]) -> Callable:
+  if callable(distance):
+    return distance
+  if distance not in DISTANCES:
+    raise ValueError(f"distance: expected one of {sorted(DISTANCES)} or a callable, got {distance!r}")
+  return DISTANCES[distance]
+
+
+def _alpha(alpha: Schedule, step: Array) -> Array:
+  return alpha(step) if callable(alpha) else jnp.asarray(alpha, jnp.float32)
+
+
+def ranking_loss(distances: Array, affinity: Array, *, metric: Callable[[Array], Array],
+                 num_bits: int, num_levels: int, width: float = 1.0) -> tuple:
+  """Minus the mean relaxed metric of real-valued distances, over queries with a relevant item.
+
+  .. math:: L = -\\frac{1}{|Q^+|} \\sum_{q \\in Q^+} m(\\tilde h_q), \\quad
+            \\tilde h_q = \\mathrm{softhist}(\\tilde d_q, a_q)
+
+  Args:
+    distances: real ``[Q, N]`` relaxed distances in ``[0, num_bits]``.
+    affinity: int ``[Q, N]`` levels in ``[0, num_levels)``.
+    metric: relaxed metric of a soft histogram, ``[Q, num_bits + 1, V] -> [Q]``.
+    num_bits: code length.
+    num_levels: ``V``.
+    width: soft-histogram bin width (eq. 14's Delta).
+
+  Returns:
+    ``(loss, {"metric": mean relaxed metric, "queries": number of queries that count})``.
+
+  >>> import numpy as np
+  >>> loss, aux = ranking_loss(np.array([[0.0, 2.0]]), np.array([[1, 0]]),
+  ...                          metric=metric_fn("ap"), num_bits=2, num_levels=2)
+  >>> round(float(loss), 6), int(aux["queries"])
+  (-1.0, 1)
+  """
+  hist = relaxations.soft_histogram(distances, affinity, num_bits=num_bits, num_levels=num_levels,
+                                    width=width)
+  values = metric(hist)
+  counts = relaxations.has_relevant(hist).astype(values.dtype)
+  num = jnp.maximum(jnp.sum(counts), 1.0)
+  mean = jnp.sum(values * counts) / num
+  return -mean, {"metric": mean, "queries": jnp.sum(counts)}
+
+
+def query_vs_rest(mapping, *, metric: Callable[[Array], Array], num_bits: int, num_levels: int = 2,
+                  distance: Union[str, Callable] = "relaxed_hamming", alpha: Schedule = 1.0,
+                  width: float = 1.0) -> Callable:
+  """Minibatch objective: each of ``M`` items is a query against the other ``M - 1``.
+
+  .. math:: L(\\theta) = -\\frac{1}{|Q^+|} \\sum_{q} m\\big(\\mathrm{softhist}(\\{\\tilde d(\\phi_q, \\phi_i)\\}_{i \\ne q})\\big)
+
+  Args:
+    mapping: a module from :func:`hashjax.mappings.make_mapping`.
+    metric: relaxed metric (see :func:`metric_fn`).
+    num_bits: code length (the mapping's).
+    num_levels: affinity levels ``V`` (2 for AP).
+    distance: a name in :data:`DISTANCES` or a callable of the same signature.
+    alpha: the relaxation's slope, a float or a schedule ``step -> alpha``.
+    width: soft-histogram bin width.
+
+  Returns:
+    ``loss_fn(params, batch, step) -> (loss, aux)`` with ``batch = {"features": [M, dim],
+    "affinity": int[M, M]}``.
+
+  >>> import jax, numpy as np
+  >>> from hashjax import mappings
+  >>> m = mappings.make_mapping("linear", num_bits=8)
+  >>> x = np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32)
+  >>> params = mappings.init(jax.random.key(0), m, x)
+  >>> loss_fn = query_vs_rest(m, metric=metric_fn("ap"), num_bits=8)
+  >>> aff = (np.arange(6)[:, None] % 2 == np.arange(6)[None] % 2).astype(np.int32)
+  >>> loss, aux = loss_fn(params, {"features": x, "affinity": aff}, 0)
+  >>> bool(-1.0 <= float(loss) <= 0.0)
+  True
+  """
+  dist = _distance(distance)
+
+  def loss_fn(params, batch, step):
+    phi = relaxations.relax(mappings.apply(mapping, params, batch["features"]),
+                            alpha=_alpha(alpha, step))
+    d = relaxations.off_diagonal(dist(phi, phi))
+    a = relaxations.off_diagonal(batch["affinity"])
+    return ranking_loss(d, a, metric=metric, num_bits=num_bits, num_levels=num_levels, width=width)
+
+  return loss_fn
+
+
+def query_vs_database(mapping, *, metric: Callable[[Array], Array], num_bits: int,
+                      num_levels: int = 2, distance: Union[str, Callable] = "relaxed_hamming",
+                      alpha: Schedule = 1.0, width: float = 1.0) -> Callable:
+  """Objective of queries against a sampled set of database items (both through the mapping).
+
+  .. math:: L(\\theta) = -\\frac{1}{|Q^+|} \\sum_{q} m\\big(\\mathrm{softhist}(\\{\\tilde d(\\phi_q, \\phi_i)\\}_{i \\in S})\\big)
+
+  Args: as :func:`query_vs_rest`.
+
+  Returns:
+    ``loss_fn(params, batch, step) -> (loss, aux)`` with ``batch = {"features": [M, dim],
+    "db_features": [N, dim], "affinity": int[M, N]}``.
+
+  >>> import jax, numpy as np
+  >>> from hashjax import mappings
+  >>> m = mappings.make_mapping("linear", num_bits=8)
+  >>> rng = np.random.default_rng(0)
+  >>> q, x = rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=(7, 5)).astype(np.float32)
+  >>> params = mappings.init(jax.random.key(0), m, q)
+  >>> loss_fn = query_vs_database(m, metric=metric_fn("ap"), num_bits=8)
+  >>> aff = rng.integers(0, 2, size=(3, 7)).astype(np.int32)
+  >>> bool(-1.0 <= float(loss_fn(params, {"features": q, "db_features": x, "affinity": aff}, 0)[0]) <= 0.0)
+  True
+  """
+  dist = _distance(distance)
+
+  def loss_fn(params, batch, step):
+    a = _alpha(alpha, step)
+    phi_q = relaxations.relax(mappings.apply(mapping, params, batch["features"]), alpha=a)
+    phi_x = relaxations.relax(mappings.apply(mapping, params, batch["db_features"]), alpha=a)
+    return ranking_loss(dist(phi_q, phi_x), batch["affinity"], metric=metric, num_bits=num_bits,
+                        num_levels=num_levels, width=width)
+
+  return loss_fn

@@ -1,0 +1,509 @@
+r"""One training loop for every learned hash mapping (TALR, RankNet, LambdaRank, ...).
+
+The loop is generic over the objective and the optimizer::
+
+  loss_fn(params, batch, step) -> (loss, aux)      # step: traced int32, e.g. to anneal alpha
+  batch_fn(step) -> batch                           # pure in step
+  optimizer: optax.GradientTransformation
+
+and :func:`train` runs a single jit-compiled step (:func:`make_train_step`)
+``num_steps`` times, logging, evaluating, checkpointing and resuming.
+
+**Determinism contract.** ``batch_fn`` must be a pure function of the step
+(draw its randomness from e.g. ``np.random.default_rng([seed, step])``, see
+:func:`minibatch_sampler` and :func:`balanced_sampler`). Then a run killed
+after a checkpoint and restarted on the same ``workdir`` sees exactly the
+batches of an uninterrupted run and ends with bit-identical parameters.
+
+**Checkpoints** (``workdir`` given) are written with
+``orbax.checkpoint.CheckpointManager``: each save goes to a temporary
+directory that is renamed to its step number once complete (orbax's
+``AtomicRenameTemporaryPath`` on local file systems), so a crash mid-save
+leaves the previous checkpoint as the latest; leftover temporary directories
+are removed on the next start. A checkpoint holds ``params``, ``opt_state``
+and a JSON record (step, history, elapsed times, the losses of the current
+logging window).
+
+**History** is a list of JSON-friendly dicts, each with ``"kind"``:
+
+* ``"train"``: ``step`` (steps completed), ``loss`` (mean over the steps since
+  the previous log), ``examples_per_sec``, ``wall_time``, ``train_time`` and
+  the ``aux`` values of the last step;
+* ``"eval"``: ``step``, ``wall_time``, ``train_time`` and the metrics of
+  ``eval_fn(params)``;
+* ``"target"`` (once): the first evaluation at which ``target`` was met, with
+  its ``step``, ``wall_time`` and ``train_time`` (time to target).
+
+``wall_time`` is seconds since the run started, summed over resumed sessions
+(downtime between sessions is not counted); ``train_time`` excludes the time
+spent in ``eval_fn`` and in writing checkpoints. An evaluation's times are
+taken when it starts, so time to target does not include that evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from hashjax import _checks
+
+__all__ = ["make_train_step", "minibatch_sampler", "balanced_sampler", "train"]
+
+
+def _is_int(x: Any) -> bool:
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_int(name: str, x: Any, low: int) -> int:
+  if not _is_int(x) or x < low:
+    what = "a positive int" if low == 1 else f"an int >= {low}"
+    raise ValueError(f"{name}: expected {what}, got {x!r}")
+  return int(x)
+
+
+def _check_optimizer(optimizer: Any) -> None:
+  if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+    raise ValueError(
+        f"optimizer: expected an optax.GradientTransformation (with init and update), "
+        f"got {type(optimizer).__name__}")
+
+
+def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+  r"""A jit-compiled optimisation step for ``loss_fn`` under ``optimizer``.
+
+  .. math:: (\ell, g) = (L, \nabla_\theta L)(\theta, \mathrm{batch}, t), \quad
+            (u, s') = \mathrm{update}(g, s, \theta), \quad \theta' = \theta + u
+
+  Args:
+    loss_fn: ``loss_fn(params, batch, step) -> (loss, aux)`` with a real scalar
+      ``loss`` and a dict ``aux`` of scalars; ``step`` arrives as a traced
+      ``int32`` scalar (no recompilation per step).
+    optimizer: any ``optax.GradientTransformation``.
+
+  Returns:
+    ``step_fn(params, opt_state, batch, step) -> (params, opt_state, loss, aux)``.
+
+  >>> import optax, jax.numpy as jnp
+  >>> loss_fn = lambda p, b, t: (jnp.sum((p - b) ** 2), {})
+  >>> step_fn = make_train_step(loss_fn, optax.sgd(0.25))
+  >>> p, s, loss, _ = step_fn(jnp.zeros(2), optax.sgd(0.25).init(jnp.zeros(2)), jnp.ones(2), 0)
+  >>> p.tolist(), float(loss)
+  ([0.5, 0.5], 2.0)
+  """
+  if not callable(loss_fn):
+    raise ValueError(f"loss_fn: expected a callable (params, batch, step) -> (loss, aux), got {type(loss_fn).__name__}")
+  _check_optimizer(optimizer)
+
+  def step_fn(params, opt_state, batch, step):
+    step = jnp.asarray(step, jnp.int32)
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, step)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss, aux
+
+  return jax.jit(step_fn)
+
+
+def minibatch_sampler(num_items: int, batch_size: int, *, seed: int) -> Callable[[int], np.ndarray]:
+  r"""Epoch-wise shuffled minibatch indices as a pure function of the step.
+
+  .. math:: e = \lfloor t / K \rfloor,\ k = t \bmod K,\ K = \lfloor N / B \rfloor:\quad
+            \mathrm{idx}(t) = \pi_e[kB : (k+1)B],\ \pi_e = \mathrm{perm}(\mathrm{rng}(seed, e))
+
+  Each epoch is a fresh permutation from ``np.random.default_rng([seed,
+  epoch])``; the ``N mod B`` items left over by an epoch's permutation are
+  skipped in that epoch, so every batch has exactly ``batch_size`` items (one
+  compilation).
+
+  Args:
+    num_items: ``N >= 1`` items to sample from.
+    batch_size: ``1 <= B <= N``.
+    seed: non-negative int.
+
+  Returns:
+    ``indices(step) -> int64[batch_size]``, distinct within a batch.
+
+  >>> sampler = minibatch_sampler(6, 2, seed=0)
+  >>> sorted(np.concatenate([sampler(t) for t in range(3)]).tolist())  # one epoch
+  [0, 1, 2, 3, 4, 5]
+  >>> bool(np.array_equal(sampler(4), minibatch_sampler(6, 2, seed=0)(4)))
+  True
+  """
+  num_items = _check_int("num_items", num_items, 1)
+  batch_size = _check_int("batch_size", batch_size, 1)
+  if batch_size > num_items:
+    raise ValueError(f"batch_size: expected at most num_items={num_items}, got {batch_size}")
+  seed = _check_int("seed", seed, 0)
+  per_epoch = num_items // batch_size
+  cache: dict = {}
+
+  def indices(step: int) -> np.ndarray:
+    step = _check_int("step", step, 0)
+    epoch, k = divmod(step, per_epoch)
+    if cache.get("epoch") != epoch:  # a cache only: the result depends on (seed, step) alone
+      cache["perm"] = np.random.default_rng([seed, epoch]).permutation(num_items)
+      cache["epoch"] = epoch
+    return cache["perm"][k * batch_size:(k + 1) * batch_size].copy()
+
+  return indices
+
+
+def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int], np.ndarray]:
+  r"""Class-balanced minibatch indices: ``per_class`` items of every class, per step.
+
+  .. math:: \mathrm{idx}(t) = \mathrm{shuffle}\Big(\bigcup_{c} \mathrm{choice}(\{i : y_i = c\},\ m)\Big)
+            \text{ with } \mathrm{rng}(seed, t)
+
+  Useful for query-vs-rest objectives (TALR), where every query of a batch
+  needs relevant items in it. Items are drawn without replacement within a
+  class and a step, independently across steps, from
+  ``np.random.default_rng([seed, step])``; the batch is shuffled so position
+  carries no label information.
+
+  Args:
+    labels: ``int[N]`` class labels (any integers; each distinct value is a class).
+    per_class: ``m >= 1``, at most the size of the smallest class.
+    seed: non-negative int.
+
+  Returns:
+    ``indices(step) -> int64[num_classes * per_class]``.
+
+  >>> sampler = balanced_sampler(np.array([0, 0, 0, 1, 1, 2, 2, 2]), 2, seed=0)
+  >>> np.bincount(np.array([0, 0, 0, 1, 1, 2, 2, 2])[sampler(5)]).tolist()
+  [2, 2, 2]
+  """
+  if not hasattr(labels, "dtype") or not (np.issubdtype(np.dtype(labels.dtype), np.integer)):
+    raise ValueError("labels: expected an integer array [N] of class labels, got "
+                     + (f"dtype {np.dtype(labels.dtype).name}" if hasattr(labels, "dtype")
+                        else type(labels).__name__))
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or labels.shape[0] == 0:
+    raise ValueError(f"labels: expected a non-empty 1-D array [N], got shape {labels.shape}")
+  per_class = _check_int("per_class", per_class, 1)
+  seed = _check_int("seed", seed, 0)
+  classes, counts = np.unique(labels, return_counts=True)
+  if counts.min() < per_class:
+    small = classes[np.argmin(counts)]
+    raise ValueError(f"per_class: expected at most {counts.min()} (the size of class {small}), got {per_class}")
+  members = [np.flatnonzero(labels == c) for c in classes]
+
+  def indices(step: int) -> np.ndarray:
+    step = _check_int("step", step, 0)
+    rng = np.random.default_rng([seed, step])
+    picked = np.concatenate([rng.choice(m, per_class, replace=False) for m in members])
+    return rng.permutation(picked)
+
+  return indices
+
+
+# ----------------------------------------------------------------------------
+# The loop.
+
+
+def _batch_size_of(batch: Any) -> int:
+  leaves = [x for x in jax.tree.leaves(batch) if hasattr(x, "shape") and len(x.shape) >= 1]
+  if not leaves:
+    raise ValueError("batch_size: could not derive it from the batch (no array leaf with a leading "
+                     "axis); pass batch_size=")
+  return int(leaves[0].shape[0])
+
+
+def _check_target(target: Any) -> Optional[tuple]:
+  if target is None:
+    return None
+  ok = isinstance(target, (tuple, list)) and len(target) in (2, 3) and isinstance(target[0], str)
+  ok = ok and isinstance(target[1], (int, float, np.integer, np.floating)) and math.isfinite(target[1])
+  ok = ok and (len(target) == 2 or target[2] in ("max", "min"))
+  if not ok:
+    raise ValueError(f"target: expected (metric_name, value) or (metric_name, value, 'max'|'min'), got {target!r}")
+  return (target[0], float(target[1]), target[2] if len(target) == 3 else "max")
+
+
+#: Keys of history entries that aux values and metrics may not use.
+_RESERVED = ("kind", "step", "loss", "examples_per_sec", "wall_time", "train_time")
+
+
+def _scalars(name: str, values: Any, what: str) -> dict:
+  if not isinstance(values, Mapping):
+    raise ValueError(f"{name}: expected {what} to be a dict of scalars, got {type(values).__name__}")
+  out = {}
+  for k, v in values.items():
+    if not isinstance(k, str):
+      raise ValueError(f"{name}: expected {what} keys to be str, got {k!r}")
+    if k in _RESERVED:
+      raise ValueError(f"{name}: {what} key {k!r} clashes with a history field {_RESERVED}; rename it")
+    arr = np.asarray(jax.device_get(v))
+    if arr.shape != () or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+      raise ValueError(f"{name}: expected {what}[{k!r}] to be a real scalar, got {arr.dtype.name} {arr.shape}")
+    out[k] = float(arr)
+  return out
+
+
+def _check_loss_signature(loss_fn: Callable, params: Any, batch: Any) -> None:
+  try:
+    out = jax.eval_shape(loss_fn, params, batch, jnp.zeros((), jnp.int32))
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"loss_fn: calling loss_fn(params, batch, step) failed: {type(e).__name__}: {e}") from e
+  if not (isinstance(out, tuple) and len(out) == 2):
+    raise ValueError(f"loss_fn: expected it to return (loss, aux_dict), got {type(out).__name__}")
+  loss, aux = out
+  if getattr(loss, "shape", None) != () or not jnp.issubdtype(loss.dtype, jnp.floating):
+    raise ValueError(f"loss_fn: expected a real scalar loss, got {getattr(loss, 'dtype', type(loss))} "
+                     f"{getattr(loss, 'shape', '')}")
+  if not isinstance(aux, Mapping):
+    raise ValueError(f"loss_fn: expected aux to be a dict of scalars, got {type(aux).__name__}")
+  for k, v in aux.items():
+    if not isinstance(k, str) or getattr(v, "shape", None) != ():
+      raise ValueError(f"loss_fn: expected aux to map str to scalars, got {k!r}: shape {getattr(v, 'shape', None)}")
+
+
+class _Run:
+  """Mutable bookkeeping of one :func:`train` call (times, history, pending losses)."""
+
+  def __init__(self, history, wall_offset, train_offset, pending, target_done):
+    self.history = list(history)
+    self.wall_offset = float(wall_offset)
+    self.train_offset = float(train_offset)
+    self.pending = list(pending)  # [(step, loss)]: losses since the last log, device or float
+    self.checked = len(self.pending)  # pending[:checked] are known finite floats
+    self.target_done = bool(target_done)
+    self.t0 = time.perf_counter()
+    self.train_time_here = 0.0
+    self.segment_start = self.t0
+    self.window_steps = 0  # steps run in this session since the last log
+    self.window_train_time = 0.0
+
+  def wall(self) -> float:
+    return self.wall_offset + time.perf_counter() - self.t0
+
+  def train_time(self) -> float:
+    return self.train_offset + self.train_time_here
+
+  def close_segment(self) -> None:
+    now = time.perf_counter()
+    self.train_time_here += now - self.segment_start
+    self.window_train_time += now - self.segment_start
+    self.segment_start = now
+
+  def open_segment(self) -> None:
+    self.segment_start = time.perf_counter()
+
+  def check_pending(self) -> None:
+    """Syncs the pending losses; raises FloatingPointError at the first non-finite one."""
+    todo = self.pending[self.checked:]
+    if not todo:
+      return
+    values = jax.device_get([loss for _, loss in todo])
+    for (step, _), value in zip(todo, values):
+      value = float(value)
+      if not math.isfinite(value):
+        raise FloatingPointError(
+            f"train: the loss became non-finite ({value}) at step {step} (0-based: the loss on "
+            f"batch_fn({step}) after {step} updates). Lower the learning rate, check the data, "
+            f"or clip gradients.")
+    self.pending[self.checked:] = [(s, float(v)) for (s, _), v in zip(todo, values)]
+    self.checked = len(self.pending)
+
+  def meta(self, step: int) -> dict:
+    # A deep snapshot: orbax may serialise it in a background thread while
+    # the loop keeps appending to the history.
+    return json.loads(json.dumps(
+        {"step": step, "history": self.history, "wall_time": self.wall(),
+         "train_time": self.train_time(), "target_done": self.target_done,
+         "pending": [[s, v] for s, v in self.pending]}))
+
+
+def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransformation,
+          batch_fn: Callable[[int], Any], num_steps: int, workdir: Optional[str] = None,
+          eval_fn: Optional[Callable[[Any], Mapping[str, Any]]] = None, eval_every: int = 0,
+          checkpoint_every: int = 0, log_every: int = 100, target: Optional[Sequence] = None,
+          batch_size: Optional[int] = None, max_to_keep: int = 3, eval_at_start: bool = True,
+          async_checkpoints: bool = True) -> tuple:
+  r"""Runs ``num_steps`` optimizer steps with logging, evaluation, checkpoints and resume.
+
+  .. math:: \theta_{t+1} = \theta_t + \mathrm{update}\big(\nabla_\theta L(\theta_t, \mathrm{batch}(t), t)\big),
+            \quad t = 0, \dots, T - 1
+
+  With ``workdir``, the run resumes from the latest checkpoint there (the
+  given ``params`` then only fix the structure); a run that already reached
+  ``num_steps`` is reloaded and returned without training. A checkpoint is
+  written every ``checkpoint_every`` steps and at the end; the last
+  ``max_to_keep`` are kept.
+
+  At every log step (every ``log_every`` steps and the last), all losses since
+  the previous check are fetched and a non-finite one raises
+  ``FloatingPointError`` naming its step; losses are also checked before each
+  evaluation and checkpoint, so no non-finite state is ever saved.
+
+  Args:
+    params: initial parameters (a pytree of arrays).
+    loss_fn: ``loss_fn(params, batch, step) -> (loss, aux)``; see :func:`make_train_step`.
+    optimizer: an ``optax.GradientTransformation``.
+    batch_fn: ``batch_fn(step) -> batch``, a pure function of the 0-based step.
+    num_steps: total steps ``T >= 0`` (counting steps of earlier sessions).
+    workdir: checkpoint directory (created if missing); ``None`` for no checkpoints.
+    eval_fn: ``eval_fn(params) -> {name: scalar}``, run every ``eval_every`` steps,
+      at the end, and at step 0 of a fresh run if ``eval_at_start``.
+    eval_every: evaluation period in steps (0: only at start/end).
+    checkpoint_every: checkpoint period in steps (0: only at the end).
+    log_every: logging period in steps (>= 1).
+    target: ``(metric, value)`` (reached when ``metric >= value``) or
+      ``(metric, value, "min")`` (when ``metric <= value``): records the time to target.
+    batch_size: examples per step for ``examples_per_sec``; default: the leading
+      dimension of the first array in the first batch.
+    max_to_keep: checkpoints kept (>= 1).
+    eval_at_start: evaluate the initial parameters of a fresh run.
+    async_checkpoints: let orbax write in a background thread (always waited for
+      before returning or raising).
+
+  Returns:
+    ``(params, history)``: the final parameters and the list of history dicts
+    (module docstring), including the history of earlier sessions.
+
+  >>> import optax, jax.numpy as jnp
+  >>> x = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32)
+  >>> y = x @ np.array([1.0, -2.0], np.float32)
+  >>> loss_fn = lambda p, b, t: (jnp.mean((b[0] @ p - b[1]) ** 2), {})
+  >>> sampler = minibatch_sampler(64, 8, seed=0)
+  >>> batch_fn = lambda t: (x[sampler(t)], y[sampler(t)])
+  >>> params, history = train(params=jnp.zeros(2), loss_fn=loss_fn, optimizer=optax.adam(0.1),
+  ...                         batch_fn=batch_fn, num_steps=100, log_every=50)
+  >>> [h["step"] for h in history], history[1]["loss"] < history[0]["loss"]
+  ([50, 100], True)
+  >>> np.round(np.asarray(params), 1).tolist()
+  [1.0, -2.0]
+  """
+  if not callable(loss_fn):
+    raise ValueError(f"loss_fn: expected a callable (params, batch, step) -> (loss, aux), got {type(loss_fn).__name__}")
+  _check_optimizer(optimizer)
+  if not callable(batch_fn):
+    raise ValueError(f"batch_fn: expected a callable step -> batch, got {type(batch_fn).__name__}")
+  if eval_fn is not None and not callable(eval_fn):
+    raise ValueError(f"eval_fn: expected a callable params -> dict or None, got {type(eval_fn).__name__}")
+  num_steps = _check_int("num_steps", num_steps, 0)
+  eval_every = _check_int("eval_every", eval_every, 0)
+  checkpoint_every = _check_int("checkpoint_every", checkpoint_every, 0)
+  log_every = _check_int("log_every", log_every, 1)
+  max_to_keep = _check_int("max_to_keep", max_to_keep, 1)
+  if batch_size is not None:
+    batch_size = _check_int("batch_size", batch_size, 1)
+  target = _check_target(target)
+  if workdir is not None and not isinstance(workdir, (str, os.PathLike)):
+    raise ValueError(f"workdir: expected a directory path or None, got {type(workdir).__name__}")
+  leaves = jax.tree.leaves(params)
+  if not leaves or not all(hasattr(x, "dtype") for x in leaves):
+    raise ValueError("params: expected a non-empty pytree of arrays")
+  for i, leaf in enumerate(leaves):
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+      _checks.check_finite(f"params (leaf {i})", leaf)
+
+  params = jax.tree.map(jnp.asarray, params)
+  opt_state = optimizer.init(params)
+  manager = None
+  run = _Run([], 0.0, 0.0, [], False)
+  start = 0
+  try:
+    if workdir is not None:
+      manager = ocp.CheckpointManager(
+          os.path.abspath(os.fspath(workdir)),
+          options=ocp.CheckpointManagerOptions(
+              max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
+              enable_async_checkpointing=async_checkpoints))
+      latest = manager.latest_step()
+      if latest is not None:
+        if latest > num_steps:
+          raise ValueError(f"num_steps: {workdir} holds a checkpoint at step {latest}, beyond "
+                           f"num_steps={num_steps}; use a fresh workdir or num_steps >= {latest}")
+        restored = manager.restore(latest, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+            meta=ocp.args.JsonRestore()))
+        params, opt_state = restored["state"]["params"], restored["state"]["opt_state"]
+        meta = restored["meta"]
+        if int(meta["step"]) != latest:
+          raise ValueError(f"workdir: checkpoint {latest} records step {meta['step']}; the directory is corrupt")
+        run = _Run(meta["history"], meta["wall_time"], meta["train_time"],
+                   [(int(s), float(v)) for s, v in meta["pending"]], meta["target_done"])
+        start = latest
+        logging.info("train: resumed from %s at step %d of %d", workdir, start, num_steps)
+    if start == num_steps and start > 0:
+      logging.info("train: the run in %s already reached step %d; returning it", workdir, start)
+      return params, run.history
+
+    step_fn = make_train_step(loss_fn, optimizer)
+
+    def evaluate(step: int) -> None:
+      metrics = _scalars("eval_fn", eval_fn(params), "its result")
+      entry = {"kind": "eval", "step": step, "wall_time": run.wall(), "train_time": run.train_time()}
+      entry.update(metrics)
+      run.history.append(entry)
+      logging.info("train: eval at step %d: %s", step,
+                   ", ".join(f"{k}={v:.6g}" for k, v in metrics.items()))
+      if target is not None and not run.target_done:
+        name, value, mode = target
+        if name not in metrics:
+          raise ValueError(f"target: metric {name!r} is not among eval_fn's metrics {sorted(metrics)}")
+        if (metrics[name] >= value) if mode == "max" else (metrics[name] <= value):
+          run.target_done = True
+          run.history.append({"kind": "target", "metric": name, "target": value, "value": metrics[name],
+                              "step": step, "wall_time": entry["wall_time"],
+                              "train_time": entry["train_time"]})
+          logging.info("train: target %s %s %g reached at step %d after %.3f s (train time %.3f s)",
+                       name, ">=" if mode == "max" else "<=", value, step, entry["wall_time"],
+                       entry["train_time"])
+
+    if start == 0 and eval_fn is not None and eval_at_start:
+      evaluate(0)
+      run.open_segment()
+
+    for step in range(start, num_steps):
+      batch = batch_fn(step)
+      if step == start:
+        _check_loss_signature(loss_fn, params, batch)
+        if batch_size is None:
+          batch_size = _batch_size_of(batch)
+      params, opt_state, loss, aux = step_fn(params, opt_state, batch, step)
+      run.pending.append((step, loss))
+      run.window_steps += 1
+      done = step + 1
+      last = done == num_steps
+      do_log = done % log_every == 0 or last
+      do_eval = eval_fn is not None and ((eval_every and done % eval_every == 0) or last)
+      do_ckpt = manager is not None and ((checkpoint_every and done % checkpoint_every == 0) or last)
+      if not (do_log or do_eval or do_ckpt):
+        continue
+      jax.block_until_ready((params, opt_state))
+      run.close_segment()
+      run.check_pending()
+      if do_log:
+        losses = np.asarray([v for _, v in run.pending], np.float64)
+        entry = {"kind": "train", "step": done, "loss": float(np.mean(losses)),
+                 "examples_per_sec": (batch_size * run.window_steps / run.window_train_time
+                                      if run.window_train_time > 0 else float("nan")),
+                 "wall_time": run.wall(), "train_time": run.train_time()}
+        entry.update(_scalars("loss_fn", aux, "aux"))
+        run.history.append(entry)
+        logging.info("train: step %d/%d loss %.6g (%.4g examples/s, %.2f s)", done, num_steps,
+                     entry["loss"], entry["examples_per_sec"], entry["wall_time"])
+        run.pending, run.checked = [], 0
+        run.window_steps, run.window_train_time = 0, 0.0
+      if do_eval:
+        evaluate(done)
+      if do_ckpt:
+        manager.save(done, args=ocp.args.Composite(
+            state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+            meta=ocp.args.JsonSave(run.meta(done))))
+      run.open_segment()
+    return params, run.history
+  finally:
+    if manager is not None:
+      manager.wait_until_finished()
+      manager.close()
