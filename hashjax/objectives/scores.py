@@ -1,0 +1,788 @@
+"""Task score functions S of Nair et al. 2012 for LambdaRank's swap weights.
+
+Every score reads one query's Hamming ranking and has the signature of
+:func:`hashjax.objectives.swap_deltas`::
+
+  score_fn(distances[..., N] int, affinity[..., N]) -> [...] float
+
+with its options (thresholds, class similarity, code length) keyword-only, to
+be bound with ``functools.partial``. Each histogram-based score also comes as
+``*_from_histogram(hist[..., num_bits + 1, V]) -> [...]``, the form
+:func:`hashjax.objectives.histogram_swap_deltas` reads.
+
+What ``affinity`` holds depends on the task:
+
+* relevance tasks (:func:`knn_count_score`, :func:`retrieval_score`,
+  :func:`average_precision_score`, :func:`ndcg_score`): affinity levels,
+  ``0`` = irrelevant (for kNN classification, ``[l_d == l_q]``, e.g.
+  :func:`hashjax.data.label_affinity`);
+* label tasks (:func:`knn_majority_score`, :func:`hierarchical_score`): the
+  pair of labels ``l_q * num_classes + l_d`` (:func:`label_pairs`), because
+  the majority vote needs every document's class, not only whether it matches
+  the query's; their histogram forms instead take a histogram over document
+  labels with the query's label bound as ``query_label=``;
+* regression (:func:`regression_score`): the target offsets ``t_d - t_q``
+  (:func:`target_offsets`).
+
+Tie policies. The *relative threshold* ``k`` keeps every document of the ``k``
+nearest non-empty distance bins, never breaking ties inside a bin (Nair Sec.
+3.5.1), so at least ``k`` documents vote when there are ``k`` of them, and
+all of them when fewer than ``k`` bins are occupied. The *absolute threshold*
+(``radius``) keeps distances ``<= radius``. A tie between classes in the
+majority vote is resolved as the expected value under uniformly random
+tie-breaking (``ties="expected"``) or counted as wrong (``ties="strict"``).
+AP and NDCG are tie-aware (He et al. 2018, eqs. 3-4): averaged over all orders
+of the documents within each bin.
+
+The tie-aware AP and NDCG are those of :mod:`hashjax.metrics`, with 0 where
+they are undefined (no relevant document) instead of NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hashjax import _checks
+from hashjax import metrics
+
+Array = jax.Array
+
+__all__ = [
+    "knn_count_score", "knn_majority_score", "hierarchical_score", "retrieval_score",
+    "regression_score", "average_precision_score", "ndcg_score",
+    "knn_count_from_histogram", "knn_majority_from_histogram", "hierarchical_from_histogram",
+    "retrieval_from_histogram", "average_precision_from_histogram", "ndcg_from_histogram",
+    "nearest_bins_mask", "label_pairs", "pair_relevance", "target_offsets", "TIES", "REGRESSION_MODES",
+]
+
+#: Options of the majority scores' ``ties=``.
+TIES = ("expected", "strict")
+#: Options of :func:`regression_score`'s ``mode=``.
+REGRESSION_MODES = ("pairs", "prediction")
+
+_BIG = np.iinfo(np.int32).max
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _float():
+  return jnp.result_type(float)
+
+
+def _check_int(name: str, value: Any, *, low: int, allow_none: bool = False) -> Optional[int]:
+  if value is None and allow_none:
+    return None
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+    raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+  return int(value)
+
+
+def _check_option(name: str, value: Any, options) -> str:
+  if not isinstance(value, str) or value not in options:
+    raise ValueError(f"{name}: expected one of {list(options)}, got {value!r}")
+  return value
+
+
+def check_distances(distances: Any, *, num_bits: Optional[int] = None, min_ndim: int = 1,
+                    name: str = "distances") -> None:
+  """``distances`` must be a non-empty integer array ``[..., N]`` of values in [0, num_bits]."""
+  if not hasattr(distances, "dtype") or not hasattr(distances, "ndim"):
+    raise ValueError(f"{name}: expected an integer array [..., N], got {type(distances).__name__}")
+  if distances.ndim < min_ndim or distances.shape[-1] == 0:
+    raise ValueError(f"{name}: expected an integer array with at least {min_ndim} dimension(s) "
+                     f"[..., N] and N >= 1, got shape {tuple(distances.shape)}")
+  if np.dtype(distances.dtype) == np.bool_:
+    raise ValueError(f"{name}: expected integer Hamming distances, got dtype bool")
+  _checks.check_int_range(name, distances, 0, _BIG if num_bits is None else num_bits, what="distances")
+
+
+def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document values",
+                   integer: bool = False, low: Optional[int] = None, high: Optional[int] = None) -> None:
+  """``affinity`` must be a numeric array shaped like ``distances``."""
+  if not hasattr(affinity, "dtype") or not hasattr(affinity, "shape"):
+    raise ValueError(f"affinity: expected an array of {what} shaped like distances "
+                     f"{tuple(distances.shape)}, got {type(affinity).__name__}")
+  if integer:
+    _checks.check_int_range("affinity", affinity, _BIG * -1 if low is None else low,
+                            _BIG if high is None else high, what=what)
+  else:
+    if np.dtype(affinity.dtype) == np.bool_:
+      raise ValueError(f"affinity: expected numeric {what}, got dtype bool")
+    _checks.check_finite("affinity", affinity)
+    if np.issubdtype(np.dtype(affinity.dtype), np.complexfloating):
+      raise ValueError(f"affinity: expected real {what}, got dtype {np.dtype(affinity.dtype).name}")
+  _checks.check_shape("affinity", affinity, distances.shape, like="distances")
+
+
+def _check_hist(hist: Any, *, min_levels: int = 1) -> None:
+  if not hasattr(hist, "dtype") or not hasattr(hist, "ndim") or hist.ndim < 2:
+    raise ValueError("hist: expected counts [..., num_bits + 1, V], got "
+                     + (f"shape {tuple(hist.shape)}" if hasattr(hist, "shape") else type(hist).__name__))
+  if hist.shape[-2] < 1 or hist.shape[-1] < min_levels:
+    raise ValueError(f"hist: expected shape [..., num_bits + 1, V] with V >= {min_levels}, "
+                     f"got {tuple(hist.shape)}")
+  if np.dtype(hist.dtype) == np.bool_ or not np.issubdtype(np.dtype(hist.dtype), np.number):
+    raise ValueError(f"hist: expected numeric counts, got dtype {np.dtype(hist.dtype).name}")
+  if _checks.is_concrete(hist) and hist.size:
+    arr = np.asarray(hist)
+    if not np.isfinite(arr).all() or arr.min() < 0:
+      raise ValueError(f"hist: expected non-negative finite counts, got values in [{arr.min()}, {arr.max()}]")
+
+
+def _check_query_label(query_label: Any, hist: Any, num_classes: int) -> None:
+  if not hasattr(query_label, "dtype"):
+    if isinstance(query_label, (int, np.integer)) and not isinstance(query_label, (bool, np.bool_)):
+      query_label = np.asarray(query_label)
+    else:
+      raise ValueError(f"query_label: expected an int or int array [...], got {query_label!r}")
+  _checks.check_int_range("query_label", query_label, 0, num_classes - 1, what="class labels")
+  try:
+    np.broadcast_shapes(tuple(query_label.shape), tuple(hist.shape[:-2]))
+  except ValueError:
+    raise ValueError(f"query_label: shape {tuple(query_label.shape)} does not broadcast with the "
+                     f"batch shape {tuple(hist.shape[:-2])} of hist") from None
+
+
+def _check_similarity(similarity: Any) -> int:
+  if not hasattr(similarity, "dtype") or not hasattr(similarity, "ndim") or similarity.ndim != 2 \
+      or similarity.shape[0] != similarity.shape[1] or similarity.shape[0] == 0:
+    raise ValueError("similarity: expected a square class-similarity matrix F[num_classes, num_classes], got "
+                     + (f"shape {tuple(similarity.shape)}" if hasattr(similarity, "shape")
+                        else type(similarity).__name__))
+  if np.dtype(similarity.dtype) == np.bool_ or not np.issubdtype(np.dtype(similarity.dtype), np.number):
+    raise ValueError(f"similarity: expected real values, got dtype {np.dtype(similarity.dtype).name}")
+  _checks.check_finite("similarity", similarity)
+  return int(similarity.shape[0])
+
+
+# --------------------------------------------------------------------------- neighbour sets
+
+
+def _nearest_bins(distances: Array, k: int) -> Array:
+  """bool[..., N]: documents in the k nearest non-empty bins (k-th smallest distinct distance)."""
+  d = distances.astype(jnp.int32)
+  k = min(k, d.shape[-1])  # never more distinct values than documents
+  t = jnp.full(d.shape[:-1] + (1,), -1, jnp.int32)
+
+  def step(_, t):
+    nxt = jnp.min(jnp.where(d > t, d, _BIG), axis=-1, keepdims=True)
+    return jnp.where(nxt == _BIG, t, nxt)
+
+  if k <= 16:
+    for _ in range(k):
+      t = step(None, t)
+  else:
+    t = jax.lax.fori_loop(0, k, step, t)
+  return d <= t
+
+
+def _cumsum(x: Array) -> Array:
+  """Inclusive cumulative sum over the last (short, bin) axis as a triangular matmul.
+
+  XLA's CPU cumsum is a reduce-window that costs more than the matmul for the
+  ``num_bits + 1`` bins here, and dominates the swap tables otherwise. Exact for
+  integer-valued floats below 2^24.
+  """
+  x = x.astype(jnp.promote_types(x.dtype, _float()))
+  n = x.shape[-1]
+  upper = jnp.asarray(np.triu(np.ones((n, n))), x.dtype)
+  return jnp.matmul(x, upper, precision=jax.lax.Precision.HIGHEST)
+
+
+def _nearest_bins_of_hist(hist: Array, k: int) -> Array:
+  """bool[..., num_bits + 1]: bins up to the k-th non-empty one."""
+  nonempty = (jnp.sum(hist, axis=-1) > 0).astype(_float())
+  before = _cumsum(nonempty) - nonempty
+  return before < k
+
+
+def nearest_bins_mask(distances: Array, *, k: int) -> Array:
+  """The relative threshold: documents in the ``k`` nearest non-empty distance bins.
+
+  .. math:: m_i = [\\, |\\{ d_j : d_j < d_i \\}| < k \\,]
+
+  (the number of *distinct* distances below ``d_i`` is under ``k``). Ties are
+  never broken: a bin is taken whole. Fewer than ``k`` occupied bins select
+  every document.
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances.
+    k: number of non-empty bins (``>= 1``).
+
+  Returns:
+    ``bool[..., N]``.
+
+  >>> import numpy as np
+  >>> nearest_bins_mask(np.array([4, 7, 12, 17, 4, 20]), k=3).tolist()
+  [True, True, True, False, True, False]
+  """
+  check_distances(distances)
+  k = _check_int("k", k, low=1)
+  return _nearest_bins_jit(jnp.asarray(distances), k)
+
+
+_nearest_bins_jit = jax.jit(_nearest_bins, static_argnums=1)
+
+
+# --------------------------------------------------------------------------- affinity encodings
+
+
+def label_pairs(query_labels: Array, doc_labels: Array, *, num_classes: int) -> Array:
+  """The ``affinity`` of the label scores: query and document class in one int.
+
+  .. math:: a_{q,i} = l_q \\cdot C + l_i
+
+  Args:
+    query_labels: int ``[Q]`` class labels in ``[0, num_classes)``.
+    doc_labels: int ``[N]`` (shared documents) or ``[Q, N]`` (per-query lists).
+    num_classes: ``C``.
+
+  Returns:
+    ``int32[Q, N]`` codes in ``[0, C^2)``; ``a // C`` is the query's label and
+    ``a % C`` the document's.
+
+  >>> import numpy as np
+  >>> label_pairs(np.array([1, 0]), np.array([1, 2, 0]), num_classes=3).tolist()
+  [[4, 5, 3], [1, 2, 0]]
+  """
+  num_classes = _check_int("num_classes", num_classes, low=1)
+  for name, x, nd in (("query_labels", query_labels, (1,)), ("doc_labels", doc_labels, (1, 2))):
+    if not hasattr(x, "ndim") or x.ndim not in nd:
+      raise ValueError(f"{name}: expected an int array of {' or '.join(f'{n}-D' for n in nd)} class labels, got "
+                       + (f"shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__))
+    _checks.check_int_range(name, x, 0, num_classes - 1, what="class labels")
+  if doc_labels.ndim == 2 and doc_labels.shape[0] != query_labels.shape[0]:
+    raise ValueError(f"doc_labels: expected [N] or [{query_labels.shape[0]}, N] (one row per query), "
+                     f"got shape {tuple(doc_labels.shape)}")
+  q = jnp.asarray(query_labels).astype(jnp.int32)[:, None]
+  d = jnp.asarray(doc_labels).astype(jnp.int32)
+  return q * num_classes + (d[None, :] if d.ndim == 1 else d)
+
+
+def pair_relevance(pairs: Array, *, num_classes: int) -> Array:
+  """Relevance ``[l_i = l_q]`` of :func:`label_pairs` codes (for RankNet pairs, eq. 7).
+
+  .. math:: r = [\\lfloor a / C \\rfloor = a \\bmod C]
+
+  Args:
+    pairs: int ``[...]`` label-pair codes in ``[0, C^2)``.
+    num_classes: ``C``.
+
+  Returns:
+    ``int32[...]`` in ``{0, 1}``.
+
+  >>> import numpy as np
+  >>> pair_relevance(np.array([4, 5, 3]), num_classes=3).tolist()
+  [1, 0, 0]
+  """
+  num_classes = _check_int("num_classes", num_classes, low=1)
+  if not hasattr(pairs, "dtype"):
+    raise ValueError(f"pairs: expected an int array of label-pair codes, got {type(pairs).__name__}")
+  _checks.check_int_range("pairs", pairs, 0, num_classes * num_classes - 1, what="label-pair codes")
+  p = jnp.asarray(pairs).astype(jnp.int32)
+  return (p // num_classes == p % num_classes).astype(jnp.int32)
+
+
+def target_offsets(query_targets: Array, doc_targets: Array) -> Array:
+  """The ``affinity`` of :func:`regression_score`: document minus query target.
+
+  .. math:: a_{q,i} = t_i - t_q
+
+  Args:
+    query_targets: real ``[Q]``.
+    doc_targets: real ``[N]`` (shared documents) or ``[Q, N]``.
+
+  Returns:
+    float ``[Q, N]``. RankNet prefers the smaller ``|a|`` (pass
+    ``preference=-abs(offsets)``).
+
+  >>> import numpy as np
+  >>> target_offsets(np.array([1.0]), np.array([0.5, 3.0])).tolist()
+  [[-0.5, 2.0]]
+  """
+  for name, x, nd in (("query_targets", query_targets, (1,)), ("doc_targets", doc_targets, (1, 2))):
+    if not hasattr(x, "ndim") or x.ndim not in nd or np.dtype(x.dtype) == np.bool_:
+      raise ValueError(f"{name}: expected a real array of {' or '.join(f'{n}-D' for n in nd)} targets, got "
+                       + (f"shape {tuple(x.shape)} dtype {x.dtype}" if hasattr(x, "shape")
+                          else type(x).__name__))
+    _checks.check_finite(name, x)
+  if doc_targets.ndim == 2 and doc_targets.shape[0] != query_targets.shape[0]:
+    raise ValueError(f"doc_targets: expected [N] or [{query_targets.shape[0]}, N], got {tuple(doc_targets.shape)}")
+  q = jnp.asarray(query_targets)
+  d = jnp.asarray(doc_targets)
+  dt = jnp.promote_types(jnp.promote_types(q.dtype, d.dtype), _float())
+  return (d[None, :] if d.ndim == 1 else d).astype(dt) - q.astype(dt)[:, None]
+
+
+# --------------------------------------------------------------------------- classification
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _knn_count(distances, affinity, k):
+  dt = jnp.promote_types(affinity.dtype, _float())
+  return jnp.sum(jnp.where(_nearest_bins(distances, k), affinity.astype(dt), 0), axis=-1)
+
+
+def knn_count_score(distances: Array, affinity: Array, *, k: int = 3) -> Array:
+  """Nair's eq. 7: same-label documents among the ``k`` nearest non-empty bins.
+
+  .. math:: S_C = \\sum_{i : d_i \\text{ in the } k \\text{ nearest non-empty bins}} a_i
+
+  With ``affinity = [l_i = l_q]`` this counts same-label neighbours (eq. 7);
+  graded levels sum the levels (eq. 10 with ``F`` = the level).
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances.
+    affinity: ``[..., N]`` relevance (int levels or real weights).
+    k: the relative threshold (``>= 1``).
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> knn_count_score(np.array([1, 1, 3, 5, 9]), np.array([1, 0, 1, 1, 1]), k=3).tolist()
+  3.0
+  """
+  check_distances(distances)
+  check_affinity(affinity, distances, what="relevance levels")
+  k = _check_int("k", k, low=1)
+  return _knn_count(jnp.asarray(distances), jnp.asarray(affinity), k)
+
+
+def _majority(votes, same, ties):
+  """votes[..., C], same[...] (the query label's votes) -> [...] float."""
+  top = jnp.max(votes, axis=-1)
+  num_top = jnp.sum(votes == top[..., None], axis=-1)
+  win = (same == top) & (top > 0)
+  if ties == "expected":
+    return jnp.where(win, 1.0 / jnp.maximum(num_top, 1), 0.0).astype(_float())
+  return (win & (num_top == 1)).astype(_float())
+
+
+@functools.partial(jax.jit, static_argnames=("num_classes", "k", "ties"))
+def _knn_majority(distances, pairs, num_classes, k, ties):
+  mask = _nearest_bins(distances, k)
+  lq, ld = pairs // num_classes, pairs % num_classes
+  votes = jnp.sum(jax.nn.one_hot(ld, num_classes, dtype=jnp.int32) * mask[..., None], axis=-2)
+  same = jnp.sum(mask & (lq == ld), axis=-1)
+  return _majority(votes, same, ties)
+
+
+def knn_majority_score(distances: Array, affinity: Array, *, num_classes: int, k: int = 3,
+                       ties: str = "expected") -> Array:
+  """Nair's eq. 6: whether the majority label of the ``k`` nearest non-empty bins is the query's.
+
+  .. math:: S_C = [\\mathrm{MAJORITY}(l_{d_1}, \\dots, l_{d_L}) = l_q]
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances.
+    affinity: int ``[..., N]`` label pairs ``l_q * num_classes + l_i``
+      (:func:`label_pairs`).
+    num_classes: ``C``.
+    k: the relative threshold (``>= 1``).
+    ties: ``"expected"``: a tie among ``m`` top classes that includes the
+      query's scores ``1 / m`` (uniformly random tie-breaking); ``"strict"``:
+      scores 0.
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> pairs = label_pairs(np.array([0]), np.array([0, 1, 1, 0, 2]), num_classes=3)
+  >>> knn_majority_score(np.array([[0, 1, 1, 2, 2]]), pairs, num_classes=3, k=2).tolist()
+  [0.0]
+  >>> knn_majority_score(np.array([[0, 1, 1, 2, 2]]), pairs, num_classes=3, k=3).tolist()
+  [0.5]
+  """
+  num_classes = _check_int("num_classes", num_classes, low=1)
+  check_distances(distances)
+  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", integer=True, low=0,
+                 high=num_classes * num_classes - 1)
+  k = _check_int("k", k, low=1)
+  ties = _check_option("ties", ties, TIES)
+  return _knn_majority(jnp.asarray(distances), jnp.asarray(affinity), num_classes, k, ties)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _hierarchical(distances, pairs, similarity, k):
+  dt = jnp.promote_types(similarity.dtype, _float())
+  f = similarity.astype(dt).reshape(-1)[pairs]
+  return jnp.sum(jnp.where(_nearest_bins(distances, k), f, 0), axis=-1)
+
+
+def hierarchical_score(distances: Array, affinity: Array, *, similarity: Array, k: int = 3) -> Array:
+  """Nair's eq. 10: class similarity ``F(l_q, l_i)`` summed over the ``k`` nearest non-empty bins.
+
+  .. math:: S_{Hier} = \\sum_{i \\in \\text{neighbours}} F(l_q, l_i)
+
+  A similarity function ``F(a, b)`` over ``C`` classes is passed as its table
+  ``F[a, b]``; with ``F`` = identity this is eq. 7.
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances.
+    affinity: int ``[..., N]`` label pairs ``l_q * C + l_i`` (:func:`label_pairs`).
+    similarity: real ``[C, C]`` table of ``F``.
+    k: the relative threshold (``>= 1``).
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> F = np.array([[1.0, 0.5], [0.5, 1.0]])
+  >>> pairs = label_pairs(np.array([0]), np.array([0, 1, 1]), num_classes=2)
+  >>> hierarchical_score(np.array([[0, 2, 5]]), pairs, similarity=F, k=2).tolist()
+  [1.5]
+  """
+  num_classes = _check_similarity(similarity)
+  check_distances(distances)
+  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", integer=True, low=0,
+                 high=num_classes * num_classes - 1)
+  k = _check_int("k", k, low=1)
+  return _hierarchical(jnp.asarray(distances), jnp.asarray(affinity), jnp.asarray(similarity), k)
+
+
+# --------------------------------------------------------------------------- retrieval and regression
+
+
+@functools.partial(jax.jit, static_argnames=("radius",))
+def _retrieval(distances, affinity, radius):
+  dt = jnp.promote_types(affinity.dtype, _float())
+  return jnp.sum(jnp.where(distances <= radius, affinity.astype(dt), 0), axis=-1)
+
+
+def retrieval_score(distances: Array, affinity: Array, *, radius: int) -> Array:
+  """Nair's eq. 8: relevant documents within the absolute threshold (distance ``<= radius``).
+
+  .. math:: S_R = \\sum_{i : d_i \\le r} a_i
+
+  Not normalised by the number retrieved (Nair Sec. 3.5.2). Precision at
+  Hamming distance ``< 2`` corresponds to ``radius=1``.
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances.
+    affinity: ``[..., N]`` relevance (int levels or real weights).
+    radius: the absolute threshold ``r >= 0``.
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> retrieval_score(np.array([0, 1, 1, 2]), np.array([1, 0, 1, 1]), radius=1).tolist()
+  2.0
+  """
+  check_distances(distances)
+  check_affinity(affinity, distances, what="relevance levels")
+  radius = _check_int("radius", radius, low=0)
+  return _retrieval(jnp.asarray(distances), jnp.asarray(affinity), radius)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "mode"))
+def _regression(distances, offsets, k, mode):
+  mask = _nearest_bins(distances, k)
+  o = offsets.astype(jnp.promote_types(offsets.dtype, _float()))
+  count = jnp.sum(mask, axis=-1)
+  if mode == "pairs":
+    return jnp.sum(jnp.where(mask, o * o, 0), axis=-1) / count
+  mean = jnp.sum(jnp.where(mask, o, 0), axis=-1) / count
+  return mean * mean
+
+
+def regression_score(distances: Array, affinity: Array, *, k: int = 3, mode: str = "pairs") -> Array:
+  """Nair's eq. 11: squared target error of the ``k`` nearest non-empty bins (lower is better).
+
+  .. math:: S_{Reg} = \\frac{1}{L} \\sum_{i=1}^{L} (t_q - t_{d_i})^2 \\quad (\\text{mode="pairs"}),
+            \\qquad \\Big(t_q - \\frac{1}{L} \\sum_i t_{d_i}\\Big)^2 \\quad (\\text{mode="prediction"})
+
+  ``"pairs"`` is eq. 11 as printed; ``"prediction"`` is the squared error of
+  the kNN regression estimate (the neighbours' mean target). An error, not a
+  reward: LambdaRank only reads ``|Delta S|``.
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances.
+    affinity: real ``[..., N]`` target offsets ``t_i - t_q`` (:func:`target_offsets`).
+    k: the relative threshold (``>= 1``).
+    mode: ``"pairs"`` or ``"prediction"``.
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> regression_score(np.array([0, 0, 3]), np.array([1.0, -3.0, 9.0]), k=1).tolist()
+  5.0
+  >>> regression_score(np.array([0, 0, 3]), np.array([1.0, -3.0, 9.0]), k=1, mode="prediction").tolist()
+  1.0
+  """
+  check_distances(distances)
+  check_affinity(affinity, distances, what="target offsets")
+  k = _check_int("k", k, low=1)
+  mode = _check_option("mode", mode, REGRESSION_MODES)
+  return _regression(jnp.asarray(distances), jnp.asarray(affinity), k, mode)
+
+
+# --------------------------------------------------------------------------- tie-aware AP and NDCG
+
+
+def _zero_if_undefined(x):
+  """hashjax.metrics returns NaN where AP / NDCG are undefined; a score of 0 gives Delta S = 0 there."""
+  return jnp.where(jnp.isnan(x), jnp.zeros_like(x), x)
+
+
+def average_precision_score(distances: Array, affinity: Array, *, num_bits: int, k: Optional[int] = None) -> Array:
+  """Tie-aware average precision AP_T (He et al. 2018, eq. 3), from :mod:`hashjax.metrics`.
+
+  .. math:: AP_T = \frac{1}{\min(N^+, k)} \sum_d \frac{n_d^+}{n_d} \sum_{t=N_{d-1}+1}^{\min(N_d, k)}
+            \frac{N_{d-1}^+ + (t - N_{d-1} - 1) \frac{n_d^+ - 1}{n_d - 1} + 1}{t}
+
+  The mean of AP(@k) over all orders of the documents within each distance
+  bin (:func:`hashjax.metrics.tie_aware_ap`); documents with ``affinity > 0``
+  are relevant. 0 (not NaN) when none is, so such queries get no swap weight.
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances in ``[0, num_bits]``.
+    affinity: int ``[..., N]`` levels (``> 0`` = relevant).
+    num_bits: the code length ``b``.
+    k: optional rank cutoff.
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> round(float(average_precision_score(np.array([0, 0]), np.array([1, 0]), num_bits=2)), 4)
+  0.75
+  """
+  num_bits = _checks.check_num_bits(num_bits)
+  check_distances(distances, num_bits=num_bits)
+  check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
+  k = _check_int("k", k, low=1, allow_none=True)
+  relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
+  return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
+
+
+def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
+               k: Optional[int] = None) -> Array:
+  """Tie-aware NDCG (He et al. 2018, eq. 4), from :mod:`hashjax.metrics`, optionally cut at ``k``.
+
+  .. math:: NDCG_T = \frac{1}{Z} \sum_d \frac{\sum_{i : d_i = d} G(a_i)}{n_d}
+            \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \frac{1}{\log_2(t + 1)}, \quad G(a) = 2^a - 1
+
+  ``Z`` is the DCG@k of the ideal order (unaffected by ties)
+  (:func:`hashjax.metrics.tie_aware_ndcg`). 0 (not NaN) when no document has
+  a positive gain.
+
+  Args:
+    distances: int ``[..., N]`` Hamming distances in ``[0, num_bits]``.
+    affinity: int ``[..., N]`` relevance levels ``>= 0``.
+    num_bits: the code length ``b``.
+    num_levels: number of levels ``V``; inferred from a concrete ``affinity``,
+      required under ``jit``/``vmap`` (so inside :func:`swap_deltas`).
+    k: optional cutoff position (``>= 1``); ``None`` scores the whole list.
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> round(float(ndcg_score(np.array([1, 0]), np.array([1, 0]), num_bits=2)), 4)
+  0.6309
+  """
+  num_bits = _checks.check_num_bits(num_bits)
+  check_distances(distances, num_bits=num_bits)
+  check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
+  k = _check_int("k", k, low=1, allow_none=True)
+  return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
+                                                   num_levels=num_levels))
+
+
+# --------------------------------------------------------------------------- histogram forms
+
+
+def _level_weights(num_levels, dt):
+  return jnp.arange(num_levels, dtype=dt)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _knn_count_hist(hist, k):
+  dt = jnp.promote_types(hist.dtype, _float())
+  h = hist.astype(dt)
+  per_bin = h @ _level_weights(h.shape[-1], dt)
+  return jnp.sum(jnp.where(_nearest_bins_of_hist(h, k), per_bin, 0), axis=-1)
+
+
+def knn_count_from_histogram(hist: Array, *, k: int = 3) -> Array:
+  """:func:`knn_count_score` from a histogram: level-weighted counts of the ``k`` nearest non-empty bins.
+
+  .. math:: S_C = \\sum_{d \\in \\text{top-}k} \\sum_v v \\, n_{d,v}
+
+  Args:
+    hist: ``[..., num_bits + 1, V]`` counts per distance and affinity level.
+    k: the relative threshold (``>= 1``).
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import distance_histogram
+  >>> h = distance_histogram(np.array([1, 1, 3, 5, 9]), np.array([1, 0, 1, 1, 1]), num_bits=9)
+  >>> knn_count_from_histogram(h, k=3).tolist()
+  3.0
+  """
+  _check_hist(hist)
+  k = _check_int("k", k, low=1)
+  return _knn_count_hist(jnp.asarray(hist), k)
+
+
+def _votes_of_hist(hist, k):
+  mask = _nearest_bins_of_hist(hist, k)
+  return jnp.sum(jnp.where(mask[..., None], hist, 0), axis=-2)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "ties"))
+def _knn_majority_hist(hist, query_label, k, ties):
+  votes = _votes_of_hist(hist, k)
+  lq = jnp.broadcast_to(query_label, votes.shape[:-1]).astype(jnp.int32)
+  same = jnp.take_along_axis(votes, lq[..., None], axis=-1)[..., 0]
+  return _majority(votes, same, ties)
+
+
+def knn_majority_from_histogram(hist: Array, *, query_label: Any, k: int = 3, ties: str = "expected") -> Array:
+  """:func:`knn_majority_score` from a histogram over *document labels* (eq. 6).
+
+  .. math:: S_C = [\\arg\\max_c \\textstyle\\sum_{d \\in \\text{top-}k} n_{d,c} = l_q]
+
+  Args:
+    hist: ``[..., num_bits + 1, C]`` counts per distance and document class.
+    query_label: int (or int ``[...]``) class of the query, bound by partial.
+    k: the relative threshold (``>= 1``).
+    ties: ``"expected"`` or ``"strict"`` (see :func:`knn_majority_score`).
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import distance_histogram
+  >>> h = distance_histogram(np.array([0, 1, 1, 2, 2]), np.array([0, 1, 1, 0, 2]), num_bits=2, num_levels=3)
+  >>> knn_majority_from_histogram(h, query_label=0, k=3).tolist()
+  0.5
+  """
+  _check_hist(hist)
+  _check_query_label(query_label, hist, hist.shape[-1])
+  k = _check_int("k", k, low=1)
+  ties = _check_option("ties", ties, TIES)
+  return _knn_majority_hist(jnp.asarray(hist), jnp.asarray(query_label), k, ties)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _hierarchical_hist(hist, query_label, similarity, k):
+  dt = jnp.promote_types(jnp.promote_types(hist.dtype, similarity.dtype), _float())
+  votes = _votes_of_hist(hist.astype(dt), k)
+  row = similarity.astype(dt)[jnp.broadcast_to(query_label, votes.shape[:-1]).astype(jnp.int32)]
+  return jnp.sum(votes * row, axis=-1)
+
+
+def hierarchical_from_histogram(hist: Array, *, query_label: Any, similarity: Array, k: int = 3) -> Array:
+  """:func:`hierarchical_score` from a histogram over document labels (eq. 10).
+
+  .. math:: S_{Hier} = \\sum_{d \\in \\text{top-}k} \\sum_c n_{d,c} F(l_q, c)
+
+  Args:
+    hist: ``[..., num_bits + 1, C]`` counts per distance and document class.
+    query_label: int (or int ``[...]``) class of the query.
+    similarity: real ``[C, C]`` table of ``F``.
+    k: the relative threshold (``>= 1``).
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import distance_histogram
+  >>> h = distance_histogram(np.array([0, 2, 5]), np.array([0, 1, 1]), num_bits=5)
+  >>> hierarchical_from_histogram(h, query_label=0, similarity=np.array([[1.0, 0.5], [0.5, 1.0]]), k=2).tolist()
+  1.5
+  """
+  _check_hist(hist)
+  num_classes = _check_similarity(similarity)
+  if hist.shape[-1] != num_classes:
+    raise ValueError(f"hist: expected {num_classes} class levels (the size of similarity), "
+                     f"got shape {tuple(hist.shape)}")
+  _check_query_label(query_label, hist, num_classes)
+  k = _check_int("k", k, low=1)
+  return _hierarchical_hist(jnp.asarray(hist), jnp.asarray(query_label), jnp.asarray(similarity), k)
+
+
+@functools.partial(jax.jit, static_argnames=("radius",))
+def _retrieval_hist(hist, radius):
+  dt = jnp.promote_types(hist.dtype, _float())
+  h = hist.astype(dt)
+  per_bin = h @ _level_weights(h.shape[-1], dt)
+  return jnp.sum(per_bin[..., : radius + 1], axis=-1)
+
+
+def retrieval_from_histogram(hist: Array, *, radius: int) -> Array:
+  """:func:`retrieval_score` from a histogram (eq. 8): level-weighted counts at distance ``<= radius``.
+
+  .. math:: S_R = \\sum_{d \\le r} \\sum_v v \\, n_{d,v}
+
+  Args:
+    hist: ``[..., num_bits + 1, V]`` counts.
+    radius: the absolute threshold ``r >= 0``.
+
+  Returns:
+    float ``[...]``.
+
+  >>> import numpy as np
+  >>> retrieval_from_histogram(np.array([[0, 1], [1, 1], [0, 1]]), radius=1).tolist()
+  2.0
+  """
+  _check_hist(hist)
+  radius = _check_int("radius", radius, low=0)
+  return _retrieval_hist(jnp.asarray(hist), radius)
+
+
+def average_precision_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
+  """:func:`average_precision_score` from a histogram (levels ``>= 1`` relevant).
+
+  .. math:: AP_T = \frac{1}{\min(N^+, k)} \sum_d \frac{n_d^+}{n_d} \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \beta_d(t)
+
+  :func:`hashjax.metrics.tie_aware_ap_from_histogram` with 0 for no relevant item.
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts.
+    k: optional rank cutoff.
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> round(float(average_precision_from_histogram(np.array([[1, 1], [0, 0], [0, 0]]))), 4)
+  0.75
+  """
+  k = _check_int("k", k, low=1, allow_none=True)
+  return _zero_if_undefined(metrics.tie_aware_ap_from_histogram(hist, k=k))
+
+
+def ndcg_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
+  """:func:`ndcg_score` from a histogram (level ``v`` has gain ``2^v - 1``).
+
+  .. math:: NDCG_T = \frac{1}{Z} \sum_d \sum_v \frac{G(v) n_{d,v}}{n_d}
+            \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \frac{1}{\log_2(t + 1)}
+
+  :func:`hashjax.metrics.tie_aware_ndcg_from_histogram` with 0 for no gain.
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts.
+    k: optional cutoff position (``>= 1``).
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> round(float(ndcg_from_histogram(np.array([[1, 0], [0, 1], [0, 0]]))), 4)
+  0.6309
+  """
+  k = _check_int("k", k, low=1, allow_none=True)
+  return _zero_if_undefined(metrics.tie_aware_ndcg_from_histogram(hist, k=k))
