@@ -49,12 +49,12 @@ def default_workdir(config_name: str) -> str:
 
 
 COLUMNS = (
-    ("ap_tie_aware", "AP_T"),
-    ("ndcg_tie_aware", "NDCG_T"),
-    ("ap_optimistic", "AP_opt"),
-    ("ap_pessimistic", "AP_pes"),
-    ("precision_at_radius_2", "P@r2"),
-    ("precision_at_100_tie_aware", "P@100_T"),
+    ("tie_aware_ap", "AP_T"),
+    ("tie_aware_ndcg", "NDCG_T"),
+    ("optimistic_ap", "AP_opt"),
+    ("pessimistic_ap", "AP_pes"),
+    ("precision_at_radius", "P@r"),
+    ("tie_aware_precision_at_k", "P@k_T"),
 )
 
 
@@ -66,3 +66,17 @@ def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
     cells = "".join(f"{row[key]:>10.4f}" if key in row else f"{'-':>10}" for key, _ in columns)
     lines.append(f"{row['method']:<14}{row['bits']:>5}" + cells)
   return "\n".join(lines)
+
+
+class _DropLibraryInfo:
+  """absl-log filter: drops INFO records emitted from inside orbax (per-save chatter)."""
+
+  def filter(self, record) -> bool:
+    import logging as pylogging
+    return record.levelno > pylogging.INFO or "/orbax/" not in record.pathname.replace("\\", "/")
+
+
+def quiet_library_logs() -> None:
+  """Keeps experiment logs readable: orbax's per-checkpoint INFO lines are dropped."""
+  from absl import logging as absl_logging
+  absl_logging.get_absl_handler().addFilter(_DropLibraryInfo())

@@ -49,11 +49,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
       result = metrics.evaluate_codes(
           query_words, db_words, query_labels=protocol.labels[split.query],
           db_labels=protocol.labels[split.database], num_bits=num_bits,
-          radius=config.radius, precision_k=config.precision_k)
+          radius=config.radius, k=config.precision_k)
       row = {"method": method, "bits": int(num_bits), **{k: _plain(v) for k, v in result.items()},
              "fit_encode_seconds": fit_seconds, "eval_seconds": time.perf_counter() - start}
       logging.info("%s %d bits: AP_T %.4f (fit+encode %.2fs, eval %.2fs)", method, num_bits,
-                   row["ap_tie_aware"], row["fit_encode_seconds"], row["eval_seconds"])
+                   row["tie_aware_ap"], row["fit_encode_seconds"], row["eval_seconds"])
       rows.append(row)
   io.atomic_write_json(os.path.join(workdir, "results.json"),
                        {"config": config.to_dict(), "dataset": protocol.name, "rows": rows})

@@ -1,0 +1,389 @@
+"""Benchmark: tie-aware AP + NDCG from Hamming histograms vs scikit-learn and numpy.
+
+Workload: ``Q`` queries x ``N`` database items, 32-bit codes of 10 classes
+(class prototype with 25% of the bits flipped), relevance = label agreement.
+Every method gets the same inputs, built before any timer starts:
+
+* ``sklearn``: per-query ``sklearn.metrics.average_precision_score(rel,
+  -distances)`` (AP only; sklearn groups tied scores, so its value is the
+  "precision at the end of each tie" AP, not the tie-aware one; the
+  benchmark reproduces it from the histograms as a consistency check);
+* ``numpy``: per-query ``np.bincount`` histogram + the same closed forms in
+  float64 (harmonic / discount prefix-sum tables); written here, checked to
+  agree with hashjax;
+* ``hashjax``: one streamed histogram (``codes.distance_histogram``) and the
+  ``*_from_histogram`` formulas, means via ``mean_and_count``; also the public
+  two-call path and the fused path from packed codes + labels.
+
+Timings are the minimum over interleaved repetitions (the machine is shared,
+so only ratios measured within one run mean anything). Also reported: the
+histogram variants considered (ns per item), float32 vs float64 error, and
+compilation times.
+
+Usage::
+
+  python -m experiments.benchmark_metrics          # Q=1000, N=100000
+  python -m experiments.benchmark_metrics --small  # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hashjax import codes
+from hashjax import metrics
+
+NUM_BITS = 32
+NUM_CLASSES = 10
+
+
+# ---------------------------------------------------------------------------
+# Data.
+
+
+def make_data(num_queries: int, num_db: int, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  protos = rng.integers(0, 2, size=(NUM_CLASSES, NUM_BITS))
+  ql = rng.integers(0, NUM_CLASSES, num_queries).astype(np.int32)
+  xl = rng.integers(0, NUM_CLASSES, num_db).astype(np.int32)
+  qb = protos[ql] ^ (rng.random((num_queries, NUM_BITS)) < 0.25)
+  xb = protos[xl] ^ (rng.random((num_db, NUM_BITS)) < 0.25)
+  qw, xw = codes.pack_bits(qb), codes.pack_bits(xb)
+  dist = codes.hamming_distance(qw, xw)  # int32 [Q, N], stays a device array
+  rel = jnp.asarray(ql[:, None] == xl[None, :])
+  jax.block_until_ready((dist, rel))
+  return dict(qw=qw, xw=xw, ql=ql, xl=xl, dist=dist, rel=rel,
+              dist_np=np.asarray(dist), rel_np=np.asarray(rel))  # zero-copy numpy views
+
+
+# ---------------------------------------------------------------------------
+# References.
+
+
+def _numpy_tables(n_items: int):
+  t = np.arange(1, n_items + 1, dtype=np.float64)
+  harmonic = np.concatenate([[0.0], np.cumsum(1.0 / t)])  # H(m)
+  discount = np.concatenate([[0.0], np.cumsum(1.0 / np.log2(t + 1.0))])  # sum_{t<=m} D(t)
+  return harmonic, discount
+
+
+def _numpy_query(d, r, tables, num_bits: int = NUM_BITS):
+  """He et al. eqs. 3-4 for one query from its bincount histogram (float64)."""
+  harmonic, discount = tables
+  hist = np.bincount(d * 2 + r, minlength=2 * (num_bits + 1)).reshape(num_bits + 1, 2)
+  n = hist.sum(1)
+  p = hist[:, 1]
+  a = np.cumsum(n) - n
+  pb = np.cumsum(p) - p
+  dh = harmonic[a + n] - harmonic[a]
+  s1 = n - (a + 1) * dh
+  safe_n = np.maximum(n, 1)
+  r_d = np.where(n > 1, (p - 1) / np.maximum(n - 1, 1), 0.0)
+  npos = p.sum()
+  if not npos:
+    return np.nan, np.nan
+  ap_t = np.sum(np.where(p > 0, p / safe_n * ((pb + 1) * dh + r_d * s1), 0.0)) / npos
+  dcg = np.sum(p / safe_n * (discount[a + n] - discount[a]))  # binary gains: G = relevance
+  return ap_t, dcg / discount[npos]
+
+
+def numpy_reference(dist: np.ndarray, rel: np.ndarray, num_bits: int = NUM_BITS):
+  """Per-query bincount + He et al. eqs. 3-4 in float64 numpy. Returns (AP_T[Q], NDCG_T[Q])."""
+  tables = _numpy_tables(dist.shape[1])
+  out = np.array([_numpy_query(dist[q], rel[q], tables, num_bits) for q in range(dist.shape[0])])
+  return out[:, 0], out[:, 1]
+
+
+def sklearn_ap(dist: np.ndarray, rel: np.ndarray):
+  from sklearn.metrics import average_precision_score
+  return np.array([average_precision_score(rel[q], -dist[q]) if rel[q].any() else np.nan
+                   for q in range(dist.shape[0])])
+
+
+@jax.jit
+def _threshold_ap_from_histogram(hist):
+  """sklearn's AP (ties enter together: precision at the end of each tie), from histograms."""
+  n = hist.sum(-1)
+  p = hist[..., 1]
+  npos = p.sum(-1)
+  prec_end = jnp.cumsum(p, -1) / jnp.maximum(jnp.cumsum(n, -1), 1)
+  return jnp.sum(p * prec_end, -1) / npos
+
+
+# ---------------------------------------------------------------------------
+# hashjax pipelines.
+
+
+def hashjax_one_histogram(dist, rel, dtype=None):
+  hist = codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2)
+  ap_t = metrics.tie_aware_ap_from_histogram(hist, dtype=dtype)
+  ndcg_t = metrics.tie_aware_ndcg_from_histogram(hist, dtype=dtype)
+  return metrics.mean_and_count(ap_t), metrics.mean_and_count(ndcg_t), ap_t, ndcg_t
+
+
+def hashjax_two_calls(dist, rel):
+  ap_t = metrics.tie_aware_ap(dist, rel, num_bits=NUM_BITS)
+  ndcg_t = metrics.tie_aware_ndcg(dist, rel, num_bits=NUM_BITS, num_levels=2)
+  return metrics.mean_and_count(ap_t), metrics.mean_and_count(ndcg_t)
+
+
+def hashjax_from_codes(qw, xw, ql, xl):
+  hist = codes._stream_hamming_bucketed(qw, xw, num_bits=NUM_BITS, num_levels=2, query_labels=ql,
+                                        db_labels=xl)
+  return (metrics.mean_and_count(metrics.tie_aware_ap_from_histogram(hist)),
+          metrics.mean_and_count(metrics.tie_aware_ndcg_from_histogram(hist)))
+
+
+def numpy_from_codes(qw, xw, ql, xl, num_bits: int = NUM_BITS):
+  """The numpy reference starting from packed codes: per-query XOR/popcount, then as above."""
+  qw, xw = np.asarray(qw)[:, 0], np.asarray(xw)[:, 0]
+  tables = _numpy_tables(len(xw))
+  return [_numpy_query(np.bitwise_count(xw ^ qw[q]).astype(np.intp), xl == ql[q], tables, num_bits)
+          for q in range(len(qw))]
+
+
+# ---------------------------------------------------------------------------
+# Histogram variants (the bottleneck), each [Q, N] int32 distances + bool relevance -> hist.
+
+
+def _streamed(body, step):
+  @jax.jit
+  def f(dist, rel):
+    num_q, n = dist.shape
+    init = jnp.zeros((num_q, 2 * (NUM_BITS + 1)), jnp.int32)
+
+    def loop(i, total):
+      d = jax.lax.dynamic_slice_in_dim(dist, i * step, step, 1)
+      r = jax.lax.dynamic_slice_in_dim(rel, i * step, step, 1)
+      return total + body(d, r)
+
+    return jax.lax.fori_loop(0, n // step, loop, init)
+  return f
+
+
+def _vmapped_scatter(d, r):
+  keys = d * 2 + r.astype(jnp.int32)
+  return jax.vmap(lambda k: jnp.zeros((2 * (NUM_BITS + 1),), jnp.int32).at[k].add(1))(keys)
+
+
+def _interleaved_scatter(d, r, copies=4):
+  """Item j adds to copy j % copies of the row: consecutive updates never share an address."""
+  length = 2 * (NUM_BITS + 1)
+  keys = d * 2 + r.astype(jnp.int32) + (jnp.arange(d.shape[1]) % copies * length)[None, :]
+  flat = keys + (jnp.arange(d.shape[0]) * copies * length)[:, None]
+  counts = jnp.zeros((d.shape[0] * copies * length,), jnp.int32).at[flat.reshape(-1)].add(
+      1, mode="promise_in_bounds")
+  return counts.reshape(d.shape[0], copies, length).sum(1)
+
+
+def _onehot(d, r):
+  keys = d * 2 + r.astype(jnp.int32)
+  return jnp.sum((keys[:, :, None] == jnp.arange(2 * (NUM_BITS + 1))).astype(jnp.int32), axis=1)
+
+
+def _cumulative(d, r):
+  thresholds = jnp.arange(NUM_BITS + 1)
+  le = d[:, :, None] <= thresholds
+  tot = jnp.sum(le, axis=1, dtype=jnp.int32)
+  pos = jnp.sum(le & r[:, :, None], axis=1, dtype=jnp.int32)
+  tot, pos = jnp.diff(tot, axis=1, prepend=0), jnp.diff(pos, axis=1, prepend=0)
+  return jnp.stack([tot - pos, pos], axis=-1).reshape(d.shape[0], -1)
+
+
+@jax.jit
+def _sort_searchsorted(dist, rel):
+  keys = jnp.sort(dist * 2 + rel.astype(jnp.int32), axis=1)
+  edges = jax.vmap(lambda k: jnp.searchsorted(k, jnp.arange(2 * (NUM_BITS + 1) + 1)))(keys)
+  return jnp.diff(edges, axis=1)
+
+
+@jax.jit
+def _unstreamed_scatter(dist, rel):  # the original codes._bin_counts: one [Q, N] key matrix
+  keys = dist * 2 + rel.astype(jnp.int32)
+  return jax.vmap(lambda k: jnp.zeros((2 * (NUM_BITS + 1),), jnp.int32).at[k].add(1))(keys)
+
+
+def histogram_variants(data, num_queries: int, reps: int):
+  """ns per (query, item) of each histogram variant on the first ``num_queries`` queries."""
+  dist, rel = data["dist"][:num_queries], data["rel"][:num_queries]
+  n = dist.shape[1]
+  want = np.asarray(codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2)).reshape(num_queries, -1)
+  dist8 = dist.astype(jnp.uint8)
+  step = max(8, 65536 // num_queries)
+  while n % step:
+    step -= 1
+  variants = {
+      "library: streamed flat scatter-add (chosen)":
+          lambda: codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2),
+      "library on uint8 distances": lambda: codes.distance_histogram(dist8, rel, num_bits=NUM_BITS, num_levels=2),
+      "streamed vmapped per-row scatter": functools.partial(_streamed(_vmapped_scatter, step), dist, rel),
+      "streamed flat scatter into 4 interleaved copies": functools.partial(_streamed(_interleaved_scatter, step),
+                                                                          dist, rel),
+      "unstreamed scatter ([Q, N] keys at once)": functools.partial(_unstreamed_scatter, dist, rel),
+      "fused XOR/popcount + scatter from codes (+labels)": lambda: codes._stream_hamming_bucketed(
+          data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, num_levels=2,
+          query_labels=data["ql"][:num_queries], db_labels=data["xl"]),
+  }
+  slow = {  # orders of magnitude slower on XLA:CPU: measured on fewer queries
+      "streamed one-hot compare-and-sum (66 bins)": _streamed(_onehot, step),
+      "streamed cumulative counts sum(d <= t)": _streamed(_cumulative, step),
+      "sort + searchsorted": _sort_searchsorted,
+  }
+  rows = []
+  for name, fn in variants.items():
+    got = np.asarray(fn()).reshape(num_queries, -1)
+    assert np.array_equal(got, want), name
+  best = _bench(variants, reps)
+  for name, sec in best.items():
+    rows.append(dict(part="histogram", name=name, seconds=sec, ns_per_item=1e9 * sec / (num_queries * n)))
+  few = max(1, num_queries // 20)
+  for name, fn in slow.items():
+    got = np.asarray(fn(dist[:few], rel[:few])).reshape(few, -1)
+    assert np.array_equal(got, want[:few]), name
+    sec = _bench({name: functools.partial(fn, dist[:few], rel[:few])}, 1)[name]
+    rows.append(dict(part="histogram", name=name + f" [{few} queries]", seconds=sec,
+                     ns_per_item=1e9 * sec / (few * n)))
+  return rows
+
+
+# ---------------------------------------------------------------------------
+# Timing helpers.
+
+
+def _bench(fns, reps):
+  """Minimum wall time per callable, repetitions interleaved (load changes hit all alike)."""
+  for f in fns.values():
+    jax.block_until_ready(f())
+  best = {k: float("inf") for k in fns}
+  for _ in range(reps):
+    for k, f in fns.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(f())
+      best[k] = min(best[k], time.perf_counter() - t0)
+  return best
+
+
+def _compile_seconds(fn, *args, **kwargs):
+  t0 = time.perf_counter()
+  fn.lower(*args, **kwargs).compile()
+  return time.perf_counter() - t0
+
+
+def compile_times(data):
+  """Seconds to compile each jitted piece for a shape not seen before in this process."""
+  num_q = data["dist"].shape[0] + 1  # fresh shapes: nothing cached
+  hist = jnp.asarray(np.random.default_rng(0).integers(0, 100, size=(num_q, NUM_BITS + 1, 2)), jnp.int32)
+  f32 = np.dtype(np.float32)
+  k = jnp.int32(metrics._NO_CUTOFF)
+  rows = [
+      ("yardstick: jit(lambda a, b: a + b)", _compile_seconds(jax.jit(lambda a, b: a + b), hist, hist)),
+      ("tie_aware_ap formula", _compile_seconds(metrics._tie_aware_ap, hist, k, f32)),
+      ("tie_aware_ndcg formula", _compile_seconds(metrics._tie_aware_ndcg, hist, k, f32)),
+      ("evaluate_codes: all summaries in one jit", _compile_seconds(metrics._evaluate_kernel, hist, k, k, f32)),
+      ("distance histogram [Q, N]", _compile_seconds(codes._distance_histogram, data["dist"][1:],
+                                                     data["rel"][1:], NUM_BITS, 2)),
+  ]
+  n = data["xw"].shape[0]
+  xwp = jnp.pad(data["xw"], ((0, codes._next_pow2(n) - n), (0, 0)))
+  xlp = jnp.pad(jnp.asarray(data["xl"]), (0, codes._next_pow2(n) - n))
+  rows.append(("fused codes histogram", _compile_seconds(
+      codes._stream_hamming, data["qw"][1:], xwp, jnp.int32(n), None, jnp.asarray(data["ql"][1:]), xlp,
+      num_bits=NUM_BITS, num_levels=2, step=codes._step_size(num_q - 2, n, fit=False))))
+  # A new database size reuses the bucketed compilation of the codes path.
+  before = codes._stream_hamming._cache_size()
+  codes._stream_hamming_bucketed(data["qw"], data["xw"][:n - 777], num_bits=NUM_BITS, num_levels=2,
+                                 query_labels=data["ql"], db_labels=data["xl"][:n - 777])
+  rows.append(("fused codes histogram, N - 777 (new compilations)",
+               float(codes._stream_hamming._cache_size() - before)))
+  return [dict(part="compile", name=name, seconds=sec) for name, sec in rows]
+
+
+# ---------------------------------------------------------------------------
+
+
+def run(small: bool) -> list[dict]:
+  """Runs every comparison; returns one dict per measured row."""
+  num_q, num_db = (60, 5000) if small else (1000, 100_000)
+  reps = 2 if small else 3
+  sk_queries = num_q if small else 200  # sklearn is slow: timed per query on a subset
+  data = make_data(num_q, num_db)
+  dist, rel, dist_np, rel_np = data["dist"], data["rel"], data["dist_np"], data["rel_np"]
+  rows = []
+
+  # --- agreement ----------------------------------------------------------
+  ref_ap, ref_ndcg = numpy_reference(dist_np, rel_np)
+  (_, _, ap32, ndcg32) = hashjax_one_histogram(dist, rel, dtype=np.float32)
+  with jax.enable_x64(True):
+    (_, _, ap64, ndcg64) = hashjax_one_histogram(dist, rel, dtype=np.float64)
+    ap64, ndcg64 = np.asarray(ap64), np.asarray(ndcg64)
+  ap32, ndcg32 = np.asarray(ap32), np.asarray(ndcg32)
+  sk = sklearn_ap(dist_np[:sk_queries], rel_np[:sk_queries])
+  hist = codes.distance_histogram(dist[:sk_queries], rel[:sk_queries], num_bits=NUM_BITS, num_levels=2)
+  sk_from_hist = np.asarray(_threshold_ap_from_histogram(hist))
+  rows.append(dict(
+      part="accuracy",
+      max_abs_f64_vs_numpy_ap=float(np.nanmax(np.abs(ap64 - ref_ap))),
+      max_abs_f64_vs_numpy_ndcg=float(np.nanmax(np.abs(ndcg64 - ref_ndcg))),
+      max_abs_f32_vs_f64_ap=float(np.nanmax(np.abs(ap32 - ap64))),
+      max_abs_f32_vs_f64_ndcg=float(np.nanmax(np.abs(ndcg32 - ndcg64))),
+      abs_f32_vs_f64_mean_ap=float(abs(np.nanmean(ap32.astype(np.float64)) - np.nanmean(ap64))),
+      max_abs_sklearn_vs_its_histogram_formula=float(np.nanmax(np.abs(sk - sk_from_hist))),
+      mean_tie_aware_ap=float(np.nanmean(ap64)), mean_sklearn_ap=float(np.nanmean(sk)),
+      mean_tie_aware_ndcg=float(np.nanmean(ndcg64)),
+  ))
+
+  # --- end-to-end timing ----------------------------------------------------
+  timed = {
+      "hashjax: one histogram -> AP_T + NDCG_T (float32)":
+          lambda: hashjax_one_histogram(dist, rel)[:2],
+      "hashjax: tie_aware_ap + tie_aware_ndcg (two histograms)": lambda: hashjax_two_calls(dist, rel),
+      "hashjax: fused from codes + labels": lambda: hashjax_from_codes(data["qw"], data["xw"], data["ql"],
+                                                                       data["xl"]),
+      "hashjax: one histogram from numpy inputs (row tiles to device)":
+          lambda: hashjax_one_histogram(dist_np, rel_np)[:2],
+      "numpy: per-query bincount, same formulas (float64)": lambda: numpy_reference(dist_np, rel_np),
+  }
+  best = _bench(timed, reps)
+  t0 = time.perf_counter()
+  sklearn_ap(dist_np[:sk_queries], rel_np[:sk_queries])
+  sk_per_query = (time.perf_counter() - t0) / sk_queries
+  # The numpy reference from codes (XOR/popcount per query) on a subset, as the fused path's peer.
+  sub = max(1, num_q // 5)
+  qw_np, xw_np = np.asarray(data["qw"])[:sub], np.asarray(data["xw"])
+  t0 = time.perf_counter()
+  numpy_from_codes(qw_np, xw_np, data["ql"][:sub], data["xl"])
+  np_codes_per_query = (time.perf_counter() - t0) / sub
+  np_per_query = best["numpy: per-query bincount, same formulas (float64)"] / num_q
+  for name, sec in best.items():
+    rows.append(dict(part="end_to_end", name=name, queries=num_q, db=num_db, seconds=sec,
+                     speedup_vs_sklearn=sk_per_query * num_q / sec,
+                     speedup_vs_numpy=np_per_query * num_q / sec,
+                     speedup_vs_numpy_from_codes=np_codes_per_query * num_q / sec))
+  rows.append(dict(part="end_to_end", name=f"sklearn: average_precision_score per query ({sk_queries} timed)",
+                   queries=num_q, db=num_db, seconds=sk_per_query * num_q))
+  rows.append(dict(part="end_to_end", name=f"numpy from codes: XOR/popcount + bincount per query ({sub} timed)",
+                   queries=num_q, db=num_db, seconds=np_codes_per_query * num_q))
+
+  # --- the histogram step and compilation ------------------------------------
+  rows += histogram_variants(data, num_q if small else 200, reps)
+  rows += compile_times(data)
+  return rows
+
+
+def _print(rows):
+  for row in rows:
+    part = row.pop("part")
+    items = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+    print(f"[{part}] {items}")
+
+
+if __name__ == "__main__":
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--small", action="store_true", help="a quick run (60 x 5000)")
+  _print(run(parser.parse_args().small))

@@ -1,0 +1,170 @@
+r"""Library of ``experiments.train``: trains a hash mapping with a ranking objective and
+evaluates its codes, tie-aware.
+
+  python -m experiments.train --config=configs/talr_ap.py --workdir=runs/talr_ap
+  python -m experiments.train --config=configs/talr_ap.py --config.model=mlp --config.bits=16
+  python -m experiments.train --config=configs/talr_ndcg.py --workdir=runs/talr_ndcg
+
+The run logs step, loss, examples/s and periodic tie-aware AP on the
+evaluation queries, checkpoints under ``workdir`` (restarting the same command
+resumes from the last checkpoint and ends with the same parameters), and ends
+by printing the tie-aware table of the learned codes beside the baselines,
+also written to ``<workdir>/results.json``.
+
+``config.eval_split="validation"`` evaluates on queries carved out of the
+training set (against the rest of it) instead of the protocol's queries: that
+is the split hyper-parameters are chosen on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, NamedTuple
+
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+import optax
+
+from experiments import common
+from hashjax import baselines, codes, data, io, mappings, metrics
+from hashjax import train as train_lib
+from hashjax.objectives import talr
+
+class Task(NamedTuple):
+  """Training items and the evaluation queries/database, all as indices into ``features``."""
+  features: np.ndarray
+  labels: np.ndarray
+  train: np.ndarray
+  query: np.ndarray
+  database: np.ndarray
+  thresholds: np.ndarray | None  # squared-distance thresholds of Euclidean affinities
+
+
+def make_task(config: ml_collections.ConfigDict) -> Task:
+  """The protocol's split, or its validation variant (queries carved from the training set)."""
+  protocol = common.load_protocol(config)
+  split = protocol.split
+  train, query, database = split.train, split.query, split.database
+  if config.eval_split == "validation":
+    val = data.validation_split(split.train, labels=protocol.labels, per_class=config.val_per_class,
+                                seed=config.seed)
+    train, query, database = val.train, val.validation, val.train
+  elif config.eval_split != "test":
+    raise ValueError(f"config.eval_split: expected 'test' or 'validation', got {config.eval_split!r}")
+  thresholds = None
+  if config.affinity == "euclidean":
+    thresholds = data.euclidean_thresholds(protocol.features[train])
+  elif config.affinity != "label":
+    raise ValueError(f"config.affinity: expected 'label' or 'euclidean', got {config.affinity!r}")
+  return Task(protocol.features, protocol.labels, train, query, database, thresholds)
+
+
+def affinity_of(task: Task, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+  """int32 affinity between two index sets: label agreement, or TALR's Euclidean levels."""
+  if task.thresholds is None:
+    return np.asarray(data.label_affinity(task.labels[rows], task.labels[cols]))
+  return data.euclidean_affinity_levels(task.features[rows], task.features[cols],
+                                        thresholds=task.thresholds).astype(np.int32)
+
+
+def num_levels_of(task: Task) -> int:
+  return 2 if task.thresholds is None else max(data.TALR_LEVELS) + 1
+
+
+def evaluate_words(task: Task, query_words, db_words, *, num_bits: int, config) -> Dict:
+  kwargs = dict(num_bits=num_bits, radius=config.radius, k=config.precision_k)
+  if task.thresholds is None:
+    return metrics.evaluate_codes(query_words, db_words, query_labels=task.labels[task.query],
+                                  db_labels=task.labels[task.database], **kwargs)
+  return metrics.evaluate_codes(query_words, db_words,
+                                affinity=affinity_of(task, task.query, task.database), **kwargs)
+
+
+def make_optimizer(config) -> optax.GradientTransformation:
+  if config.optimizer == "adam":
+    return optax.adam(config.learning_rate)
+  if config.optimizer == "sgd":
+    return optax.sgd(config.learning_rate, momentum=config.momentum)
+  raise ValueError(f"config.optimizer: expected 'adam' or 'sgd', got {config.optimizer!r}")
+
+
+def make_objective(config, mapping, task: Task):
+  if config.objective == "ap":
+    if task.thresholds is not None:
+      raise ValueError("config.objective: 'ap' needs binary affinities (config.affinity='label')")
+    metric = talr.metric_fn("ap", harmonic=config.harmonic)
+  elif config.objective == "ndcg":
+    metric = talr.metric_fn("ndcg", discount=config.discount)
+  else:
+    raise ValueError(f"config.objective: expected 'ap' or 'ndcg', got {config.objective!r}")
+  alpha = config.alpha
+  if config.alpha_final and config.alpha_final != config.alpha:
+    alpha = lambda step: mappings.alpha_schedule(step, init=config.alpha, final=config.alpha_final,
+                                                 steps=config.num_steps)
+  return talr.query_vs_rest(mapping, metric=metric, num_bits=config.bits, num_levels=num_levels_of(task),
+                            distance=config.distance, alpha=alpha, width=config.width)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
+  """Trains, checkpoints and evaluates as ``config`` says; returns the results dict."""
+  task = make_task(config)
+  x = task.features
+  logging.info("%s: %d training items, %d evaluation queries, %d database items (eval split %s)",
+               config.dataset, len(task.train), len(task.query), len(task.database), config.eval_split)
+  mean, scale = mappings.feature_stats(x[task.train])
+  hidden = tuple(config.hidden) if config.model == "mlp" else None
+  mapping = mappings.make_mapping(config.model, num_bits=config.bits, hidden=hidden, mean=mean,
+                                  scale=scale if config.standardize else None)
+  params = mappings.init(jax.random.key(config.seed), mapping, x[task.train[:2]])
+  loss_fn = make_objective(config, mapping, task)
+  sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
+
+  def batch_fn(step):
+    idx = task.train[sampler(step)]
+    return {"features": x[idx], "affinity": affinity_of(task, idx, idx)}
+
+  def eval_fn(p):
+    result = evaluate_words(task, mappings.encode(mapping, p, x[task.query]),
+                            mappings.encode(mapping, p, x[task.database]), num_bits=config.bits,
+                            config=config)
+    return {k: result[k] for k in ("tie_aware_ap", "tie_aware_ndcg")}
+
+  target = (config.target_metric, config.target) if config.target else None
+  params, history = train_lib.train(
+      params=params, loss_fn=loss_fn, optimizer=make_optimizer(config), batch_fn=batch_fn,
+      num_steps=config.num_steps, workdir=os.path.join(workdir, "checkpoints"), eval_fn=eval_fn,
+      eval_every=config.eval_every, checkpoint_every=config.checkpoint_every,
+      log_every=config.log_every, target=target)
+
+  rows: List[Dict] = []
+  start = time.perf_counter()
+  learned = evaluate_words(task, mappings.encode(mapping, params, x[task.query]),
+                           mappings.encode(mapping, params, x[task.database]), num_bits=config.bits,
+                           config=config)
+  name = f"talr-{config.objective}-{config.model}"
+  rows.append({"method": name, "bits": config.bits, **_plain(learned),
+               "eval_seconds": time.perf_counter() - start})
+  for method in config.baselines:
+    bparams = baselines.fit(method, x[task.train], num_bits=config.bits,
+                            key=jax.random.fold_in(jax.random.key(config.seed), config.bits))
+    q = codes.pack_bits(baselines.encode(method, bparams, x[task.query]))
+    db = codes.pack_bits(baselines.encode(method, bparams, x[task.database]))
+    rows.append({"method": method, "bits": config.bits,
+                 **_plain(evaluate_words(task, q, db, num_bits=config.bits, config=config))})
+  train_logs = [h for h in history if h["kind"] == "train"]
+  summary = {
+      "examples_per_sec": float(np.median([h["examples_per_sec"] for h in train_logs]))
+                          if train_logs else None,
+      "train_time": max((h["train_time"] for h in history), default=0.0),
+      "time_to_target": next((h for h in history if h["kind"] == "target"), None),
+  }
+  results = {"config": config.to_dict(), "rows": rows, "summary": summary, "history": history}
+  io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  return results
+
+
+def _plain(result: Dict) -> Dict:
+  return {k: (np.asarray(v).item() if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in result.items()}

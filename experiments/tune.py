@@ -1,0 +1,81 @@
+r"""Grid search of training hyper-parameters on the validation split (never the queries).
+
+  python -m experiments.tune --config=configs/talr_ap.py \
+      --grid="learning_rate=1e-3,3e-3,1e-2;alpha=1,2" --workdir=runs/tune_talr_ap
+
+Every combination trains from scratch with ``config.eval_split="validation"``:
+queries are carved out of the training set (``config.val_per_class`` per
+class) and searched against the rest of it, which is also what is trained on.
+The table of validation scores is printed and written to
+``<workdir>/tuning.json``; copy the best values into the config.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Dict, List, Tuple
+
+from absl import app, flags
+import ml_collections
+from ml_collections import config_flags
+
+from experiments import common
+from experiments import train_lib
+from hashjax import io
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
+_GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/tune_<config name>).")
+
+
+def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, list]]:
+  """``"lr=1e-3,1e-2;alpha=1"`` -> ``[("lr", [0.001, 0.01]), ("alpha", [1.0])]``, typed like the config."""
+  axes = []
+  for part in filter(None, (p.strip() for p in grid.split(";"))):
+    key, _, values = part.partition("=")
+    key = key.strip()
+    if key not in config:
+      raise ValueError(f"--grid: {key!r} is not a field of the config")
+    kind = type(config[key])
+    axes.append((key, [kind(v.strip()) if kind is not bool else v.strip() == "True"
+                       for v in values.split(",")]))
+  if not axes:
+    raise ValueError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
+  return axes
+
+
+def tune(config: ml_collections.ConfigDict, grid: str, workdir: str) -> List[Dict]:
+  axes = parse_grid(grid, config)
+  rows = []
+  for values in itertools.product(*(v for _, v in axes)):
+    trial = ml_collections.ConfigDict(config.to_dict())
+    trial.eval_split = "validation"
+    trial.baselines = ()
+    trial.target = 0.0
+    setting = dict(zip((k for k, _ in axes), values))
+    trial.update(setting)
+    name = "_".join(f"{k}={v}" for k, v in setting.items())
+    results = train_lib.train_and_evaluate(trial, os.path.join(workdir, name))
+    row = results["rows"][0]
+    rows.append({**setting, "tie_aware_ap": row["tie_aware_ap"], "tie_aware_ndcg": row["tie_aware_ndcg"],
+                 "train_time": results["summary"]["train_time"]})
+    print(rows[-1], flush=True)
+  io.atomic_write_json(os.path.join(workdir, "tuning.json"), {"config": config.to_dict(), "rows": rows})
+  return rows
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  common.quiet_library_logs()
+  config = _CONFIG.value
+  rows = tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name))
+  key = "tie_aware_ndcg" if config.objective == "ndcg" else "tie_aware_ap"
+  for row in sorted(rows, key=lambda r: -r[key]):
+    print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "grid"])
+  app.run(main)
