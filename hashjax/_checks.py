@@ -96,3 +96,18 @@ def check_int_range(name: str, x: Any, low: int, high: int, *, what: str = "valu
 def check_shape(name: str, x: Any, shape: tuple, *, like: str) -> None:
   if tuple(x.shape) != tuple(shape):
     raise ValueError(f"{name}: expected shape {tuple(shape)} (the shape of {like}), got {tuple(x.shape)}")
+
+
+def check_key(key: Any, *, name: str = "key") -> None:
+  """A ``jax.random`` key: typed ``key<impl>[]`` or raw ``uint32[k]``."""
+  if key is None:
+    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got None")
+  if not hasattr(key, "dtype") or not hasattr(key, "shape"):
+    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {type(key).__name__}")
+  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if key.shape != ():
+      raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
+    return
+  if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
+    raise ValueError(
+        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {_desc(key)}")

@@ -143,18 +143,6 @@ def _check_features(name: str, features: Any, dim: Optional[int]) -> None:
   _checks.check_finite(name, features)
 
 
-def _check_key(key: Any, name: str = "key") -> None:
-  if not hasattr(key, "dtype") or not hasattr(key, "shape"):
-    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {type(key).__name__}")
-  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-    if key.shape != ():
-      raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
-    return
-  if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
-    raise ValueError(
-        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {_desc(key)}")
-
-
 def _kernel_init(init_name: str) -> Callable:
   if init_name == "nair":
     return nn.initializers.normal(stddev=math.sqrt(NAIR_VARIANCE))
@@ -378,7 +366,7 @@ def init(key: Any, mapping: nn.Module, example_features: Any) -> Any:
   >>> jax.tree.map(jnp.shape, params)
   {'bias': (8,), 'kernel': (5, 8)}
   """
-  _check_key(key)
+  _checks.check_key(key)
   _check_mapping(mapping)
   _check_features("example_features", example_features, _stat_dim(mapping))
   return _init(mapping, key, _as_float(example_features[..., :1, :] if example_features.ndim > 1

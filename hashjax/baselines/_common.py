@@ -58,21 +58,6 @@ def check_encode_features(features: Any, dim: int, *, name: str = "features") ->
   _checks.check_finite(name, features)
 
 
-def check_key(key: Any, *, name: str = "key") -> None:
-  """A ``jax.random`` key: typed ``key<impl>[]`` or raw ``uint32[k]``."""
-  if key is None:
-    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got None")
-  if not hasattr(key, "dtype") or not hasattr(key, "shape"):
-    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {type(key).__name__}")
-  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-    if key.shape != ():
-      raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
-    return
-  if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
-    raise ValueError(
-        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {_desc(key)}")
-
-
 def check_pca_bits(num_bits: Any, dim: int) -> int:
   """``num_bits`` for methods that keep ``num_bits`` principal directions."""
   num_bits = _checks.check_num_bits(num_bits)

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from hashjax import codes
+from hashjax import _checks
 from hashjax.baselines import _common
 
 Array = jax.Array
@@ -88,7 +89,7 @@ def fit(features: Array, *, num_bits: int, key: Any,
   """
   _common.check_fit_features(features, min_rows=2)
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
-  _common.check_key(key)
+  _checks.check_key(key)
   num_iters = _common.check_num_iters(num_iters)
   return _fit(_common.as_float(features), key, jnp.asarray(num_iters, jnp.int32), num_bits)
 

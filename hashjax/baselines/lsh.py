@@ -60,7 +60,7 @@ def fit(features: Array, *, num_bits: int, key: Any) -> LSHParams:
   """
   _common.check_fit_features(features)
   num_bits = _checks.check_num_bits(num_bits)
-  _common.check_key(key)
+  _checks.check_key(key)
   return _fit(_common.as_float(features), key, num_bits)
 
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from hashjax import codes
+from hashjax import _checks
 from hashjax.baselines import _common
 
 Array = jax.Array
@@ -58,7 +59,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> PCAPara
   _common.check_fit_features(features, min_rows=2)
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   if key is not None:
-    _common.check_key(key)
+    _checks.check_key(key)
   return _fit(_common.as_float(features), num_bits)
 
 

@@ -98,7 +98,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> Spectra
   _common.check_fit_features(features, min_rows=2)
   num_bits = _checks.check_num_bits(num_bits)
   if key is not None:
-    _common.check_key(key)
+    _checks.check_key(key)
   return _fit(_common.as_float(features), num_bits)
 
 
