@@ -47,7 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.log_every = 100
   config.eval_every = 100
   config.checkpoint_every = 200
-  config.target_metric = "ap_tie_aware"
+  config.target_metric = "tie_aware_ap"
   config.target = 0.86
   # Evaluation.
   config.radius = 2

@@ -19,6 +19,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.name = "talr_ndcg"
   config.affinity = "euclidean"
   config.objective = "ndcg"
-  config.target_metric = "ndcg_tie_aware"
+  config.target_metric = "tie_aware_ndcg"
   config.target = 0.0
+  config.baselines = ("lsh", "pca", "itq", "sh")
   return config

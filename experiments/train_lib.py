@@ -93,8 +93,6 @@ def make_optimizer(config) -> optax.GradientTransformation:
 
 def make_objective(config, mapping, task: Task):
   if config.objective == "ap":
-    if task.thresholds is not None:
-      raise ValueError("config.objective: 'ap' needs binary affinities (config.affinity='label')")
     metric = talr.metric_fn("ap", harmonic=config.harmonic)
   elif config.objective == "ndcg":
     metric = talr.metric_fn("ndcg", discount=config.discount)
@@ -104,7 +102,8 @@ def make_objective(config, mapping, task: Task):
   if config.alpha_final and config.alpha_final != config.alpha:
     alpha = lambda step: mappings.alpha_schedule(step, init=config.alpha, final=config.alpha_final,
                                                  steps=config.num_steps)
-  return talr.query_vs_rest(mapping, metric=metric, num_bits=config.bits, num_levels=num_levels_of(task),
+  num_levels = 2 if config.objective == "ap" else num_levels_of(task)
+  return talr.query_vs_rest(mapping, metric=metric, num_bits=config.bits, num_levels=num_levels,
                             distance=config.distance, alpha=alpha, width=config.width)
 
 
@@ -124,7 +123,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
   def batch_fn(step):
     idx = task.train[sampler(step)]
-    return {"features": x[idx], "affinity": affinity_of(task, idx, idx)}
+    affinity = affinity_of(task, idx, idx)
+    if config.objective == "ap":  # AP reads binary relevance: any level >= 1 is relevant
+      affinity = (affinity > 0).astype(np.int32)
+    return {"features": x[idx], "affinity": affinity}
 
   def eval_fn(p):
     result = evaluate_words(task, mappings.encode(mapping, p, x[task.query]),
