@@ -12,6 +12,7 @@ protocol's queries.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -40,7 +41,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.width = 1.0  # soft-histogram bin width (eq. 14)
   # Optimisation.
   config.optimizer = "adam"  # or "sgd" (with momentum)
-  config.learning_rate = 1e-3
+  # None: the per-model default chosen on the validation split (experiments.train_lib.LEARNING_RATES).
+  config.learning_rate = config_dict.placeholder(float)
   config.momentum = 0.9
   config.batch_per_class = 25  # class-balanced minibatches of 250, query-vs-rest
   config.num_steps = 1000

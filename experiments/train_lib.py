@@ -83,11 +83,16 @@ def evaluate_words(task: Task, query_words, db_words, *, num_bits: int, config) 
                                 affinity=affinity_of(task, task.query, task.database), **kwargs)
 
 
+#: Adam learning rates chosen on the validation split (README, "Choosing hyper-parameters").
+LEARNING_RATES = {"linear": 1e-2, "mlp": 3e-3}
+
+
 def make_optimizer(config) -> optax.GradientTransformation:
+  lr = config.learning_rate if config.learning_rate is not None else LEARNING_RATES[config.model]
   if config.optimizer == "adam":
-    return optax.adam(config.learning_rate)
+    return optax.adam(lr)
   if config.optimizer == "sgd":
-    return optax.sgd(config.learning_rate, momentum=config.momentum)
+    return optax.sgd(lr, momentum=config.momentum)
   raise ValueError(f"config.optimizer: expected 'adam' or 'sgd', got {config.optimizer!r}")
 
 
