@@ -167,6 +167,13 @@ def _streamed(body, step):
   return f
 
 
+def _flat_scatter(d, r):
+  length = 2 * (NUM_BITS + 1)
+  flat = d * 2 + r.astype(jnp.int32) + (jnp.arange(d.shape[0]) * length)[:, None]
+  counts = jnp.zeros((d.shape[0] * length,), jnp.int32).at[flat.reshape(-1)].add(1, mode="promise_in_bounds")
+  return counts.reshape(d.shape[0], length)
+
+
 def _vmapped_scatter(d, r):
   keys = d * 2 + r.astype(jnp.int32)
   return jax.vmap(lambda k: jnp.zeros((2 * (NUM_BITS + 1),), jnp.int32).at[k].add(1))(keys)
@@ -219,20 +226,22 @@ def histogram_variants(data, num_queries: int, reps: int):
   while n % step:
     step -= 1
   variants = {
-      "library: streamed flat scatter-add (chosen)":
+      "library (chosen): tiles of 8 rows x long column runs, flat scatter-add":
           lambda: codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2),
       "library on uint8 distances": lambda: codes.distance_histogram(dist8, rel, num_bits=NUM_BITS, num_levels=2),
-      "streamed vmapped per-row scatter": functools.partial(_streamed(_vmapped_scatter, step), dist, rel),
-      "streamed flat scatter into 4 interleaved copies": functools.partial(_streamed(_interleaved_scatter, step),
-                                                                          dist, rel),
+      "all rows per block [Q, 65536/Q], flat scatter-add": functools.partial(_streamed(_flat_scatter, step),
+                                                                            dist, rel),
+      "all rows per block, vmapped per-row scatter": functools.partial(_streamed(_vmapped_scatter, step), dist, rel),
+      "all rows per block, 4 interleaved histogram copies": functools.partial(
+          _streamed(_interleaved_scatter, step), dist, rel),
       "unstreamed scatter ([Q, N] keys at once)": functools.partial(_unstreamed_scatter, dist, rel),
       "fused XOR/popcount + scatter from codes (+labels)": lambda: codes._stream_hamming_bucketed(
           data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, num_levels=2,
           query_labels=data["ql"][:num_queries], db_labels=data["xl"]),
   }
   slow = {  # orders of magnitude slower on XLA:CPU: measured on fewer queries
-      "streamed one-hot compare-and-sum (66 bins)": _streamed(_onehot, step),
-      "streamed cumulative counts sum(d <= t)": _streamed(_cumulative, step),
+      "all rows per block, one-hot compare-and-sum (66 bins)": _streamed(_onehot, step),
+      "all rows per block, cumulative counts sum(d <= t)": _streamed(_cumulative, step),
       "sort + searchsorted": _sort_searchsorted,
   }
   rows = []
@@ -285,7 +294,8 @@ def compile_times(data):
       ("yardstick: jit(lambda a, b: a + b)", _compile_seconds(jax.jit(lambda a, b: a + b), hist, hist)),
       ("tie_aware_ap formula", _compile_seconds(metrics._tie_aware_ap, hist, k, f32)),
       ("tie_aware_ndcg formula", _compile_seconds(metrics._tie_aware_ndcg, hist, k, f32)),
-      ("evaluate_codes: all summaries in one jit", _compile_seconds(metrics._evaluate_kernel, hist, k, k, f32)),
+      ("evaluate_codes: all summaries in one jit", _compile_seconds(
+          metrics._evaluate_kernel, hist, jnp.ones(num_q, bool), k, k, f32)),
       ("distance histogram [Q, N]", _compile_seconds(codes._distance_histogram, data["dist"][1:],
                                                      data["rel"][1:], NUM_BITS, 2)),
   ]

@@ -1,0 +1,1305 @@
+"""Tie-aware ranking metrics of Hamming rankings, all read from histograms.
+
+A ranking by Hamming distance is fully described, for the metrics here, by the
+per-query histogram ``hist[..., num_bits + 1, V]``: how many database items of
+each affinity level ``v`` sit at each distance ``d`` (the counting sort of He
+et al. 2018, Sec. 3.2; see :func:`hashjax.codes.distance_histogram` and
+:func:`hashjax.codes.hamming_histogram`). Every metric below is one formula
+over that histogram (``*_from_histogram``); the functions taking
+``distances[..., N]`` only validate, build the histogram in ``O(N)`` per query,
+and call the same formula. The cost per query is ``O(num_bits * V)`` after the
+histogram, and nothing is sorted.
+
+Conventions (one per idea, see ``hashjax.codes``):
+
+* ``distances[..., N]`` int in ``[0, num_bits]``; ``relevance[..., N]`` in
+  ``{0, 1}``; ``affinity[..., N]`` int ``>= 0`` (0 = irrelevant). A histogram
+  level ``v >= 1`` counts as relevant for AP and precision.
+* Ties: the tie-aware metrics are the expectation of the ordinary metric over
+  all orders of tied items, uniformly (He et al. eqs. 3-4), in closed form.
+  ``optimistic_ap`` / ``pessimistic_ap`` put the relevant items of every tie
+  first / last; :func:`ap` breaks ties by ascending database index.
+* Undefined values are NaN: AP, AP@k and recall of a query without a relevant
+  item; NDCG of a query without an item of positive gain.
+  :func:`mean_and_count` averages the defined values and counts the others.
+* Cutoffs ``k``: AP@k is normalised by ``min(N+, k)`` (so a perfect ranking
+  scores 1); precision@k divides by ``min(k, N)``; NDCG@k by the ideal DCG@k.
+  A tie group straddling the cutoff contributes its expectation.
+* Radius ``r`` retrieves every item with ``d <= r`` (so Nair et al.'s
+  "Hamming distance < 2" is ``radius=1``; the hashing literature's "within
+  Hamming radius 2" is ``radius=2``). A query that retrieves nothing has
+  precision 0; :func:`retrieved_at_radius` lets callers count those queries.
+* Precision: the results follow jax's x64 mode (float64 under
+  ``jax.enable_x64(True)``, else float32) unless ``dtype=`` says otherwise.
+  Harmonic and discount range sums are evaluated so that float32 results are
+  within a few ulp of exact (exact tables for small ranks, asymptotic
+  expansions written as sums of positive terms beyond; see ``_harmonic_pieces``
+  and ``_discount_sum``), never as differences of large prefix sums.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hashjax import _checks
+from hashjax import codes
+
+Array = jax.Array
+
+__all__ = [
+    "MeanCount", "mean_and_count",
+    "tie_aware_ap", "optimistic_ap", "pessimistic_ap", "ap", "tie_aware_ndcg",
+    "tie_aware_precision_at_k", "precision_at_radius", "recall_at_radius", "retrieved_at_radius",
+    "precision_recall_curve", "knn_classify", "error_rate", "evaluate_codes",
+    "tie_aware_ap_from_histogram", "optimistic_ap_from_histogram", "pessimistic_ap_from_histogram",
+    "tie_aware_ndcg_from_histogram", "tie_aware_precision_at_k_from_histogram",
+    "precision_at_radius_from_histogram", "recall_at_radius_from_histogram",
+    "retrieved_at_radius_from_histogram", "precision_recall_curve_from_histogram",
+    "knn_classify_from_histogram",
+]
+
+#: Stand-in for "no cutoff": larger than any rank.
+_NO_CUTOFF = np.iinfo(np.int32).max
+
+
+class MeanCount(NamedTuple):
+  """A mean over the defined (non-NaN) values and how many were undefined."""
+  mean: Array
+  num_undefined: Array
+
+
+# --------------------------------------------------------------------------
+# Float dtype policy.
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+  x64 = jax.dtypes.canonicalize_dtype(np.float64) == np.float64
+  if dtype is None:
+    return np.dtype(np.float64 if x64 else np.float32)
+  try:
+    dt = np.dtype(dtype)
+  except TypeError:
+    raise ValueError(f"dtype: expected None, float32 or float64, got {dtype!r}") from None
+  if dt not in (np.float32, np.float64):
+    raise ValueError(f"dtype: expected None, float32 or float64, got {dt.name}")
+  if dt == np.float64 and not x64:
+    raise ValueError("dtype: float64 needs jax x64 mode (use `with jax.enable_x64(True):`)")
+  return dt
+
+
+# --------------------------------------------------------------------------
+# Accurate range sums.
+#
+# AP_T (He et al. eq. 3) needs, for a tie occupying ranks a+1..b,
+#   dH(a, b) = sum_{t=a+1}^{b} 1/t            and
+#   S1(a, b) = sum_{t=a+1}^{b} (t - a - 1)/t  = (b - a) - (a + 1) dH(a, b).
+# DCG_T (eq. 4) needs Dsum(a, b) = sum_{t=a+1}^{b} 1/log2(t + 1).
+# Writing them as differences of prefix sums (or S1 through its closed form)
+# cancels catastrophically in float32 once a >> b - a. Instead each is split at
+# a small rank: exact tables below the split, and above it expansions whose
+# terms are all positive (or whose cancellation is bounded by a factor 2).
+
+_HARMONIC_SPLIT = 32
+_DISCOUNT_SPLIT = 64
+_GAUSS_NODES = 24
+_LN2 = math.log(2.0)
+
+
+def _harmonic_tables():
+  dh = np.zeros((_HARMONIC_SPLIT + 1, _HARMONIC_SPLIT + 1))
+  s1 = np.zeros_like(dh)
+  for a in range(_HARMONIC_SPLIT + 1):
+    h, s = Fraction(0), Fraction(0)
+    for t in range(a + 1, _HARMONIC_SPLIT + 1):
+      h += Fraction(1, t)
+      s += Fraction(t - a - 1, t)
+      dh[a, t], s1[a, t] = float(h), float(s)
+  return dh, s1
+
+
+def _discount_table():
+  td = np.zeros((_DISCOUNT_SPLIT + 1, _DISCOUNT_SPLIT + 1))
+  terms = [0.0] + [_LN2 / math.log(t + 1.0) for t in range(1, _DISCOUNT_SPLIT + 1)]
+  for a in range(_DISCOUNT_SPLIT + 1):
+    for t in range(a + 1, _DISCOUNT_SPLIT + 1):
+      td[a, t] = math.fsum(terms[a + 1:t + 1])
+  return td
+
+
+_DH_TABLE, _S1_TABLE = _harmonic_tables()
+_DISCOUNT_TABLE = _discount_table()
+_GAUSS_X, _GAUSS_W = np.polynomial.legendre.leggauss(_GAUSS_NODES)
+# y - log1p(y) = 2 u^2 sum_{k>=2} c_k u^(k-2), u = y / (2 + y), c_k = 1 (k even), (k-1)/k (k odd):
+# from log1p(y) = 2 atanh(u) and y = 2u / (1 - u); every term is positive.
+_G_COEFFS = tuple(1.0 if k % 2 == 0 else (k - 1) / k for k in range(2, 38))
+
+
+def _y_minus_log1p(n, c, dtype):
+  """``y - log1p(y)`` for ``y = n / c``, to a few ulp (series for small ``y``)."""
+  y = n / c
+  u = n / (2.0 * c + n)
+  # Below u_max the series (36 / 22 terms) reaches float64 / float32 precision; above it
+  # (y > 1 / y > 1.64) the direct difference loses at most a factor 5.5 / 3.9 to cancellation.
+  u_max, terms = (1.0 / 3.0, 36) if dtype == np.float64 else (0.45, 22)
+  acc = jnp.zeros_like(u)
+  for coef in reversed(_G_COEFFS[:terms]):  # Horner: <= 2 ulp in float32 (a summed power series: ~12)
+    acc = acc * u + coef
+  return jnp.where(u < u_max, 2.0 * u * u * acc, y - jnp.log1p(y))
+
+
+def _asymptotic_harmonic(a, b, dtype):
+  """``(dH(a, b), S1(a, b))`` for ints ``b >= a >= 32`` from the digamma expansion.
+
+  With ``c = a + 1``, ``e = b + 1``, ``n = b - a`` and ``psi(x) ~ ln x - 1/2x -
+  1/12x^2 + 1/120x^4 - 1/252x^6 + 1/240x^8``: ``dH = psi(e) - psi(c) = log1p(n/c)
+  + (n / ce) corr`` and ``S1 = n - c dH = c (y - log1p y) - (n/e) corr``, where
+  ``corr`` collects the inverse powers (each difference ``c^-k - e^-k`` is
+  written as ``(n / ce)`` times a positive sum, so nothing cancels).
+  """
+  n = (b - a).astype(dtype)
+  c = (a + 1).astype(dtype)
+  e = (b + 1).astype(dtype)
+  ic, ie = 1.0 / c, 1.0 / e
+  ic2, ie2 = ic * ic, ie * ie
+  s1 = ic + ie
+  s3 = s1 * (ic2 + ie2)
+  s5 = s1 * (ic2 * ic2 + ic2 * ie2 + ie2 * ie2)
+  s7 = s3 * (ic2 * ic2 + ie2 * ie2)
+  corr = 0.5 + s1 / 12.0 - s3 / 120.0 + s5 / 252.0 - s7 / 240.0
+  dh = jnp.log1p(n / c) + (n / c) / e * corr
+  s1sum = c * _y_minus_log1p(n, c, dtype) - (n / e) * corr
+  return dh, jnp.where(n > 1, jnp.maximum(s1sum, 0.0), 0.0)
+
+
+def _harmonic_pieces(a, b, dtype):
+  """``dH(a, b) = sum_{t=a+1}^b 1/t`` and ``S1(a, b) = sum_{t=a+1}^b (t-a-1)/t`` for ``0 <= a <= b``.
+
+  Ranks ``t <= 32`` come from exact tables, ranks above from
+  :func:`_asymptotic_harmonic`; both parts are non-negative, so the sum keeps
+  their relative accuracy (float32: <= 4 ulp measured; float64: <= 3e-15).
+  """
+  a0, b0 = jnp.minimum(a, _HARMONIC_SPLIT), jnp.minimum(b, _HARMONIC_SPLIT)
+  a1, b1 = jnp.maximum(a, _HARMONIC_SPLIT), jnp.maximum(b, _HARMONIC_SPLIT)
+  dh_low = jnp.asarray(_DH_TABLE, dtype)[a0, b0]
+  s1_low = jnp.asarray(_S1_TABLE, dtype)[a0, b0]
+  dh_high, s1_high = _asymptotic_harmonic(a1, b1, dtype)
+  # Above the split, (t - a - 1) = (t - a1 - 1) + (a1 - a).
+  return dh_low + dh_high, s1_low + s1_high + (a1 - a).astype(dtype) * dh_high
+
+
+def _asymptotic_discount(a, b, dtype):
+  """``sum_{t=a+1}^b ln2 / ln(t + 1)`` for ints ``b >= a >= 64``.
+
+  Midpoint Euler-Maclaurin: the integral over ``[a + 1/2, b + 1/2]`` minus
+  ``f'/24`` plus ``7 f'''/5760`` at the ends. The integral, with ``w = x + 1 =
+  w2 exp(-tau)``, is ``ln2 w2 int_0^h exp(-tau) / (ln w1 + h - tau) dtau`` with
+  ``h = log1p(n / w1)``: 24-node Gauss-Legendre of a positive integrand, so
+  short and long ranges keep full relative precision.
+  """
+  n = (b - a).astype(dtype)
+  w1 = a.astype(dtype) + 1.5
+  w2 = b.astype(dtype) + 1.5
+  h = jnp.log1p(n / w1)
+  l1 = jnp.log(w1)
+  l2 = l1 + h
+  x = jnp.asarray(_GAUSS_X, dtype)
+  wt = jnp.asarray(_GAUSS_W, dtype)
+  tau = h[..., None] * (1.0 + x) * 0.5
+  rest = h[..., None] * (1.0 - x) * 0.5
+  integral = _LN2 * w2 * (0.5 * h) * jnp.sum(wt * jnp.exp(-tau) / (l1[..., None] + rest), axis=-1)
+
+  def d1(w, l):
+    return -_LN2 / (w * l * l)
+
+  def d3(w, l):
+    return -_LN2 * (2.0 * l * l + 6.0 * l + 6.0) / (w * w * w * l * l * l * l)
+
+  out = integral - (d1(w2, l2) - d1(w1, l1)) / 24.0 + 7.0 / 5760.0 * (d3(w2, l2) - d3(w1, l1))
+  return jnp.where(n > 0, out, 0.0)
+
+
+def _discount_sum(a, b, dtype):
+  """``sum_{t=a+1}^b 1 / log2(t + 1)`` for ints ``0 <= a <= b`` (float32: <= 5 ulp measured)."""
+  a0, b0 = jnp.minimum(a, _DISCOUNT_SPLIT), jnp.minimum(b, _DISCOUNT_SPLIT)
+  a1, b1 = jnp.maximum(a, _DISCOUNT_SPLIT), jnp.maximum(b, _DISCOUNT_SPLIT)
+  return jnp.asarray(_DISCOUNT_TABLE, dtype)[a0, b0] + _asymptotic_discount(a1, b1, dtype)
+
+
+# --------------------------------------------------------------------------
+# Input checks.
+
+
+def _in_range_one_pass(x: Any, high: int) -> bool:
+  """``True`` when a concrete integer ``x`` lies in ``[0, high]``, in one pass over memory.
+
+  Signed values are read as unsigned (negatives become huge), so a single
+  ``max`` replaces ``min`` and ``max``: the range check of a ``[Q, N]``
+  matrix costs half. ``False`` means "not sure"; the caller then runs the
+  full check for its message.
+  """
+  if not _checks.is_concrete(x) or not x.size:
+    return False
+  arr = np.asarray(x)
+  kind = arr.dtype.kind
+  if kind == "b":
+    return high >= 1
+  if kind not in "iu":
+    return False
+  if kind == "i":
+    arr = arr.view(f"u{arr.dtype.itemsize}")
+  return int(arr.max()) <= high
+
+
+def _check_int_array(name: str, x: Any, low: int, high: int, *, what: str) -> None:
+  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    raise ValueError(f"{name}: expected an integer array of {what}, got {type(x).__name__}")
+  if np.issubdtype(np.dtype(x.dtype), np.inexact):
+    _checks.check_finite(name, x)  # names NaN / inf first
+  if low == 0 and _in_range_one_pass(x, high):
+    return
+  _checks.check_int_range(name, x, low, high, what=what)
+
+
+def _check_distances(distances: Any, num_bits: Any) -> int:
+  num_bits = _checks.check_num_bits(num_bits)
+  _check_int_array("distances", distances, 0, num_bits, what="distances")
+  if distances.ndim < 1 or distances.shape[-1] == 0:
+    raise ValueError(f"distances: expected shape [..., N] with N >= 1, got {tuple(distances.shape)}")
+  return num_bits
+
+
+def _check_where(where: Any, distances: Any) -> None:
+  if where is None:
+    return
+  if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
+    got = np.dtype(where.dtype).name if hasattr(where, "dtype") else type(where).__name__
+    raise ValueError(f"where: expected a bool mask of valid items, got {got}")
+  _checks.check_shape("where", where, distances.shape, like="distances")
+
+
+def _check_relevance(relevance: Any, distances: Any, name: str = "relevance") -> None:
+  _check_int_array(name, relevance, 0, 1, what="relevance labels")
+  _checks.check_shape(name, relevance, distances.shape, like="distances")
+
+
+def _check_cutoff(k: Any, name: str = "k", *, allow_none: bool = True, low: int = 1) -> int:
+  if k is None and allow_none:
+    return _NO_CUTOFF
+  if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < low:
+    raise ValueError(f"{name}: expected an int >= {low}" + (" or None" if allow_none else "")
+                     + f", got {k!r}")
+  return int(min(k, _NO_CUTOFF))
+
+
+def _check_hist(hist: Any, name: str = "hist") -> None:
+  if not hasattr(hist, "dtype") or not hasattr(hist, "shape"):
+    raise ValueError(f"{name}: expected an int array [..., num_bits + 1, V], got {type(hist).__name__}")
+  if hist.ndim < 2 or hist.shape[-2] < 1 or hist.shape[-1] < 1:
+    raise ValueError(f"{name}: expected shape [..., num_bits + 1, V], got {tuple(hist.shape)}")
+  _check_int_array(name, hist, 0, np.iinfo(np.int32).max, what="counts")
+
+
+def _histogram(distances, levels, num_bits: int, num_levels: int, where):
+  return codes._bucketed_distance_histogram(distances, levels, num_bits, num_levels, where)
+
+
+def _on_hist(kernel, hist, *args):
+  """``kernel(hist[R, B, V], *args)`` with a concrete ``hist`` padded to power-of-two sizes.
+
+  Extra rows, empty trailing distance bins and empty levels change no metric,
+  so calls with a new number of queries, bits or levels mostly reuse a
+  compilation. Outputs (``[R]`` or ``[R, B]`` leaves) are cut back and given
+  the leading shape of ``hist``.
+  """
+  if not _checks.is_concrete(hist):
+    return kernel(jnp.asarray(hist), *args)
+  h = np.asarray(hist)
+  lead, (num_bins, num_levels) = h.shape[:-2], h.shape[-2:]
+  rows = int(np.prod(lead, dtype=np.int64))
+  padded = np.zeros((codes._next_pow2(max(rows, 1)), codes._next_pow2(num_bins), codes._next_pow2(num_levels)),
+                    np.int32)
+  padded[:rows, :num_bins, :num_levels] = h.reshape(rows, num_bins, num_levels)
+  out = kernel(jnp.asarray(padded), *args)
+
+  def cut(x):
+    x = x[:rows] if x.ndim == 1 else x[:rows, :num_bins]
+    return x.reshape(lead + x.shape[1:])
+
+  return jax.tree_util.tree_map(cut, out)
+
+
+# --------------------------------------------------------------------------
+# Formulas on histograms (all jitted; k and radius are traced, so changing them never recompiles).
+
+
+def _cumsum(x, *, exclusive: bool = False):
+  """Cumulative sum of int32 ``x`` along its (short) last axis, as one matmul.
+
+  Same values as ``jnp.cumsum``; on XLA:CPU that lowers to a chain of
+  reduce-window kernels, each compiled separately, which made up most of the
+  compile time of the metrics.
+  """
+  m = x.shape[-1]
+  tri = np.triu(np.ones((m, m), np.int32), 1 if exclusive else 0)
+  return jnp.dot(x.astype(jnp.int32), jnp.asarray(tri))
+
+
+def _bin_stats(hist):
+  """Per-bin totals ``n``, relevant counts ``p`` and the counts before each bin."""
+  hist = hist.astype(jnp.int32)
+  n = jnp.sum(hist, axis=-1)
+  p = n - hist[..., 0]
+  return n, p, _cumsum(n, exclusive=True), _cumsum(p, exclusive=True)
+
+
+def _ap_core(hist, k, dtype, kinds):
+  """AP variants ``kinds`` (``"tie"``: eq. 3 at cutoff ``k``; ``"opt"``/``"pes"``: relevant items
+  first/last in every tie), sharing one evaluation of the harmonic range sums.
+
+  Every variant sums ``(N^+_{d-1} + j) / t`` over the ranks ``t`` of a tie; with
+  the ranks ``a+1 .. b`` occupied (``a < b``) that is ``(N^+_{d-1} + 1) dH(a, b)
+  + r S1(a, b)``, where ``r`` is the rate at which the relevant count grows
+  along the ranks: ``(n^+ - 1) / (n - 1)`` in expectation (weighted by the
+  chance ``n^+ / n`` that rank ``t`` is relevant), 1 for the bounds.
+  """
+  n, p, a, pb = _bin_stats(hist)
+  ranges = {"tie": (a, jnp.clip(k, a, a + n)), "opt": (a, a + p), "pes": (a + n - p, a + n)}
+  num_bins = n.shape[-1]
+  dh, s1 = _harmonic_pieces(jnp.concatenate([ranges[kind][0] for kind in kinds], axis=-1),
+                            jnp.concatenate([ranges[kind][1] for kind in kinds], axis=-1), dtype)
+  nf, pf, pb1 = n.astype(dtype), p.astype(dtype), (pb + 1).astype(dtype)
+  npos = jnp.sum(p, axis=-1)
+  out = []
+  for i, kind in enumerate(kinds):
+    dh_i, s1_i = dh[..., i * num_bins:(i + 1) * num_bins], s1[..., i * num_bins:(i + 1) * num_bins]
+    if kind == "tie":
+      r = jnp.where(n > 1, (pf - 1.0) / jnp.maximum(nf - 1.0, 1.0), 0.0)
+      terms = pf / jnp.maximum(nf, 1.0) * (pb1 * dh_i + r * s1_i)
+      norm = jnp.minimum(npos, k)
+    else:
+      terms = pb1 * dh_i + s1_i
+      norm = npos
+    total = jnp.sum(jnp.where(p > 0, terms, 0.0), axis=-1)
+    out.append(jnp.where(npos > 0, total / jnp.maximum(norm, 1).astype(dtype), jnp.nan))
+  return out
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _tie_aware_ap(hist, k, dtype):
+  return _ap_core(hist, k, dtype, ("tie",))[0]
+
+
+@functools.partial(jax.jit, static_argnames=("dtype", "first"))
+def _bound_ap(hist, dtype, first):
+  return _ap_core(hist, jnp.int32(_NO_CUTOFF), dtype, ("opt",) if first else ("pes",))[0]
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _tie_aware_ndcg(hist, k, dtype):
+  hist = hist.astype(jnp.int32)
+  num_levels = hist.shape[-1]
+  gains = jnp.exp2(jnp.arange(num_levels, dtype=dtype)) - 1.0
+  n = jnp.sum(hist, axis=-1)
+  a = _cumsum(n, exclusive=True)
+  gain_sum = jnp.sum(hist.astype(dtype) * gains, axis=-1)
+  per_level = jnp.sum(hist, axis=-2)[..., ::-1]  # ideal order: highest level first
+  start = _cumsum(per_level, exclusive=True)
+  # One discount evaluation for the ties and the ideal ranking's level blocks.
+  lo = jnp.concatenate([a, jnp.minimum(start, k)], axis=-1)
+  hi = jnp.concatenate([jnp.clip(k, a, a + n), jnp.minimum(start + per_level, k)], axis=-1)
+  disc = _discount_sum(lo, hi, dtype)
+  disc, ideal_disc = disc[..., :n.shape[-1]], disc[..., n.shape[-1]:]
+  dcg = jnp.sum(jnp.where(n > 0, gain_sum / jnp.maximum(n, 1).astype(dtype) * disc, 0.0), axis=-1)
+  ideal = jnp.sum(gains[::-1] * ideal_disc, axis=-1)
+  return jnp.where(ideal > 0, dcg / jnp.where(ideal > 0, ideal, 1.0), jnp.nan)
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _tie_aware_precision_at_k(hist, k, dtype):
+  n, p, a, _ = _bin_stats(hist)
+  inside = (jnp.clip(k, a, a + n) - a).astype(dtype)
+  expected = jnp.sum(jnp.where(n > 0, p.astype(dtype) * inside / jnp.maximum(n, 1).astype(dtype), 0.0),
+                     axis=-1)
+  total = jnp.minimum(jnp.sum(n, axis=-1), k)
+  return jnp.where(total > 0, expected / jnp.maximum(total, 1).astype(dtype), jnp.nan)
+
+
+@jax.jit
+def _cumulative_counts(hist):
+  n, p, _, _ = _bin_stats(hist)
+  return _cumsum(n), _cumsum(p), jnp.sum(p, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _precision_recall(hist, dtype):
+  retrieved, relevant, npos = _cumulative_counts(hist)
+  precision = jnp.where(retrieved > 0, relevant.astype(dtype) / jnp.maximum(retrieved, 1).astype(dtype), 0.0)
+  recall = jnp.where(npos[..., None] > 0,
+                     relevant.astype(dtype) / jnp.maximum(npos, 1)[..., None].astype(dtype), jnp.nan)
+  return precision, recall
+
+
+def _at_radius(curve, radius):
+  idx = jnp.minimum(radius, curve.shape[-1] - 1)
+  return jnp.take(curve, idx, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames="relative")
+def _knn_votes(class_hist, k, relative):
+  class_hist = class_hist.astype(jnp.int32)
+  n = jnp.sum(class_hist, axis=-1)
+  if relative:
+    nonempty = n > 0
+    selected = nonempty & (_cumsum(nonempty.astype(jnp.int32)) <= k)
+  else:
+    selected = jnp.broadcast_to(jnp.arange(n.shape[-1]) <= k, n.shape)
+  votes = jnp.sum(jnp.where(selected[..., None], class_hist, 0), axis=-2)
+  # argmax returns the first maximum: ties in the vote go to the smallest label.
+  return jnp.where(jnp.max(votes, axis=-1) > 0, jnp.argmax(votes, axis=-1).astype(jnp.int32), -1)
+
+
+# --------------------------------------------------------------------------
+# Histogram-level public API.
+
+
+def tie_aware_ap_from_histogram(hist: Array, *, k: Optional[int] = None, dtype: Any = None) -> Array:
+  """Tie-aware average precision (He et al. 2018, eq. 3), optionally at cutoff ``k``.
+
+  For the tie at distance ``d`` (ranks ``N_{d-1}+1 .. N_d``, ``n_d`` items of
+  which ``n_d^+`` relevant), with ``r_d = (n_d^+ - 1) / (n_d - 1)``:
+
+  .. math:: \\mathrm{AP}_T = \\frac{1}{Z} \\sum_d \\frac{n_d^+}{n_d}
+     \\sum_{t=N_{d-1}+1}^{\\min(N_d, k)} \\frac{N^+_{d-1} + 1 + (t - N_{d-1} - 1) r_d}{t},
+     \\quad Z = \\min(N^+, k)
+
+  which is the mean of AP (AP@k) over all orders of tied items. The inner sum
+  is ``(N^+_{d-1} + 1) (H(b) - H(a)) + r_d S_1`` with harmonic differences
+  evaluated without cancellation (see the module notes on precision).
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    k: rank cutoff (``None``: the whole ranking, ``Z = N^+``).
+    dtype: result float dtype (``None``: float64 in x64 mode, else float32).
+
+  Returns:
+    ``float[...]`` values in ``[0, 1]``; NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> h = np.array([[[0, 1], [1, 1], [0, 0]]])  # d=0: one relevant; d=1: one of each
+  >>> tie_aware_ap_from_histogram(h).tolist()   # (1 + (2/2 + 2/3) / 2) / 2
+  [0.91667]
+  """
+  _check_hist(hist)
+  k = _check_cutoff(k)
+  return _on_hist(_tie_aware_ap, hist, jnp.int32(k), _float_dtype(dtype))
+
+
+def optimistic_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
+  """AP when every tie lists its relevant items first (the upper bound of AP over tie orders).
+
+  .. math:: \\mathrm{AP}_{opt} = \\frac{1}{N^+} \\sum_d \\sum_{j=1}^{n_d^+}
+     \\frac{N^+_{d-1} + j}{N_{d-1} + j}
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> optimistic_ap_from_histogram(np.array([[0, 1], [1, 1], [0, 0]])).tolist()
+  1.0
+  """
+  _check_hist(hist)
+  return _on_hist(_bound_ap, hist, _float_dtype(dtype), True)
+
+
+def pessimistic_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
+  """AP when every tie lists its relevant items last (the lower bound of AP over tie orders).
+
+  .. math:: \\mathrm{AP}_{pes} = \\frac{1}{N^+} \\sum_d \\sum_{j=1}^{n_d^+}
+     \\frac{N^+_{d-1} + j}{N_d - n_d^+ + j}
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> pessimistic_ap_from_histogram(np.array([[0, 1], [1, 1], [0, 0]])).tolist()  # (1 + 2/3) / 2
+  0.83333
+  """
+  _check_hist(hist)
+  return _on_hist(_bound_ap, hist, _float_dtype(dtype), False)
+
+
+def tie_aware_ndcg_from_histogram(hist: Array, *, k: Optional[int] = None, dtype: Any = None) -> Array:
+  """Tie-aware NDCG (He et al. 2018, eq. 4), optionally at cutoff ``k``.
+
+  Gain ``G(v) = 2^v - 1``, discount ``D(t) = 1 / log2(t + 1)``; each tie
+  spreads its mean gain over its ranks (clipped at ``k``), and the normaliser
+  is the ideal DCG(@k), which ties do not affect:
+
+  .. math:: \\mathrm{NDCG}_T = \\frac{1}{\\mathrm{IDCG}} \\sum_d \\sum_v
+     \\frac{G(v) n_{d,v}}{n_d} \\sum_{t=N_{d-1}+1}^{\\min(N_d, k)} D(t)
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts per affinity level.
+    k: rank cutoff (``None``: the whole ranking).
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]`` in ``[0, 1]``; NaN where no item has positive gain.
+
+  >>> import numpy as np
+  >>> h = np.array([[0, 0, 1], [1, 1, 0]])  # d=0: level 2; d=1: levels 0 and 1
+  >>> ideal = 3 + 1 / np.log2(3)
+  >>> dcg = 3 + 0.5 * (1 / np.log2(3) + 1 / np.log2(4))
+  >>> bool(np.isclose(tie_aware_ndcg_from_histogram(h), dcg / ideal))
+  True
+  """
+  _check_hist(hist)
+  k = _check_cutoff(k)
+  return _on_hist(_tie_aware_ndcg, hist, jnp.int32(k), _float_dtype(dtype))
+
+
+def tie_aware_precision_at_k_from_histogram(hist: Array, *, k: int, dtype: Any = None) -> Array:
+  """Tie-aware precision at ``k``: expected relevant items in the top ``k`` over all tie orders.
+
+  .. math:: P_T@k = \\frac{1}{\\min(k, N)} \\sum_d n_d^+
+     \\frac{\\min(\\max(k, N_{d-1}), N_d) - N_{d-1}}{n_d}
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    k: the cutoff (int >= 1).
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> tie_aware_precision_at_k_from_histogram(np.array([[0, 1], [1, 1], [0, 0]]), k=2).tolist()
+  0.75
+  """
+  _check_hist(hist)
+  k = _check_cutoff(k, allow_none=False)
+  return _on_hist(_tie_aware_precision_at_k, hist, jnp.int32(k), _float_dtype(dtype))
+
+
+def _check_radius(radius: Any) -> int:
+  if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, (int, np.integer)) or radius < 0:
+    raise ValueError(f"radius: expected an int >= 0, got {radius!r}")
+  return int(radius)
+
+
+def precision_at_radius_from_histogram(hist: Array, *, radius: int, dtype: Any = None) -> Array:
+  """Precision of the items within Hamming radius ``radius`` (``d <= radius``); 0 if none.
+
+  .. math:: P(r) = \\frac{\\sum_{d \\le r} n_d^+}{\\sum_{d \\le r} n_d}
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    radius: int ``>= 0``; radii beyond ``num_bits`` retrieve everything.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; 0 for a query that retrieves nothing (count those with
+    :func:`retrieved_at_radius_from_histogram`).
+
+  >>> import numpy as np
+  >>> precision_at_radius_from_histogram(np.array([[0, 1], [1, 1], [0, 0]]), radius=1).tolist()
+  0.66667
+  """
+  _check_hist(hist)
+  precision, _ = _on_hist(_precision_recall, hist, _float_dtype(dtype))
+  return _at_radius(precision, _check_radius(radius))
+
+
+def recall_at_radius_from_histogram(hist: Array, *, radius: int, dtype: Any = None) -> Array:
+  """Recall of the items within Hamming radius ``radius`` (``d <= radius``).
+
+  .. math:: R(r) = \\frac{1}{N^+} \\sum_{d \\le r} n_d^+
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    radius: int ``>= 0``.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> recall_at_radius_from_histogram(np.array([[0, 1], [1, 1], [0, 2]]), radius=1).tolist()
+  0.5
+  """
+  _check_hist(hist)
+  _, recall = _on_hist(_precision_recall, hist, _float_dtype(dtype))
+  return _at_radius(recall, _check_radius(radius))
+
+
+def retrieved_at_radius_from_histogram(hist: Array, *, radius: int) -> Array:
+  """Number of items within Hamming radius ``radius`` (``d <= radius``).
+
+  .. math:: |\\{i : d_i \\le r\\}| = \\sum_{d \\le r} n_d
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts.
+    radius: int ``>= 0``.
+
+  Returns:
+    ``int32[...]`` counts (0 marks a query whose precision at this radius is set to 0).
+
+  >>> import numpy as np
+  >>> retrieved_at_radius_from_histogram(np.array([[0, 0], [1, 1], [0, 2]]), radius=0).tolist()
+  0
+  """
+  _check_hist(hist)
+  retrieved, _, _ = _on_hist(_cumulative_counts, hist)
+  return _at_radius(retrieved, _check_radius(radius))
+
+
+def precision_recall_curve_from_histogram(hist: Array, *, dtype: Any = None) -> tuple[Array, Array]:
+  """Precision and recall at every Hamming radius ``0 .. num_bits``.
+
+  .. math:: P(r) = \\frac{N^+_r}{N_r}, \\quad R(r) = \\frac{N^+_r}{N^+}
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``(precision, recall)``, each ``float[..., num_bits + 1]``: precision 0
+    where nothing is retrieved yet, recall NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> p, r = precision_recall_curve_from_histogram(np.array([[0, 1], [1, 1], [0, 0]]))
+  >>> p.tolist(), r.tolist()
+  ([1.0, 0.66667, 0.66667], [0.5, 1.0, 1.0])
+  """
+  _check_hist(hist)
+  return _on_hist(_precision_recall, hist, _float_dtype(dtype))
+
+
+def _check_threshold(threshold: Any) -> bool:
+  if threshold not in ("relative", "absolute"):
+    raise ValueError(f"threshold: expected 'relative' or 'absolute', got {threshold!r}")
+  return threshold == "relative"
+
+
+def knn_classify_from_histogram(class_hist: Array, *, k: int, threshold: str = "relative") -> Array:
+  """Nair et al.'s Hamming kNN classifier: majority vote of every item in the selected bins.
+
+  ``threshold="relative"`` selects the ``k`` nearest non-empty distance bins
+  (never empty); ``"absolute"`` selects every bin ``d <= k``. Ties are not
+  broken inside bins: all their items vote (Nair et al. Sec. 3.5.1).
+
+  .. math:: \\hat y = \\arg\\max_c \\sum_{d \\in \\mathrm{sel}(k)} n_{d,c}
+
+  A tie in the vote goes to the smallest label; with an absolute threshold
+  and no item within ``k`` the prediction is ``-1`` (abstain; counted as an
+  error by :func:`error_rate`).
+
+  Args:
+    class_hist: ``int[..., num_bits + 1, C]``: counts of database items per
+      distance and class label.
+    k: number of non-empty bins (relative, ``>= 1``) or the radius (absolute, ``>= 0``).
+    threshold: ``"relative"`` or ``"absolute"``.
+
+  Returns:
+    ``int32[...]`` predicted labels in ``[0, C)``, or ``-1``.
+
+  >>> import numpy as np
+  >>> h = np.array([[0, 0], [0, 1], [0, 0], [2, 0]])  # d=1: one of class 1; d=3: two of class 0
+  >>> knn_classify_from_histogram(h, k=1).tolist(), knn_classify_from_histogram(h, k=2).tolist()
+  (1, 0)
+  """
+  _check_hist(class_hist, "class_hist")
+  relative = _check_threshold(threshold)
+  k = _check_cutoff(k, allow_none=False, low=1 if relative else 0)
+  return _on_hist(_knn_votes, class_hist, jnp.int32(k), relative)
+
+
+# --------------------------------------------------------------------------
+# Distance-level public API: validate, histogram (O(N) per query), formula.
+
+
+def tie_aware_ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = None,
+                 where: Optional[Array] = None, dtype: Any = None) -> Array:
+  """Tie-aware average precision of Hamming rankings (He et al. 2018, eq. 3).
+
+  The mean of AP (or AP@k, normalised by ``min(N+, k)``) over all orders of
+  tied items, computed exactly from the distance histogram in ``O(N)`` per query.
+
+  .. math:: \\mathrm{AP}_T = \\mathbb{E}_{\\text{tie orders}}\\Big[\\frac{1}{Z}
+     \\sum_{t \\le k} \\mathrm{rel}(R_t)\\, \\mathrm{Prec@}t\\Big]
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` (or bool) ``[..., N]``, same shape.
+    num_bits: the code length.
+    k: optional rank cutoff.
+    where: optional bool ``[..., N]`` mask; ``False`` items are left out.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN for a query without a relevant item.
+
+  >>> import numpy as np
+  >>> d, rel = np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]])
+  >>> tie_aware_ap(d, rel, num_bits=2).tolist()
+  [0.91667]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  k = _check_cutoff(k)
+  hist = _histogram(distances, relevance, num_bits, 2, where)
+  return _on_hist(_tie_aware_ap, hist, jnp.int32(k), _float_dtype(dtype))
+
+
+def optimistic_ap(distances: Array, relevance: Array, *, num_bits: int, where: Optional[Array] = None,
+                  dtype: Any = None) -> Array:
+  """AP with relevant items first within each tie (upper bound over tie orders).
+
+  .. math:: \\mathrm{AP}_{opt} = \\max_{\\text{tie orders}} \\mathrm{AP}
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN for a query without a relevant item.
+
+  >>> import numpy as np
+  >>> optimistic_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
+  [1.0]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  hist = _histogram(distances, relevance, num_bits, 2, where)
+  return _on_hist(_bound_ap, hist, _float_dtype(dtype), True)
+
+
+def pessimistic_ap(distances: Array, relevance: Array, *, num_bits: int, where: Optional[Array] = None,
+                   dtype: Any = None) -> Array:
+  """AP with relevant items last within each tie (lower bound over tie orders).
+
+  .. math:: \\mathrm{AP}_{pes} = \\min_{\\text{tie orders}} \\mathrm{AP}
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN for a query without a relevant item.
+
+  >>> import numpy as np
+  >>> pessimistic_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
+  [0.83333]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  hist = _histogram(distances, relevance, num_bits, 2, where)
+  return _on_hist(_bound_ap, hist, _float_dtype(dtype), False)
+
+
+@functools.partial(jax.jit, static_argnames=("num_bits", "dtype"))
+def _index_order_ap(distances, relevance, where, k, num_bits, dtype):
+  d = distances.astype(jnp.int32)
+  r = relevance.astype(jnp.int32)
+  if where is not None:  # masked items sort last and count as irrelevant
+    d = jnp.where(where, d, num_bits + 1)
+    r = jnp.where(where, r, 0)
+  order = jnp.argsort(d, axis=-1, stable=True)  # ties: ascending database index
+  ranked = jnp.take_along_axis(r, order, axis=-1)
+  hits = jnp.cumsum(ranked, axis=-1)
+  rank = jnp.arange(1, d.shape[-1] + 1)
+  terms = jnp.where((ranked > 0) & (rank <= k), hits.astype(dtype) / rank.astype(dtype), 0.0)
+  npos = jnp.sum(r, axis=-1)
+  norm = jnp.minimum(npos, k).astype(dtype)
+  return jnp.where(npos > 0, jnp.sum(terms, axis=-1) / jnp.maximum(norm, 1.0), jnp.nan)
+
+
+def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = None,
+       where: Optional[Array] = None, dtype: Any = None) -> Array:
+  """Ordinary AP(@k) with ties broken by ascending database index (a stable sort).
+
+  For comparison with results that use one fixed tie order; it sorts, so it
+  costs ``O(N log N)`` per query. Prefer :func:`tie_aware_ap`.
+
+  .. math:: \\mathrm{AP} = \\frac{1}{\\min(N^+, k)} \\sum_{t \\le k} \\mathrm{rel}(R_t)
+     \\frac{1}{t} \\sum_{j \\le t} \\mathrm{rel}(R_j), \\quad R = \\mathrm{argsort_{stable}}(d)
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    k: optional rank cutoff.
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN for a query without a relevant item.
+
+  >>> import numpy as np
+  >>> ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()  # ranks 1, 3
+  [0.83333]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  k = _check_cutoff(k)
+  dtype = _float_dtype(dtype)
+  concrete = all(_checks.is_concrete(x) for x in (distances, relevance, where) if x is not None)
+  n = distances.shape[-1]
+  rows = int(np.prod(distances.shape[:-1], dtype=np.int64))
+  if not concrete or rows * n > codes._BUCKET_ELEMENTS:
+    return _index_order_ap(jnp.asarray(distances), jnp.asarray(relevance),
+                           None if where is None else jnp.asarray(where), jnp.int32(k), num_bits, dtype)
+  # Small inputs: pad to power-of-two shapes (padding is masked out) to share compilations.
+  shape = (codes._next_pow2(max(rows, 1)), codes._next_pow2(n))
+  pad = lambda x, dt: np.pad(np.asarray(x, dt).reshape(rows, n), ((0, shape[0] - rows), (0, shape[1] - n)))
+  w = pad(np.ones(distances.shape, bool) if where is None else where, bool)
+  out = _index_order_ap(jnp.asarray(pad(distances, np.int32)), jnp.asarray(pad(relevance, np.int32)),
+                        jnp.asarray(w), jnp.int32(k), num_bits, dtype)
+  return out[:rows].reshape(distances.shape[:-1])
+
+
+def tie_aware_ndcg(distances: Array, affinity: Array, *, num_bits: int, k: Optional[int] = None,
+                   num_levels: Optional[int] = None, where: Optional[Array] = None,
+                   dtype: Any = None) -> Array:
+  """Tie-aware NDCG(@k) of Hamming rankings (He et al. 2018, eq. 4), multi-level affinities.
+
+  .. math:: \\mathrm{NDCG}_T = \\frac{1}{\\mathrm{IDCG}} \\mathbb{E}_{\\text{tie orders}}
+     \\Big[\\sum_{t \\le k} \\frac{2^{a(R_t)} - 1}{\\log_2(t + 1)}\\Big]
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    affinity: ``int[..., N]`` levels ``>= 0`` (0 = irrelevant), same shape.
+    num_bits: the code length.
+    k: optional rank cutoff.
+    num_levels: number of levels ``V`` (inferred from concrete ``affinity``;
+      needed under jit).
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN for a query without an item of positive gain.
+
+  >>> import numpy as np
+  >>> d, a = np.array([[0, 1, 1]]), np.array([[2, 0, 1]])
+  >>> ideal = 3 + 1 / np.log2(3)
+  >>> dcg = 3 + 0.5 * (1 / np.log2(3) + 1 / np.log2(4))
+  >>> bool(np.isclose(tie_aware_ndcg(d, a, num_bits=1)[0], dcg / ideal))
+  True
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_int_array("affinity", affinity, 0, np.iinfo(np.int32).max, what="affinity levels")
+  _checks.check_shape("affinity", affinity, distances.shape, like="distances")
+  num_levels = codes._levels(affinity, num_levels)
+  if num_levels > 64:
+    raise ValueError(f"affinity: expected at most 64 levels (gain 2^v - 1), got {num_levels}")
+  _check_where(where, distances)
+  k = _check_cutoff(k)
+  hist = _histogram(distances, affinity, num_bits, num_levels, where)
+  return _on_hist(_tie_aware_ndcg, hist, jnp.int32(k), _float_dtype(dtype))
+
+
+def tie_aware_precision_at_k(distances: Array, relevance: Array, *, num_bits: int, k: int,
+                             where: Optional[Array] = None, dtype: Any = None) -> Array:
+  """Tie-aware precision@k: a tie straddling rank ``k`` contributes its expected relevant count.
+
+  .. math:: P_T@k = \\frac{1}{\\min(k, N)} \\mathbb{E}_{\\text{tie orders}}
+     \\Big[\\sum_{t \\le k} \\mathrm{rel}(R_t)\\Big]
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    k: the cutoff (int >= 1).
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> tie_aware_precision_at_k(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2,
+  ...                          k=2).tolist()
+  [0.75]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  k = _check_cutoff(k, allow_none=False)
+  hist = _histogram(distances, relevance, num_bits, 2, where)
+  return _on_hist(_tie_aware_precision_at_k, hist, jnp.int32(k), _float_dtype(dtype))
+
+
+def precision_at_radius(distances: Array, relevance: Array, *, num_bits: int, radius: int,
+                        where: Optional[Array] = None, dtype: Any = None) -> Array:
+  """Precision of the items within Hamming radius ``radius`` (``d <= radius``), 0 if none.
+
+  Nair et al. (2012, Sec. 5.1, eq. 9) report this with "distance < 2", i.e.
+  ``radius=1``; "precision within Hamming radius 2" is ``radius=2``.
+
+  .. math:: P(r) = \\frac{|\\{i : d_i \\le r, \\mathrm{rel}_i = 1\\}|}{|\\{i : d_i \\le r\\}|}
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    radius: int ``>= 0``.
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; 0 where nothing is retrieved (see :func:`retrieved_at_radius`).
+
+  >>> import numpy as np
+  >>> precision_at_radius(np.array([[0, 1, 1, 2], [2, 2, 2, 2]]), np.array([[1, 0, 1, 0], [1, 0, 0, 0]]),
+  ...                     num_bits=2, radius=1).tolist()
+  [0.66667, 0.0]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  radius = _check_radius(radius)
+  hist = _histogram(distances, relevance, num_bits, 2, where)
+  precision, _ = _on_hist(_precision_recall, hist, _float_dtype(dtype))
+  return _at_radius(precision, radius)
+
+
+def recall_at_radius(distances: Array, relevance: Array, *, num_bits: int, radius: int,
+                     where: Optional[Array] = None, dtype: Any = None) -> Array:
+  """Recall of the items within Hamming radius ``radius`` (``d <= radius``).
+
+  .. math:: R(r) = \\frac{|\\{i : d_i \\le r, \\mathrm{rel}_i = 1\\}|}{N^+}
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    radius: int ``>= 0``.
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN for a query without a relevant item.
+
+  >>> import numpy as np
+  >>> recall_at_radius(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 1]]), num_bits=2, radius=1).tolist()
+  [0.66667]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  radius = _check_radius(radius)
+  hist = _histogram(distances, relevance, num_bits, 2, where)
+  _, recall = _on_hist(_precision_recall, hist, _float_dtype(dtype))
+  return _at_radius(recall, radius)
+
+
+def retrieved_at_radius(distances: Array, *, num_bits: int, radius: int,
+                        where: Optional[Array] = None) -> Array:
+  """Number of items within Hamming radius ``radius`` (``d <= radius``) per query.
+
+  .. math:: |\\{i : d_i \\le r\\}|
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    num_bits: the code length.
+    radius: int ``>= 0``.
+    where: optional bool ``[..., N]`` mask of valid items.
+
+  Returns:
+    ``int32[...]`` counts.
+
+  >>> import numpy as np
+  >>> retrieved_at_radius(np.array([[0, 1, 1, 2], [2, 2, 2, 2]]), num_bits=2, radius=1).tolist()
+  [3, 0]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_where(where, distances)
+  radius = _check_radius(radius)
+  retrieved, _, _ = _on_hist(_cumulative_counts, _histogram(distances, None, num_bits, 1, where))
+  return _at_radius(retrieved, radius)
+
+
+def precision_recall_curve(distances: Array, relevance: Array, *, num_bits: int,
+                           where: Optional[Array] = None, dtype: Any = None) -> tuple[Array, Array]:
+  """Precision and recall at every Hamming radius ``r = 0 .. num_bits``.
+
+  .. math:: \\big(P(r), R(r)\\big)_{r=0}^{b}
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    relevance: ``{0, 1}`` ``[..., N]``, same shape.
+    num_bits: the code length.
+    where: optional bool ``[..., N]`` mask of valid items.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``(precision, recall)``, each ``float[..., num_bits + 1]`` (precision 0
+    before anything is retrieved; recall NaN without relevant items).
+
+  >>> import numpy as np
+  >>> p, r = precision_recall_curve(np.array([0, 1, 1, 2]), np.array([1, 0, 1, 0]), num_bits=2)
+  >>> p.tolist(), r.tolist()
+  ([1.0, 0.66667, 0.5], [0.5, 1.0, 1.0])
+  """
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  return _on_hist(_precision_recall, _histogram(distances, relevance, num_bits, 2, where), _float_dtype(dtype))
+
+
+def knn_classify(distances: Array, db_labels: Array, *, num_classes: int, num_bits: int, k: int,
+                 threshold: str = "relative", where: Optional[Array] = None) -> Array:
+  """Nair et al.'s Hamming nearest-neighbour classifier (Sec. 3.5.1, 5.1).
+
+  Neighbours are all items in the ``k`` nearest non-empty distance bins
+  (``threshold="relative"``) or within distance ``k`` (``"absolute"``); ties
+  inside bins are not broken, every neighbour votes. Vote ties go to the
+  smallest label; no neighbour (absolute threshold only) gives ``-1``.
+
+  .. math:: \\hat y_q = \\arg\\max_c |\\{i \\in \\mathrm{nbr}_k(q) : y_i = c\\}|
+
+  Args:
+    distances: ``int[Q, N]`` (or ``[..., N]``) Hamming distances in ``[0, num_bits]``.
+    db_labels: ``int[N]`` database labels in ``[0, num_classes)``.
+    num_classes: number of classes ``C``.
+    num_bits: the code length.
+    k: bins (relative, ``>= 1``) or radius (absolute, ``>= 0``).
+    threshold: ``"relative"`` or ``"absolute"``.
+    where: optional bool ``[..., N]`` mask of valid database items.
+
+  Returns:
+    ``int32[...]`` predicted labels (or ``-1``).
+
+  >>> import numpy as np
+  >>> knn_classify(np.array([[1, 3, 3], [0, 0, 2]]), np.array([1, 0, 0]), num_classes=2, num_bits=3,
+  ...              k=1).tolist()
+  [1, 0]
+  """
+  num_bits = _check_distances(distances, num_bits)
+  if isinstance(num_classes, (bool, np.bool_)) or not isinstance(num_classes, (int, np.integer)) \
+      or num_classes < 1:
+    raise ValueError(f"num_classes: expected a positive int, got {num_classes!r}")
+  _check_int_array("db_labels", db_labels, 0, int(num_classes) - 1, what="class labels")
+  if db_labels.ndim != 1 or db_labels.shape[0] != distances.shape[-1]:
+    raise ValueError(f"db_labels: expected shape ({distances.shape[-1]},) (the last axis of distances), "
+                     f"got {tuple(db_labels.shape)}")
+  _check_where(where, distances)
+  relative = _check_threshold(threshold)
+  k = _check_cutoff(k, allow_none=False, low=1 if relative else 0)
+  class_hist = _histogram(distances, db_labels, num_bits, int(num_classes), where)
+  return _on_hist(_knn_votes, class_hist, jnp.int32(k), relative)
+
+
+def error_rate(predictions: Array, labels: Array) -> Array:
+  """Fraction of wrong predictions (an abstention ``-1`` counts as wrong).
+
+  .. math:: \\mathrm{err} = \\frac{1}{Q} \\sum_q [\\hat y_q \\ne y_q]
+
+  Args:
+    predictions: ``int[...]`` predicted labels (``-1`` = no prediction).
+    labels: ``int[...]`` true labels, same shape.
+
+  Returns:
+    float scalar in ``[0, 1]`` (float32 unless x64 mode).
+
+  >>> import numpy as np
+  >>> error_rate(np.array([1, 0, -1, 2]), np.array([1, 1, 0, 2])).tolist()
+  0.5
+  """
+  for name, x in (("predictions", predictions), ("labels", labels)):
+    _check_int_array(name, x, np.iinfo(np.int32).min, np.iinfo(np.int32).max, what="labels")
+  _checks.check_shape("labels", labels, predictions.shape, like="predictions")
+  _checks.check_nonempty("predictions", predictions.reshape(-1), what="prediction")
+  return jnp.mean((jnp.asarray(predictions) != jnp.asarray(labels)).astype(_float_dtype(None)))
+
+
+@jax.jit
+def _mean_and_count(values, where):
+  nan = jnp.isnan(values)
+  counted = jnp.ones_like(nan) if where is None else where
+  defined = counted & ~nan
+  num = jnp.sum(defined)
+  total = jnp.sum(jnp.where(defined, values, 0.0))
+  mean = jnp.where(num > 0, total / jnp.maximum(num, 1).astype(values.dtype), jnp.nan)
+  return MeanCount(mean, jnp.sum(counted & nan).astype(jnp.int32))
+
+
+def mean_and_count(values: Array, *, where: Optional[Array] = None) -> MeanCount:
+  """Mean of the defined (non-NaN) values, and the number of undefined ones.
+
+  The policy for queries whose metric is undefined (e.g. AP without a
+  relevant item): they are left out of the mean and reported as a count.
+
+  .. math:: \\bar m = \\frac{\\sum_{q : m_q \\ne \\mathrm{NaN}} m_q}{|\\{q : m_q \\ne \\mathrm{NaN}\\}|}
+
+  Args:
+    values: ``float[...]`` per-query values, NaN where undefined.
+    where: optional bool mask of the same shape; ``False`` entries are ignored.
+
+  Returns:
+    :class:`MeanCount` ``(mean, num_undefined)``; ``mean`` is NaN when no
+    value is defined.
+
+  >>> import numpy as np
+  >>> m = mean_and_count(np.array([0.5, np.nan, 1.0]))
+  >>> float(m.mean), int(m.num_undefined)
+  (0.75, 1)
+  """
+  if not hasattr(values, "dtype") or not np.issubdtype(np.dtype(values.dtype), np.floating):
+    got = np.dtype(values.dtype).name if hasattr(values, "dtype") else type(values).__name__
+    raise ValueError(f"values: expected a float array (NaN = undefined), got {got}")
+  if where is not None:
+    if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
+      raise ValueError("where: expected a bool mask")
+    _checks.check_shape("where", where, values.shape, like="values")
+  return _mean_and_count(jnp.asarray(values), None if where is None else jnp.asarray(where))
+
+
+# --------------------------------------------------------------------------
+# One-call evaluation.
+
+
+def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
+                   query_labels: Optional[Array] = None, db_labels: Optional[Array] = None,
+                   relevance: Optional[Array] = None, affinity: Optional[Array] = None,
+                   radius: int = 2, k: int = 100, chunk_size: int = codes.DEFAULT_CHUNK_SIZE,
+                   dtype: Any = None) -> dict:
+  """Evaluates packed codes in one pass: streamed histograms, then every metric.
+
+  Builds ``hist[Q, num_bits + 1, V]`` with :func:`hashjax.codes.hamming_histogram`
+  (XOR/popcount fused with the counting; no ``[Q, N]`` matrix when labels
+  are given: relevance ``[query_labels[q] == db_labels[i]]`` is formed per
+  streamed block), then reads the metrics from it.
+
+  .. math:: \\mathrm{hist}_{q,d,v} \\to (\\overline{\\mathrm{AP}_T}, \\overline{\\mathrm{NDCG}_T},
+     \\overline{\\mathrm{AP}_{opt}}, \\overline{\\mathrm{AP}_{pes}}, \\overline{P(r)}, \\overline{P_T@k})
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed query codes.
+    db_words: ``uint32[N, W]`` packed database codes.
+    num_bits: the code length.
+    query_labels: ``int[Q]`` class labels (with ``db_labels``; relevance =
+      label agreement).
+    db_labels: ``int[N]`` class labels.
+    relevance: alternatively ``{0, 1}[Q, N]``.
+    affinity: alternatively ``int[Q, N]`` levels ``>= 0`` (NDCG uses the
+      levels; AP and precision count levels ``>= 1`` as relevant).
+    radius: Hamming radius for precision/recall (``d <= radius``).
+    k: cutoff of the tie-aware precision@k.
+    chunk_size: cap on database items per streamed step.
+    dtype: float dtype of the computation (``None``: follow x64 mode).
+
+  Returns:
+    dict of Python numbers: ``tie_aware_ap``, ``tie_aware_ndcg``,
+    ``optimistic_ap``, ``pessimistic_ap`` (means over queries with a
+    relevant item), ``precision_at_radius`` (queries retrieving nothing count
+    as 0), ``num_empty_at_radius``, ``recall_at_radius``,
+    ``tie_aware_precision_at_k``, ``num_undefined_ap`` (queries without a
+    relevant item), ``num_undefined_ndcg``, ``radius``, ``k``,
+    ``num_queries``, ``num_db``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> q = pack_bits(np.array([[0, 0], [1, 1]]))
+  >>> x = pack_bits(np.array([[0, 0], [0, 1], [1, 1]]))
+  >>> out = evaluate_codes(q, x, num_bits=2, query_labels=np.array([0, 1]), db_labels=np.array([0, 0, 1]),
+  ...                      radius=1)
+  >>> out["tie_aware_ap"], out["num_undefined_ap"], out["precision_at_radius"]  # radius 1: 2/2 and 1/2
+  (1.0, 0, 0.75)
+  """
+  codes._check_pair(query_words, db_words)
+  num_bits = _checks.check_num_bits(num_bits, words=query_words, words_name="query_words")
+  num_q, num_db = query_words.shape[0], db_words.shape[0]
+  labels_given = query_labels is not None or db_labels is not None
+  given = [name for name, used in (("query_labels/db_labels", labels_given), ("relevance", relevance is not None),
+                                   ("affinity", affinity is not None)) if used]
+  if len(given) != 1:
+    raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels "
+                     f"(both query_labels and db_labels), relevance or affinity, got {given or 'none'}")
+  radius = _check_radius(radius)
+  k = _check_cutoff(k, allow_none=False)
+  dt = _float_dtype(dtype)
+  if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+    raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+  if labels_given:
+    for name, lab, n in (("query_labels", query_labels, num_q), ("db_labels", db_labels, num_db)):
+      if lab is None:
+        raise ValueError(f"{name}: expected int labels of shape ({n},) together with the other labels, got None")
+      _check_int_array(name, lab, np.iinfo(np.int32).min, np.iinfo(np.int32).max, what="class labels")
+      if lab.ndim != 1 or lab.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},), got {tuple(lab.shape)}")
+    hist = codes._stream_hamming_bucketed(query_words, db_words, num_bits=num_bits, num_levels=2,
+                                          chunk_size=int(chunk_size), query_labels=query_labels,
+                                          db_labels=db_labels)
+  elif relevance is not None:
+    _check_int_array("relevance", relevance, 0, 1, what="relevance labels")
+    hist = codes.hamming_histogram(query_words, db_words, relevance, num_bits=num_bits, num_levels=2,
+                                   chunk_size=int(chunk_size))
+  else:
+    _check_int_array("affinity", affinity, 0, np.iinfo(np.int32).max, what="affinity levels")
+    hist = codes.hamming_histogram(query_words, db_words, affinity, num_bits=num_bits,
+                                   chunk_size=int(chunk_size))
+  return _evaluate_histogram(hist, radius=radius, k=k, dtype=dt, num_db=num_db)
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _evaluate_kernel(hist, valid, k, radius, dtype):
+  """Every summary of :func:`evaluate_codes` from ``hist[Q, B, V]`` (rows ``valid``), one compilation."""
+  no_cut = jnp.int32(_NO_CUTOFF)
+  tie, opt, pes = _ap_core(hist, no_cut, dtype, ("tie", "opt", "pes"))
+  ap_t = _mean_and_count(tie, valid)
+  ndcg = _mean_and_count(_tie_aware_ndcg(hist, no_cut, dtype), valid)
+  precision, recall = _precision_recall(hist, dtype)
+  retrieved, _, _ = _cumulative_counts(hist)
+  num_valid = jnp.maximum(jnp.sum(valid), 1).astype(dtype)
+  return {
+      "tie_aware_ap": ap_t.mean,
+      "tie_aware_ndcg": ndcg.mean,
+      "optimistic_ap": _mean_and_count(opt, valid).mean,
+      "pessimistic_ap": _mean_and_count(pes, valid).mean,
+      "precision_at_radius": jnp.sum(jnp.where(valid, _at_radius(precision, radius), 0.0)) / num_valid,
+      "num_empty_at_radius": jnp.sum(valid & (_at_radius(retrieved, radius) == 0)),
+      "recall_at_radius": _mean_and_count(_at_radius(recall, radius), valid).mean,
+      "tie_aware_precision_at_k": _mean_and_count(_tie_aware_precision_at_k(hist, k, dtype), valid).mean,
+      "num_undefined_ap": ap_t.num_undefined,
+      "num_undefined_ndcg": ndcg.num_undefined,
+  }
+
+
+def _evaluate_histogram(hist, *, radius: int, k: int, dtype, num_db: int) -> dict:
+  # Pad to power-of-two shapes (empty rows masked out) so that evaluations of other query
+  # counts, code lengths or level counts mostly reuse the compilation.
+  h = np.asarray(hist)
+  rows, bins, levels = h.shape
+  padded = np.zeros((codes._next_pow2(rows), codes._next_pow2(bins), codes._next_pow2(levels)), np.int32)
+  padded[:rows, :bins, :levels] = h
+  valid = np.arange(padded.shape[0]) < rows
+  out = _evaluate_kernel(jnp.asarray(padded), jnp.asarray(valid), jnp.int32(k), jnp.int32(radius), dtype)
+  out = {key: (int(v) if key.startswith("num_") else float(v)) for key, v in out.items()}
+  out.update(radius=radius, k=k, num_queries=rows, num_db=int(num_db))
+  return out
