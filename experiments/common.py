@@ -54,8 +54,17 @@ COLUMNS = (
     ("optimistic_ap", "AP_opt"),
     ("pessimistic_ap", "AP_pes"),
     ("precision_at_radius", "P@r"),
+    ("num_empty_at_radius", "empty@r"),
     ("tie_aware_precision_at_k", "P@k_T"),
 )
+
+
+def _cell(value) -> str:
+  if value is None:
+    return f"{'-':>10}"
+  if isinstance(value, (int, np.integer)):
+    return f"{value:>10d}"
+  return f"{value:>10.4f}"
 
 
 def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
@@ -63,7 +72,7 @@ def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
   header = f"{'method':<14}{'bits':>5}" + "".join(f"{title:>10}" for _, title in columns)
   lines: List[str] = [header, "-" * len(header)]
   for row in rows:
-    cells = "".join(f"{row[key]:>10.4f}" if key in row else f"{'-':>10}" for key, _ in columns)
+    cells = "".join(_cell(row.get(key)) for key, _ in columns)
     lines.append(f"{row['method']:<14}{row['bits']:>5}" + cells)
   return "\n".join(lines)
 
