@@ -50,6 +50,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per method (the best i
 _THREADS = flags.DEFINE_integer("threads", 0, "Threads for both libraries (0: all allowed CPUs).")
 _CHECK_QUERIES = flags.DEFINE_integer("check_queries", 20, "Queries checked against numpy brute force.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random codes.")
+_METRICS = flags.DEFINE_bool("metrics", True, "Also print experiments.benchmark_metrics.run(small).")
 
 
 def _popcount(x):
@@ -191,8 +192,13 @@ def _run_metrics_benchmark(small: bool) -> None:
   run = getattr(benchmark_metrics, "run", None)
   if run is None:
     return
-  rows = run(small)
   print("\nexperiments.benchmark_metrics:")
+  try:
+    rows = run(small)
+  except Exception as e:  # pylint: disable=broad-except
+    # Another module's failure should not hide the search results printed above.
+    print(f"  run({small}) failed: {type(e).__name__}: {e}".splitlines()[0])
+    return
   for row in rows:
     print("  " + "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in row.items()))
@@ -216,7 +222,8 @@ def main(argv):
   run_benchmark(num_db=num_db, num_queries=num_queries, k=_K.value, radius=_RADIUS.value,
                 bits=[int(b) for b in _BITS.value], repeats=repeats, threads=threads,
                 check_queries=_CHECK_QUERIES.value, seed=_SEED.value)
-  _run_metrics_benchmark(small)
+  if _METRICS.value:
+    _run_metrics_benchmark(small)
 
 
 if __name__ == "__main__":

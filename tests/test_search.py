@@ -1,0 +1,267 @@
+"""hashjax.search against brute-force numpy references (full scans, lexicographic sorts)."""
+
+import jax
+import numpy as np
+import pytest
+
+from hashjax import codes, search
+
+
+def _codes(rng, n, num_bits, *, pool=None, p_one=0.5):
+  """Packed random codes; ``pool`` draws them from a few distinct codes (many ties)."""
+  if pool is not None:
+    base = (rng.random((pool, num_bits)) < p_one).astype(np.uint8)
+    bits = base[rng.integers(0, pool, n)]
+  else:
+    bits = (rng.random((n, num_bits)) < p_one).astype(np.uint8)
+  return np.asarray(codes.pack_bits(bits))
+
+
+def _ref_distances(q, x):
+  """All-pairs Hamming distances by a popcount table over bytes (no XLA)."""
+  table = np.array([bin(v).count("1") for v in range(256)], np.int64)
+  xor = q[:, None, :] ^ x[None, :, :]
+  return table[xor.view(np.uint8)].sum(-1)
+
+
+def _ref_knn(q, x, k):
+  d = _ref_distances(q, x)
+  idx = np.arange(x.shape[0])
+  order = np.stack([np.lexsort((idx, row))[:k] for row in d])
+  return np.take_along_axis(d, order, 1), order
+
+
+def _ref_radius(q, x, r):
+  d = _ref_distances(q, x)
+  r = np.broadcast_to(np.asarray(r), (q.shape[0],))
+  rows = []
+  for j in range(q.shape[0]):
+    hit = np.nonzero(d[j] <= r[j])[0]
+    hit = hit[np.lexsort((hit, d[j, hit]))]
+    rows.append((d[j, hit], hit))
+  return rows
+
+
+def _assert_ragged_equal(res, rows):
+  offsets = np.asarray(res.offsets)
+  dist, ids = np.asarray(res.distances), np.asarray(res.indices)
+  assert res.distances.dtype == np.int32 and res.indices.dtype == np.int32
+  assert offsets.shape == (len(rows) + 1,) and offsets[0] == 0
+  np.testing.assert_array_equal(np.asarray(res.counts), [len(r[1]) for r in rows])
+  for j, (ref_d, ref_i) in enumerate(rows):
+    np.testing.assert_array_equal(dist[offsets[j]:offsets[j + 1]], ref_d, err_msg=f"query {j}")
+    np.testing.assert_array_equal(ids[offsets[j]:offsets[j + 1]], ref_i, err_msg=f"query {j}")
+
+
+def test_reference_distance_matches_bit_loop():
+  rng = np.random.default_rng(0)
+  for num_bits in (1, 33, 128):
+    qb = rng.integers(0, 2, (3, num_bits))
+    xb = rng.integers(0, 2, (5, num_bits))
+    loop = np.array([[sum(int(a != b) for a, b in zip(qr, xr)) for xr in xb] for qr in qb])
+    got = _ref_distances(np.asarray(codes.pack_bits(qb)), np.asarray(codes.pack_bits(xb)))
+    np.testing.assert_array_equal(got, loop)
+
+
+# Each case names the selection it must exercise (checked with search._plan), so
+# that every code path is compared with the reference.
+_KNN_CASES = [
+    # num_bits, N, Q, k, chunk_size, pool, plan
+    (1, 20000, 37, 24, 2048, None, "hierarchical"),  # two distances only: huge ties
+    (31, 20000, 37, 5, 2048, 40, "hierarchical"),
+    (32, 20000, 37, 24, 2048, None, "hierarchical"),
+    (33, 20000, 37, 1, 2048, 300, "hierarchical"),
+    (64, 20000, 37, 24, 2048, 50, "hierarchical"),
+    (128, 20000, 37, 5, 2048, None, "hierarchical"),
+    (128, 20000, 37, 24, 2048, 30, "hierarchical"),
+    (32, 20000, 37, 79, 2048, 90, "hierarchical"),  # k = number of superblocks
+    (32, 3000, 37, 100, 65536, 60, "all"),
+    (128, 2999, 37, 2999, 65536, None, "all"),  # k = N: a full ranking
+    (64, 20000, 37, 200, 2048, 200, "sorted"),
+    (1, 5000, 1, 3, 256, None, "hierarchical"),  # one query; 20 chunks padded to 24
+]
+
+
+@pytest.mark.parametrize("num_bits,num_db,num_q,k,chunk_size,pool,plan", _KNN_CASES)
+def test_knn_matches_brute_force(num_bits, num_db, num_q, k, chunk_size, pool, plan):
+  rng = np.random.default_rng(num_bits * 1000 + k)
+  x = _codes(rng, num_db, num_bits, pool=pool)
+  q = np.concatenate([_codes(rng, num_q - num_q // 2, num_bits, pool=pool), x[:num_q // 2]])
+  assert search._plan(num_db, x.shape[1], k, search._check_chunk_size(chunk_size)) == plan
+  dist, ids = search.knn(q, x, k, chunk_size=chunk_size)
+  assert dist.shape == ids.shape == (num_q, k)
+  assert dist.dtype == np.int32 and ids.dtype == np.int32
+  ref_d, ref_i = _ref_knn(q, x, k)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+
+
+def test_knn_tie_rule_prefers_lower_index_within_the_kth_distance():
+  # Items 0..9 all at distance 1, item 10 at distance 0: k = 4 keeps 10, 0, 1, 2.
+  x = np.asarray(codes.pack_bits(np.array([[1, 0]] * 10 + [[0, 0]])))
+  q = np.asarray(codes.pack_bits(np.array([[0, 0]])))
+  dist, ids = search.knn(q, x, 4)
+  assert np.asarray(dist).tolist() == [[0, 1, 1, 1]]
+  assert np.asarray(ids).tolist() == [[10, 0, 1, 2]]
+
+
+def test_knn_over_database_segments_matches_brute_force(monkeypatch):
+  # Databases beyond the float32-exact size are searched in segments and merged;
+  # shrink the segment size to exercise that merge, incl. a short last segment.
+  monkeypatch.setattr(search, "_segment_size", lambda num_words, chunk_size: 3000)
+  rng = np.random.default_rng(7)
+  x = _codes(rng, 9010, 64, pool=80)
+  q = _codes(rng, 9, 64, pool=80)
+  for k in (5, 20, 4000):  # 4000: more than a segment holds
+    dist, ids = search.knn(q, x, k, chunk_size=1024)
+    ref_d, ref_i = _ref_knn(q, x, k)
+    np.testing.assert_array_equal(np.asarray(dist), ref_d)
+    np.testing.assert_array_equal(np.asarray(ids), ref_i)
+
+
+def test_knn_wide_codes_use_uint16_minima():
+  # 288 bits: distances above 255 need the uint16 kernel.
+  rng = np.random.default_rng(3)
+  x = _codes(rng, 6000, 288, pool=70)
+  q = np.concatenate([_codes(rng, 3, 288), ~x[:2]])  # ~x: distance 288 to x
+  assert search._plan(6000, 9, 4, 1024) == "hierarchical"
+  dist, ids = search.knn(q, x, 4, chunk_size=1024)
+  ref_d, ref_i = _ref_knn(q, x, 4)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+
+
+@pytest.mark.parametrize("num_db,k,plan", [(2000, 6, "hierarchical"), (3000, 30, "all"),
+                                           (20000, 100, "sorted")])
+def test_knn_under_jit_matches_brute_force(num_db, k, plan):
+  rng = np.random.default_rng(11)
+  x = _codes(rng, num_db, 32, pool=50)
+  q = _codes(rng, 5, 32, pool=50)
+  assert search._plan(num_db, 1, k, 1024) == plan
+  jitted = jax.jit(lambda a, b: search.knn(a, b, k, chunk_size=1024))
+  dist, ids = jitted(q, x)
+  ref_d, ref_i = _ref_knn(q, x, k)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+
+
+# The hierarchical plan finds the ties from its own scan; the others through
+# radius_search with each query's k-th distance as its radius.
+@pytest.mark.parametrize("num_bits,k,num_db,plan", [
+    (32, 24, 20000, "hierarchical"), (128, 5, 20000, "hierarchical"), (1, 3, 20000, "hierarchical"),
+    (64, 100, 3000, "all")])
+def test_knn_return_ties_gives_whole_tie_groups(num_bits, k, num_db, plan):
+  rng = np.random.default_rng(num_bits + k)
+  x = _codes(rng, num_db, num_bits, pool=None if num_bits == 1 else 25)
+  q = _codes(rng, 37, num_bits, pool=25)
+  assert search._plan(num_db, x.shape[1], k, 2048) == plan
+  res = search.knn(q, x, k, return_ties=True, chunk_size=2048)
+  assert isinstance(res, search.RaggedNeighbors)
+  ref_d, _ = _ref_knn(q, x, k)
+  _assert_ragged_equal(res, _ref_radius(q, x, ref_d[:, -1]))
+  # Each row starts with knn's k items.
+  dist, ids = search.knn(q, x, k, chunk_size=2048)
+  offsets = np.asarray(res.offsets)
+  for j in range(q.shape[0]):
+    np.testing.assert_array_equal(np.asarray(res.indices)[offsets[j]:offsets[j] + k], np.asarray(ids)[j])
+
+
+@pytest.mark.parametrize("num_bits", [1, 31, 32, 33, 64, 128])
+@pytest.mark.parametrize("r", [0, 2, 6])
+def test_radius_search_matches_brute_force(num_bits, r):
+  rng = np.random.default_rng(num_bits + 100 * r)
+  x = _codes(rng, 20000, num_bits, pool=400)
+  q = np.concatenate([_codes(rng, 20, num_bits, pool=400), _codes(rng, 17, num_bits)])
+  res = search.radius_search(q, x, r, chunk_size=2048)
+  _assert_ragged_equal(res, _ref_radius(q, x, r))
+
+
+def test_radius_search_per_query_radii_and_whole_database():
+  rng = np.random.default_rng(5)
+  x = _codes(rng, 3001, 64, pool=30)
+  q = _codes(rng, 6, 64, pool=30)
+  radii = np.array([0, 1, 3, 5, 64, 100])  # 64 and beyond: every item
+  res = search.radius_search(q, x, radii, chunk_size=1024)
+  _assert_ragged_equal(res, _ref_radius(q, x, radii))
+  assert np.asarray(res.counts)[-2:].tolist() == [3001, 3001]
+
+
+def test_radius_search_when_the_prefix_filter_does_not_prune():
+  # The first 32 bits are identical everywhere, so the 32-bit prefix bound passes
+  # every superblock and radius_search must fall back to the full-width scan.
+  rng = np.random.default_rng(9)
+  bits = (rng.random((6000, 128)) < 0.02).astype(np.uint8)
+  bits[:, :32] = 1
+  x = np.asarray(codes.pack_bits(bits))
+  q = x[rng.integers(0, 6000, 33)]
+  for r in (1, 4):
+    _assert_ragged_equal(search.radius_search(q, x, r, chunk_size=1024), _ref_radius(q, x, r))
+
+
+def test_radius_search_with_no_results_and_jax_inputs():
+  x = codes.pack_bits(np.zeros((300, 40), np.uint8))
+  q = codes.pack_bits(np.ones((2, 40), np.uint8))
+  res = search.radius_search(q, x, 39)
+  assert np.asarray(res.offsets).tolist() == [0, 0, 0]
+  assert res.distances.shape == res.indices.shape == (0,)
+
+
+def test_host_popcount_fallback_matches(monkeypatch):
+  rng = np.random.default_rng(2)
+  words = rng.integers(0, 2**32, (4, 5, 3), dtype=np.uint32)
+  expected = _ref_distances(np.zeros((1, 3), np.uint32), words.reshape(-1, 3))[0]
+  monkeypatch.delattr(np, "bitwise_count", raising=False)
+  got = search._host_popcount(words).sum(-1).reshape(-1)
+  np.testing.assert_array_equal(got, expected)
+
+
+# Bad input: each raises ValueError naming the argument.
+
+_Q = np.zeros((2, 1), np.uint32)
+_X = np.zeros((5, 1), np.uint32)
+
+
+@pytest.mark.parametrize("query_words,db_words,match", [
+    (_Q.astype(np.int32), _X, "query_words"),
+    (_Q, _X.astype(np.uint8), "db_words"),
+    (_Q, np.zeros((5, 2), np.uint32), "db_words"),
+    (np.zeros((0, 1), np.uint32), _X, "query_words"),
+    (_Q, np.zeros((0, 1), np.uint32), "db_words"),
+    (_Q[0], _X, "query_words"),
+    ([[0]], _X, "query_words"),
+])
+def test_bad_codes_raise(query_words, db_words, match):
+  with pytest.raises(ValueError, match=match):
+    search.knn(query_words, db_words, 1)
+  with pytest.raises(ValueError, match=match):
+    search.radius_search(query_words, db_words, 1)
+
+
+@pytest.mark.parametrize("k", [0, -1, 6, 2.0, True, None])
+def test_bad_k_raises(k):
+  with pytest.raises(ValueError, match="k"):
+    search.knn(_Q, _X, k)
+
+
+@pytest.mark.parametrize("r", [-1, 1.5, True, np.array([1.0, 2.0]), np.array([1, -2]),
+                               np.array([1, 2, 3]), "2"])
+def test_bad_radius_raises(r):
+  with pytest.raises(ValueError, match="r"):
+    search.radius_search(_Q, _X, r)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -5, 1.5, True])
+def test_bad_chunk_size_raises(chunk_size):
+  with pytest.raises(ValueError, match="chunk_size"):
+    search.knn(_Q, _X, 1, chunk_size=chunk_size)
+  with pytest.raises(ValueError, match="chunk_size"):
+    search.radius_search(_Q, _X, 1, chunk_size=chunk_size)
+
+
+def test_bad_return_ties_and_tracing_raise():
+  with pytest.raises(ValueError, match="return_ties"):
+    search.knn(_Q, _X, 1, return_ties=1)
+  with pytest.raises(ValueError, match="return_ties"):
+    jax.jit(lambda a, b: search.knn(a, b, 1, return_ties=True))(_Q, _X)
+  with pytest.raises(ValueError, match="db_words"):
+    jax.jit(lambda a, b: search.radius_search(a, b, 1).offsets)(_Q, _X)
