@@ -37,7 +37,7 @@ def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, 
     key = key.strip()
     if key not in config:
       raise ValueError(f"--grid: {key!r} is not a field of the config")
-    kind = type(config[key])
+    kind = config.get_ref(key).get_type()  # declared type, also for None placeholders
     axes.append((key, [kind(v.strip()) if kind is not bool else v.strip() == "True"
                        for v in values.split(",")]))
   if not axes:

@@ -29,14 +29,14 @@ def test_pack_matches_loop_and_unpack_inverts(num_bits):
 def test_pack_and_unpack_for_every_length_up_to_1024():
   # pack_bits is checked against the loop for every length. unpack_bits is
   # "unpack all 32 W bits, then keep the first num_bits": it is checked for every
-  # length up to 160 and, beyond, for every word count W at the shortest and
+  # length up to 64 and, beyond, for every word count W at the shortest and
   # longest lengths that W holds, since each new length costs one XLA compile.
   rng = np.random.default_rng(0)
   for num_bits in range(1, 1025):
     bits = rng.integers(0, 2, size=(2, num_bits), dtype=np.uint8)
     words = codes.pack_bits(bits)
     assert np.array_equal(np.asarray(words), _ref_pack(bits)), num_bits
-    if num_bits <= 160 or num_bits % 32 in (0, 1):
+    if num_bits <= 64 or num_bits % 32 in (0, 1):
       assert np.array_equal(np.asarray(codes.unpack_bits(words, num_bits)), bits), num_bits
 
 
