@@ -26,11 +26,11 @@ def main(argv):
   config = _CONFIG.value
   workdir = _WORKDIR.value or common.default_workdir(config.name)
   results = train_lib.train_and_evaluate(config, workdir)
-  print(common.format_table(results["rows"]))
+  print(common.format_table(results["rows"], columns=results.get("columns", common.COLUMNS)))
   s = results["summary"]
   ttt = s["time_to_target"]
   print(f"train step throughput: {s['examples_per_sec']:.0f} examples/s; training time {s['train_time']:.1f} s; "
-        + (f"target {config.target_metric} >= {config.target} reached at step {ttt['step']} after "
+        + (f"target {config.target_metric} reached at step {ttt['step']} after "
            f"{ttt['train_time']:.1f} s of training" if ttt else "target not reached" if config.target
            else "no target set"))
   print(f"results: {os.path.join(workdir, 'results.json')}")

@@ -114,6 +114,9 @@ def make_objective(config, mapping, task: Task):
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Trains, checkpoints and evaluates as ``config`` says; returns the results dict."""
+  if config.get("method") in ("ranknet", "lambdarank"):  # Nair et al. 2012
+    from experiments import nair_lib  # pylint: disable=g-import-not-at-top
+    return nair_lib.train_and_evaluate(config, workdir)
   task = make_task(config)
   x = task.features
   logging.info("%s: %d training items, %d evaluation queries, %d database items (eval split %s)",
