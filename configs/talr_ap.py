@@ -29,20 +29,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Model.
   config.model = "linear"  # or "mlp"
   config.hidden = (256,)
-  config.standardize = False  # centre inputs always; also divide by the std when True
+  # None: the per-model default chosen on the validation split (experiments.train_lib.MODEL_DEFAULTS).
+  config.standardize = config_dict.placeholder(bool)  # centre always; also divide by the std when True
   config.bits = 32
   # Objective.
   config.objective = "ap"  # or "ndcg"
   config.harmonic = "digamma"  # relaxed AP: "digamma" (exact at integers) or "ln" (eq. 7 as printed)
   config.discount = "exact"  # relaxed NDCG: "exact", "li" (eq. 8) or "simplified"
   config.distance = "relaxed_hamming"  # or "nair_hamming", "squared_euclidean"
-  config.alpha = 1.0
+  config.alpha = config_dict.placeholder(float)  # slope of the relaxation (eq. 6); None: per model
   config.alpha_final = 0.0  # > 0: anneal alpha linearly to this over the run (eq. 6)
   config.width = 1.0  # soft-histogram bin width (eq. 14)
   # Optimisation.
   config.optimizer = "adam"  # or "sgd" (with momentum)
-  # None: the per-model default chosen on the validation split (experiments.train_lib.LEARNING_RATES).
-  config.learning_rate = config_dict.placeholder(float)
+  config.learning_rate = config_dict.placeholder(float)  # None: per model (MODEL_DEFAULTS)
   config.momentum = 0.9
   config.batch_per_class = 25  # class-balanced minibatches of 250, query-vs-rest
   config.num_steps = 1000

@@ -18,6 +18,7 @@ is the split hyper-parameters are chosen on.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Dict, List, NamedTuple
@@ -83,12 +84,22 @@ def evaluate_words(task: Task, query_words, db_words, *, num_bits: int, config) 
                                 affinity=affinity_of(task, task.query, task.database), **kwargs)
 
 
-#: Adam learning rates chosen on the validation split (README, "Choosing hyper-parameters").
-LEARNING_RATES = {"linear": 1e-2, "mlp": 3e-3}
+#: Per-model defaults of the options a config leaves as None, chosen with experiments/tune.py
+#: on the validation split (README, TALR results).
+MODEL_DEFAULTS = {
+    "linear": {"learning_rate": 1e-2, "alpha": 3.0, "standardize": True},
+    "mlp": {"learning_rate": 3e-3, "alpha": 1.0, "standardize": False},
+}
+
+
+def option(config, name: str):
+  """``config[name]``, or the model's default when the config leaves it as None."""
+  value = config[name]
+  return MODEL_DEFAULTS[config.model][name] if value is None else value
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
-  lr = config.learning_rate if config.learning_rate is not None else LEARNING_RATES[config.model]
+  lr = option(config, "learning_rate")
   if config.optimizer == "adam":
     return optax.adam(lr)
   if config.optimizer == "sgd":
@@ -103,10 +114,10 @@ def make_objective(config, mapping, task: Task):
     metric = talr.metric_fn("ndcg", discount=config.discount)
   else:
     raise ValueError(f"config.objective: expected 'ap' or 'ndcg', got {config.objective!r}")
-  alpha = config.alpha
-  if config.alpha_final and config.alpha_final != config.alpha:
-    alpha = lambda step: mappings.alpha_schedule(step, init=config.alpha, final=config.alpha_final,
-                                                 steps=config.num_steps)
+  alpha = option(config, "alpha")
+  if config.alpha_final and config.alpha_final != alpha:
+    alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final,
+                              steps=config.num_steps)
   num_levels = 2 if config.objective == "ap" else num_levels_of(task)
   return talr.query_vs_rest(mapping, metric=metric, num_bits=config.bits, num_levels=num_levels,
                             distance=config.distance, alpha=alpha, width=config.width)
@@ -124,7 +135,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   mean, scale = mappings.feature_stats(x[task.train])
   hidden = tuple(config.hidden) if config.model == "mlp" else None
   mapping = mappings.make_mapping(config.model, num_bits=config.bits, hidden=hidden, mean=mean,
-                                  scale=scale if config.standardize else None)
+                                  scale=scale if option(config, "standardize") else None)
   params = mappings.init(jax.random.key(config.seed), mapping, x[task.train[:2]])
   loss_fn = make_objective(config, mapping, task)
   sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
