@@ -60,6 +60,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dataset = "digits"
     config.queries_per_class = 10
     config.train_per_class = 60
+    config.val_per_class = 20
     config.batch_per_class = 10
     config.num_steps = 60
     config.log_every = config.eval_every = 20

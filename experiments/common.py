@@ -44,6 +44,25 @@ def load_protocol(config: ml_collections.ConfigDict) -> Protocol:
   return Protocol(features.astype(np.float32), labels.astype(np.int32), split, config.dataset)
 
 
+def evaluation_split(config: ml_collections.ConfigDict):
+  """``(protocol, train, query, database)`` index sets for ``config.eval_split``.
+
+  ``"test"``: the protocol's training subset, queries and database.
+  ``"validation"``: ``config.val_per_class`` per class of the training subset
+  become the queries, searched against (and trained on) the rest of it, the
+  split on which hyper-parameters are chosen.
+  """
+  protocol = load_protocol(config)
+  split = protocol.split
+  if config.eval_split == "validation":
+    val = data.validation_split(split.train, labels=protocol.labels, per_class=config.val_per_class,
+                                seed=config.seed)
+    return protocol, val.train, val.validation, val.train
+  if config.eval_split != "test":
+    raise ValueError(f"config.eval_split: expected 'test' or 'validation', got {config.eval_split!r}")
+  return protocol, split.train, split.query, split.database
+
+
 def default_workdir(config_name: str) -> str:
   return os.path.join("runs", config_name)
 

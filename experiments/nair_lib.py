@@ -119,15 +119,7 @@ def euclidean_neighbors(query_features: np.ndarray, db_features: np.ndarray, *, 
 def make_task(config: ml_collections.ConfigDict) -> NairTask:
   """The protocol's split (``eval_split="test"``) or its validation variant, with the task's relevance."""
   task_name = _check_option("task", config.task, TASKS)
-  protocol = common.load_protocol(config)
-  split = protocol.split
-  train, query, database = split.train, split.query, split.database
-  if config.eval_split == "validation":
-    val = data.validation_split(split.train, labels=protocol.labels, per_class=config.val_per_class,
-                                seed=config.seed)
-    train, query, database = val.train, val.validation, val.train
-  elif config.eval_split != "test":
-    raise ValueError(f"config.eval_split: expected 'test' or 'validation', got {config.eval_split!r}")
+  protocol, train, query, database = common.evaluation_split(config)
   x = protocol.features
   train_rel = eval_rel = None
   if task_name == "retrieval":

@@ -46,15 +46,7 @@ class Task(NamedTuple):
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
   """The protocol's split, or its validation variant (queries carved from the training set)."""
-  protocol = common.load_protocol(config)
-  split = protocol.split
-  train, query, database = split.train, split.query, split.database
-  if config.eval_split == "validation":
-    val = data.validation_split(split.train, labels=protocol.labels, per_class=config.val_per_class,
-                                seed=config.seed)
-    train, query, database = val.train, val.validation, val.train
-  elif config.eval_split != "test":
-    raise ValueError(f"config.eval_split: expected 'test' or 'validation', got {config.eval_split!r}")
+  protocol, train, query, database = common.evaluation_split(config)
   thresholds = None
   if config.affinity == "euclidean":
     thresholds = data.euclidean_thresholds(protocol.features[train])
