@@ -29,7 +29,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.affinity = "label"  # or "euclidean": TALR's multi-level 5/1/0.2/0.1% -> 1/2/5/10
   # Model.
   config.model = "linear"  # or "mlp"
-  config.hidden = (256,)
+  config.hidden = (1024,)  # chosen on validation: 256 -> 0.9473, 512 -> 0.9489, 1024 -> 0.9548
   # None: the per-model default chosen on the validation split (experiments.train_lib.MODEL_DEFAULTS).
   config.standardize = config_dict.placeholder(bool)  # centre always; also divide by the std when True
   config.bits = 32
