@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from typing import Dict, List, NamedTuple, Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
-from hashjax import data
+from hashjax import baselines, codes, data
 
 
 class Protocol(NamedTuple):
@@ -61,6 +62,19 @@ def evaluation_split(config: ml_collections.ConfigDict):
   if config.eval_split != "test":
     raise ValueError(f"config.eval_split: expected 'test' or 'validation', got {config.eval_split!r}")
   return protocol, split.train, split.query, split.database
+
+
+def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
+                   seed: int):
+  """Fits baseline ``method`` on ``features[train]``; returns packed ``(query_words, db_words)``.
+
+  The key is ``fold_in(key(seed), num_bits)``, so every experiment that runs a
+  baseline at a given seed and length gets the very same codes.
+  """
+  params = baselines.fit(method, features[train], num_bits=num_bits,
+                         key=jax.random.fold_in(jax.random.key(seed), num_bits))
+  return (codes.pack_bits(baselines.encode(method, params, features[query])),
+          codes.pack_bits(baselines.encode(method, params, features[database])))
 
 
 def default_workdir(config_name: str) -> str:

@@ -17,13 +17,12 @@ import time
 from typing import Dict, List
 
 from absl import app, flags, logging
-import jax
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
 from experiments import common
-from hashjax import baselines, codes, io, metrics
+from hashjax import io, metrics
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/<config name>).")
@@ -39,11 +38,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   rows = []
   for num_bits in config.bits:
     for method in config.methods:
-      key = jax.random.fold_in(jax.random.key(config.seed), num_bits)
       start = time.perf_counter()
-      params = baselines.fit(method, x[split.train], num_bits=num_bits, key=key)
-      query_words = codes.pack_bits(baselines.encode(method, params, x[split.query]))
-      db_words = codes.pack_bits(baselines.encode(method, params, x[split.database]))
+      query_words, db_words = common.baseline_words(method, x, split.train, split.query, split.database,
+                                                    num_bits=num_bits, seed=config.seed)
       fit_seconds = time.perf_counter() - start
       start = time.perf_counter()
       result = metrics.evaluate_codes(

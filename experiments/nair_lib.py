@@ -45,7 +45,7 @@ import numpy as np
 import optax
 
 from experiments import common
-from hashjax import baselines, codes, data, io, mappings, metrics, objectives
+from hashjax import codes, io, mappings, metrics, objectives
 from hashjax import train as train_lib
 
 __all__ = ["NairTask", "METHODS", "TASKS", "SCORES", "COLUMNS", "make_task", "make_mapping",
@@ -342,10 +342,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   rows.append({"method": config.method + ("" if config.model == "linear" else f"-{config.model}"), "bits": config.bits, **learned,
                "eval_seconds": time.perf_counter() - start})
   for method in config.baselines:
-    bparams = baselines.fit(method, x[task.train], num_bits=config.bits,
-                            key=jax.random.fold_in(jax.random.key(config.seed), config.bits))
-    q = codes.pack_bits(baselines.encode(method, bparams, x[task.query]))
-    db = codes.pack_bits(baselines.encode(method, bparams, x[task.database]))
+    q, db = common.baseline_words(method, x, task.train, task.query, task.database,
+                                  num_bits=config.bits, seed=config.seed)
     rows.append({"method": method, "bits": config.bits, **evaluate(config, task, q, db)})
   if config.exact_l2:
     rows.append(exact_l2_row(config, task))

@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 from experiments import common
-from hashjax import baselines, codes, data, io, mappings, metrics
+from hashjax import data, io, mappings, metrics
 from hashjax import train as train_lib
 from hashjax.objectives import talr
 
@@ -161,10 +161,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   rows.append({"method": name, "bits": config.bits, **_plain(learned),
                "eval_seconds": time.perf_counter() - start})
   for method in config.baselines:
-    bparams = baselines.fit(method, x[task.train], num_bits=config.bits,
-                            key=jax.random.fold_in(jax.random.key(config.seed), config.bits))
-    q = codes.pack_bits(baselines.encode(method, bparams, x[task.query]))
-    db = codes.pack_bits(baselines.encode(method, bparams, x[task.database]))
+    q, db = common.baseline_words(method, x, task.train, task.query, task.database,
+                                  num_bits=config.bits, seed=config.seed)
     rows.append({"method": method, "bits": config.bits,
                  **_plain(evaluate_words(task, q, db, num_bits=config.bits, config=config))})
   train_logs = [h for h in history if h["kind"] == "train"]
