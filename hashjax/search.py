@@ -13,20 +13,22 @@ sorting ``N`` keys, and without ever holding the ``[Q, N]`` distance matrix:
    queries at once, the minimum distance over each block of ``B`` consecutive
    items (``B * bytes_per_code = 32``; ``B = 1`` beyond 256 bits). Codes are
    viewed as bytes and the queries sit in the vector lanes, so each distance
-   costs a broadcast, an XOR and a byte popcount per code byte. The block
-   minima of each chunk are reduced to **superblock** minima (256 consecutive
-   items): ``N / 256`` bytes per query.
-2. **Selection** (exact). *Lemma:* split the items into consecutive groups; the
-   top ``k`` items under the order (distance, index) all lie in the top ``k``
-   groups under the order (group minimum, group index). (If a group holding a
-   selected item were outside, each of the ``k`` groups ranked before it holds
-   an item ranked before that item.) So: top ``k`` superblocks by (minimum,
-   index); within their ``256 k`` items, top ``k`` blocks of 32 by (minimum,
-   position); within those ``32 k`` items, the top ``k``. Each selection is one
-   ``lax.top_k`` over exact integer keys packed into ``float32``
-   (``key = value * length + position``, exact while below ``2^24``), so ties
-   break by index for free and XLA's fast float top-k applies (integer top-k
-   takes XLA's much slower sort path on the CPU).
+   costs a broadcast, an XOR and a byte popcount per code byte. The same
+   kernel reduces them to the minima of **blocks** of 32 items and of
+   **superblocks** of 256 items, written in place into two buffers: ``N / 32``
+   and ``N / 256`` bytes per query.
+2. **Selection** (exact), one compiled program per shape bucket. *Lemma:*
+   split the items into consecutive groups; the top ``k`` items under the
+   order (distance, index) all lie in the top ``k`` groups under the order
+   (group minimum, group index). (If a group holding a selected item were
+   outside, each of the ``k`` groups ranked before it holds an item ranked
+   before that item.) So: top ``k`` superblocks by (minimum, index); among
+   their ``8 k`` blocks, read from the scan's block minima, the top ``k`` by
+   (minimum, index); within those ``32 k`` items, the top ``k``. Each
+   selection is one ``lax.top_k`` over exact integer keys packed into
+   ``float32`` (``key = value * length + position``, exact while at most
+   ``2^24``), so ties break by index for free and XLA's fast float top-k
+   applies (integer top-k takes XLA's much slower sort path on the CPU).
 
 When that does not apply (the database is too small to prune, ``k`` is large,
 or a key would not be exact in ``float32``), :func:`knn` falls back to a
@@ -44,7 +46,10 @@ replaced by the full-width pass otherwise.
 
 Shapes are bucketed so that a new database size rarely compiles anything new:
 the database is padded to a bucketed number of chunks (the padding items can
-never be returned), and queries are processed in batches of 32, 64, 128 or 256.
+never be returned, and padding chunks are never scanned), and queries are
+processed in batches of 32, 64, 128 or 256 (fewer for very large ``k``). The
+first call at a new shape compiles two programs for :func:`knn` (the chunk
+kernel and the selection) and one for :func:`radius_search`.
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ _BB = 32  # items per block in the second selection level
 _KERNEL_BYTES = 32  # code bytes read per kernel output: B * bytes_per_code
 _MAX_LANES = 256  # queries per kernel call
 _F32_EXACT = 1 << 24  # integers below this are exact in float32
-_STAGE2_ELEMS = 1 << 23  # budget for [queries, k * 256] intermediates
+_STAGE_ELEMS = 1 << 23  # budget for the [queries, k * 32, W] words of the last selection
 _SORT_ELEMS = 1 << 22  # budget for [queries, candidates] arrays of the fallbacks
 _PREFIX_MAX_RADIUS = 5  # radius search: try the 32-bit prefix filter up to this radius
 _PREFIX_MAX_FRACTION = 0.01  # ...and keep it when at most this share of superblocks pass
@@ -239,17 +244,16 @@ def _host_or_traced(*arrays):
 # Kernels.
 
 
-@jax.jit
 def _block_minima(query_bytes_t: Array, chunk_bytes: Array) -> Array:
   """Block minima of Hamming distances over the first ``F`` code bytes.
 
   ``query_bytes_t`` is ``uint8[F, L]`` (queries in the minor, vectorised
-  axis), ``chunk_bytes`` is ``uint8[NB, B, nbytes]`` with ``nbytes >= F``.
-  Returns ``[NB, L]`` minima over each block's ``B`` items, ``uint8`` (or
-  ``uint16`` when ``8 F > 254``). XLA fuses this into one elementwise loop over
-  ``[NB, L]`` whose body holds ``B * F`` byte popcounts, which LLVM vectorises
-  over the queries. ``B * F = 32`` measured fastest (fewer register spills than
-  64 or 128); at about 256 LLVM stops vectorising the loop.
+  axis), ``chunk_bytes`` is ``uint8[NB, B, F]``. Returns ``[NB, L]`` minima
+  over each block's ``B`` items, ``uint8`` (or ``uint16`` when ``8 F > 254``).
+  XLA fuses this into one elementwise loop over ``[NB, L]`` whose body holds
+  ``B * F`` byte popcounts, which LLVM vectorises over the queries.
+  ``B * F = 32`` measured fastest (fewer register spills than 64 or 128); at
+  about 256 LLVM stops vectorising the loop.
   """
   num_bytes = query_bytes_t.shape[0]
   wide = 8 * num_bytes > 254
@@ -261,7 +265,9 @@ def _block_minima(query_bytes_t: Array, chunk_bytes: Array) -> Array:
     dist = x if dist is None else dist + x  # [NB, B, L]
   minimum = dist[:, 0]
   for i in range(1, chunk_bytes.shape[1]):
-    minimum = jnp.minimum(minimum, dist[:, i])
+    # A select, not jnp.minimum: XLA hands elementwise minima next to a
+    # reduction to its library fusion, which splits the kernel (4x slower).
+    minimum = jnp.where(dist[:, i] < minimum, dist[:, i], minimum)
   return minimum
 
 
@@ -269,16 +275,23 @@ def _min_over_groups(x: Array, group: int) -> Array:
   return jnp.min(x.reshape(x.shape[0] // group, group, x.shape[-1]), axis=1)
 
 
-@functools.partial(jax.jit, static_argnames="group")
-def _group_min(x: Array, group: int) -> Array:
-  """``[NB, L]`` block minima to ``[NB / group, L]`` superblock minima."""
-  return _min_over_groups(x, group)
+@functools.partial(jax.jit, donate_argnums=0)
+def _chunk_minima(minima, query_bytes_t: Array, chunk_bytes: Array, c: Array):
+  """The scan, one chunk: writes chunk ``c``'s minima into ``minima`` (donated,
+  so updated in place), a pair of ``[C, S / 32, L]`` and ``[C, S / 256, L]``
+  buffers: minima over blocks of 32 and superblocks of 256 items."""
+  block_min = _min_over_groups(_block_minima(query_bytes_t, chunk_bytes), _BB // chunk_bytes.shape[1])
+  sb_min = _min_over_groups(block_min, _SB // _BB)
+  return tuple(jax.lax.dynamic_update_index_in_dim(buf, m, c, 0)
+               for buf, m in zip(minima, (block_min, sb_min)))
 
 
 @functools.partial(jax.jit, static_argnames="group")
-def _group_hits(x: Array, radius: Array, group: int) -> Array:
-  """``uint8[NB / group, L]``: 1 where a superblock's minimum is ``<= radius[L]``."""
-  return (_min_over_groups(x, group) <= radius[None, :].astype(x.dtype)).astype(jnp.uint8)
+def _superblock_hits(query_bytes_t: Array, chunk_bytes: Array, radius: Array, group: int) -> Array:
+  """``uint8[S / 256, L]``: 1 where a superblock's minimum distance over the
+  first ``F`` code bytes is ``<= radius[L]`` (``group = 256 / B``)."""
+  sb_min = _min_over_groups(_block_minima(query_bytes_t, chunk_bytes), group)
+  return (sb_min <= radius[None, :].astype(sb_min.dtype)).astype(jnp.uint8)
 
 
 def _popcount_sum(query_words: Array, items: Array) -> Array:
@@ -292,45 +305,46 @@ def _neg_f32(key: Array) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames="k")
-def _select_hierarchical(query_words, superblock_min, db_words, num_db, k):
-  """Exact top ``k`` from superblock minima (see the module docstring).
+def _select(query_words, db_words, block_min, sb_min, num_db, k):
+  """Exact top ``k`` of ``L`` queries from the scan's minima, by three
+  selections (see the module docstring).
 
-  ``query_words[L, W]``; ``superblock_min``: per chunk, ``[NSB_c, L]``
-  superblock minima (concatenated here); ``db_words[NSB * 256, W]`` the padded
-  database; ``num_db``: the number of real items. Returns ``int32[L, k]``
+  ``query_words[L, W]``; ``db_words[N_pad, W]`` the padded database, of which
+  the first ``num_db`` items are real (minima of groups past them are
+  ignored); ``block_min[N_pad / 32, L]`` and ``sb_min[N_pad / 256, L]`` the
+  minima of blocks of 32 and superblocks of 256 items. Returns ``int32[L, k]``
   distances and indices.
   """
   num_q, num_words = query_words.shape
-  superblock_min = jnp.concatenate(superblock_min, axis=0)
-  num_sb = superblock_min.shape[0]
+  block_min, sb_min = block_min.reshape(-1, num_q), sb_min.reshape(-1, num_q)
+  num_blk, num_sb = block_min.shape[0], sb_min.shape[0]
   sentinel = 32 * num_words + 1
   nb = _SB // _BB
-  # Level 1: top k superblocks by (minimum, index), then put them in index order.
+  # Level 1: top k superblocks by (minimum, index).
+  # (Real minima are at most 32 W; groups past num_db, padding or garbage, get
+  # the sentinel.)
   sb_ids = jnp.arange(num_sb, dtype=jnp.int32)
-  sb_min = jnp.minimum(superblock_min.astype(jnp.int32), sentinel)
-  sb_min = jnp.where((sb_ids * _SB < num_db)[:, None], sb_min, sentinel).T
-  _, sb_sel = jax.lax.top_k(_neg_f32(sb_min * num_sb + sb_ids[None, :]), k)
-  sb_sel = jnp.sort(sb_sel, axis=1)
-  # Level 2: top k blocks of 32 among those superblocks, by (minimum, position).
-  items = db_words.reshape(num_sb, nb, _BB, num_words).at[sb_sel].get(mode=_IN_BOUNDS)  # [L,k,nb,BB,W]
-  item_ids = (sb_sel[:, :, None, None] * _SB + jnp.arange(nb, dtype=jnp.int32)[:, None] * _BB
-              + jnp.arange(_BB, dtype=jnp.int32))
-  dist = jnp.where(item_ids < num_db, _popcount_sum(query_words, items), sentinel)
-  block_min = jnp.min(dist, axis=-1).reshape(num_q, k * nb)
-  pos = jnp.arange(k * nb, dtype=jnp.int32)
-  _, blk_sel = jax.lax.top_k(_neg_f32(block_min * (k * nb) + pos[None, :]), k)
-  blk_sel = jnp.sort(blk_sel, axis=1)
-  blocks = jnp.take_along_axis(sb_sel, blk_sel // nb, axis=1, mode=_IN_BOUNDS) * nb + blk_sel % nb
+  sb_key = jnp.where((sb_ids * _SB < num_db)[:, None], sb_min.astype(jnp.int32), sentinel).T * num_sb + sb_ids
+  _, sb_sel = jax.lax.top_k(_neg_f32(sb_key), k)  # [L, k]
+  # Level 2: top k blocks of 32 among those superblocks, by (minimum, index),
+  # read from the scan's block minima; then in index order.
+  blk = (sb_sel[:, :, None] * nb + jnp.arange(nb, dtype=jnp.int32)).reshape(num_q, k * nb)
+  lane = jnp.arange(num_q, dtype=jnp.int32)[:, None]
+  blk_val = block_min.at[blk, lane].get(mode=_IN_BOUNDS).astype(jnp.int32)
+  blk_key = jnp.where(blk * _BB < num_db, blk_val, sentinel) * num_blk + blk
+  key, _ = jax.lax.top_k(_neg_f32(blk_key), k)
+  blocks = jnp.sort(jax.lax.rem((-key).astype(jnp.int32), num_blk), axis=1)  # [L, k]
   # Level 3: top k items among those blocks, by (distance, position).
-  items = db_words.reshape(num_sb * nb, _BB, num_words).at[blocks].get(mode=_IN_BOUNDS)  # [L,k,BB,W]
+  items = db_words.reshape(num_blk, _BB, num_words).at[blocks].get(mode=_IN_BOUNDS)  # [L,k,BB,W]
   item_ids = blocks[:, :, None] * _BB + jnp.arange(_BB, dtype=jnp.int32)
   dist = jnp.where(item_ids < num_db, _popcount_sum(query_words, items), sentinel)
   scale = k * _BB
   key, _ = jax.lax.top_k(_neg_f32(dist.reshape(num_q, scale) * scale + jnp.arange(scale, dtype=jnp.int32)), k)
   key = (-key).astype(jnp.int32)
-  pos = key % scale
-  ids = jnp.take_along_axis(blocks, pos // _BB, axis=1, mode=_IN_BOUNDS) * _BB + pos % _BB
-  return key // scale, ids
+  pos = jax.lax.rem(key, scale)
+  ids = jnp.take_along_axis(blocks, pos // _BB, axis=1, mode=_IN_BOUNDS) * _BB + (pos & (_BB - 1))
+  return jax.lax.div(key, scale), ids
+
 
 
 @functools.partial(jax.jit, static_argnames="k")
@@ -391,34 +405,33 @@ def _knn_hierarchical(query_words, db_words, k, chunk_size, offset, ties=False):
   size, num_chunks, num_chunks_pad = _database_layout(num_db, chunk_size)
   block = _kernel_block(num_bytes)
   db_pad = _pad_rows(db_words, size * num_chunks_pad, fill_last=True, fill_rows=size * num_chunks)
-  db_bytes = _as_bytes(db_pad[:size * num_chunks]).reshape(-1, block, num_bytes)
-  per_chunk = size // block
-  chunks = [_device(db_bytes[c * per_chunk:(c + 1) * per_chunk]) for c in range(num_chunks)]
+  db_bytes = _as_bytes(db_pad).reshape(num_chunks_pad, size // block, block, num_bytes)
+  chunks = [_device(db_bytes[c]) for c in range(num_chunks)]
   db_host, db_pad = db_pad, _device(db_pad)
   lanes = _lanes(num_q)
+  while lanes > 1 and lanes * k * _BB * num_words > _STAGE_ELEMS:
+    lanes //= 2
   q_pad = _pad_rows(query_words, -(-num_q // lanes) * lanes, fill_last=False)
   q_bytes_t = _as_bytes(q_pad).T
-  sub = lanes
-  while sub > 1 and sub * k * _SB > _STAGE2_ELEMS:
-    sub //= 2
-  dtype = np.uint16 if 8 * num_bytes > 254 else np.uint8
-  pad_part = _device(np.full((size // _SB, lanes), np.iinfo(dtype).max, dtype))
+  # Minima buffers, updated in place chunk by chunk; past the real chunks they
+  # hold garbage, which _select ignores.
+  dtype = jnp.uint16 if 8 * num_bytes > 254 else jnp.uint8
+  shapes = [(num_chunks_pad, size // group, lanes) for group in (_BB, _SB)]
+  if _checks.is_concrete(db_pad) and _checks.is_concrete(q_pad):
+    minima = tuple(jax.device_put(np.empty(shape, dtype)) for shape in shapes)
+  else:
+    minima = tuple(jnp.zeros(shape, dtype) for shape in shapes)
   n = np.int32(num_db)
   dists, ids, kept = [], [], []
   for b in range(0, q_pad.shape[0], lanes):
-    minima = [_block_minima(_device(q_bytes_t[:, b:b + lanes]), chunk) for chunk in chunks]
+    q_t = _device(q_bytes_t[:, b:b + lanes])
+    for c, chunk in enumerate(chunks):
+      minima = _chunk_minima(minima, q_t, chunk, np.int32(c))
+    d, i = _select(_device(q_pad[b:b + lanes]), db_pad, *minima, n, k)
+    dists.append(d)
+    ids.append(i)
     if ties:  # keep minima of blocks of 32 items to find the ties from
-      minima = [_group_min(m, _BB // block) for m in minima]
-      parts = [_group_min(m, _SB // _BB) for m in minima]
-      kept.append((minima, parts))
-    else:
-      parts = [_group_min(m, _SB // block) for m in minima]
-    parts += [pad_part] * (num_chunks_pad - num_chunks)
-    for s in range(0, lanes, sub):
-      sbm = parts if sub == lanes else [p[:, s:s + sub] for p in parts]
-      d, i = _select_hierarchical(_device(q_pad[b + s:b + s + sub]), sbm, db_pad, n, k)
-      dists.append(d)
-      ids.append(i)
+      kept.append(np.array(np.asarray(minima[0])[:num_chunks]).reshape(-1, lanes))
   dists, ids = _gather_rows(dists, num_q, 0), _gather_rows(ids, num_q, offset)
   if not ties:
     return dists, ids
@@ -427,17 +440,12 @@ def _knn_hierarchical(query_words, db_words, k, chunk_size, offset, ties=False):
   radius = np.asarray(dists[:, -1]).astype(np.int64)
   r_pad = np.zeros((q_pad.shape[0],), np.int64)
   r_pad[:num_q] = radius
-  nb = _SB // _BB
   pairs_q, pairs_blk = [], []
-  for b, (minima, parts) in zip(range(0, q_pad.shape[0], lanes), kept):
-    r_lanes = r_pad[b:b + lanes]
-    sb, lane = np.nonzero(np.concatenate([np.asarray(p) for p in parts], axis=0) <= r_lanes)
+  for b, block_min in zip(range(0, q_pad.shape[0], lanes), kept):
+    blk, lane = np.nonzero(block_min <= r_pad[b:b + lanes])
     keep = b + lane < num_q
-    sb, lane = sb[keep], lane[keep]
-    blk_min = np.concatenate([np.asarray(m) for m in minima], axis=0).reshape(-1, nb, lanes)
-    p, j = np.nonzero(blk_min[sb, :, lane] <= r_lanes[lane][:, None])
-    pairs_q.append(b + lane[p])
-    pairs_blk.append(sb[p] * nb + j)
+    pairs_q.append(b + lane[keep])
+    pairs_blk.append(blk[keep])
   return _exact_hits(query_words, db_host, np.concatenate(pairs_q), np.concatenate(pairs_blk),
                      radius, num_db, group=_BB)
 
@@ -496,8 +504,8 @@ def _plan(num_db: int, num_words: int, k: int, chunk_size: int) -> str:
   """
   scale = 32 * num_words + 2  # distinct distance keys incl. the sentinel
   size, _, num_chunks_pad = _database_layout(num_db, chunk_size)
-  num_sb = size * num_chunks_pad // _SB
-  if -(-num_db // _SB) >= k and scale * num_sb < _F32_EXACT and scale * k * _BB < _F32_EXACT:
+  num_blk = size * num_chunks_pad // _BB
+  if -(-num_db // _SB) >= k and scale * num_blk <= _F32_EXACT and scale * k * _BB <= _F32_EXACT:
     return "hierarchical"
   num_pad = _SB * _bucket(-(-num_db // _SB))
   if scale * num_pad < _F32_EXACT and num_pad <= 4 * max(chunk_size, 4096):
@@ -515,11 +523,11 @@ def _knn_segment(query_words, db_words, k, chunk_size, offset=0):
 
 
 def _segment_size(num_words: int, chunk_size: int) -> int:
-  """Largest database segment whose superblock keys stay exact in float32."""
+  """Largest database segment whose block keys stay exact in float32."""
   scale = 32 * num_words + 2
-  num_sb = (_F32_EXACT - 1) // scale
+  num_blk = _F32_EXACT // scale
   # Padding rounds a segment up to a bucketed number of chunks (at most x4/3).
-  chunks = max(1, (num_sb * _SB * 3 // 4) // chunk_size)
+  chunks = max(1, (num_blk * _BB * 3 // 4) // chunk_size)
   return chunks * chunk_size
 
 
@@ -535,9 +543,9 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
 
   The scan streams over database chunks and never holds the ``[Q, N]``
   distance matrix (see the module docstring for the algorithm). Memory beyond
-  the inputs: a padded copy of the database, ``N / 256`` bytes per query of
-  the current batch (at most 256 queries), and ``O(256 k)`` per query for the
-  selection.
+  the inputs: a padded copy of the database, about ``N / 28`` bytes per query
+  of the current batch (at most 256 queries) for the scan's block minima, and
+  ``O(32 k W)`` words per query for the selection.
 
   Args:
     query_words: ``uint32[Q, W]`` packed query codes (:func:`hashjax.codes.pack_bits`).
@@ -549,9 +557,9 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
       :class:`RaggedNeighbors`: row ``q`` starts with the same ``k`` items as
       ``return_ties=False`` and continues with the rest of the k-th distance's
       tie group, by index. Needs concrete inputs (not under ``jit``). On the
-      block-minimum path the ties come from the same scan (it keeps ``N / 32``
-      bytes per query of a batch); otherwise from :func:`radius_search` with
-      each query's k-th distance as its radius.
+      block-minimum path the ties come from the same scan's block minima (a
+      copy of ``N / 32`` bytes per query); otherwise from
+      :func:`radius_search` with each query's k-th distance as its radius.
     chunk_size: database items per streamed step (rounded up to a multiple of
       256). Larger chunks mean fewer dispatches; memory per step is
       ``O(256 * chunk_size)`` bytes.
@@ -654,12 +662,6 @@ def _exact_hits(query_words, db_pad, pairs_q, pairs_grp, radius, num_db, group=_
                          jax.device_put(offsets.astype(np.int32)))
 
 
-def _candidate_superblocks(q_bytes_t, chunks, radius, group):
-  """``uint8[NSB, L]``: 1 where a superblock's minimum distance is ``<= radius[L]``."""
-  parts = [_group_hits(_block_minima(q_bytes_t, chunk), radius, group) for chunk in chunks]
-  return np.concatenate([np.asarray(p) for p in parts], axis=0)
-
-
 def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> RaggedNeighbors:
   r"""Every database item within Hamming distance ``r`` of each query.
@@ -711,9 +713,14 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
     block = _kernel_block(filter_bytes)
     view = db_bytes if filter_bytes == num_bytes else \
         _pad_rows(db_bytes[:, :filter_bytes], db_bytes.shape[0], fill_last=False)
-    view = view.reshape(-1, block, filter_bytes)
-    per_chunk = size // block
-    return [_device(view[c * per_chunk:(c + 1) * per_chunk]) for c in range(num_chunks)], _SB // block
+    view = view.reshape(num_chunks, size // block, block, filter_bytes)
+    return [_device(chunk) for chunk in view], _SB // block
+
+  def candidates(first_bytes, chunks, radii):
+    """``uint8[NSB, L]``: 1 where a superblock's minimum over ``first_bytes`` is within the radii."""
+    first_bytes, radii = _device(first_bytes), _device(radii)
+    return np.concatenate([np.asarray(_superblock_hits(first_bytes, chunk, radii, group=chunks[1]))
+                           for chunk in chunks[0]])
 
   lanes = _lanes(num_q)
   q_pad = _pad_rows(query_words, -(-num_q // lanes) * lanes, fill_last=False)
@@ -729,15 +736,13 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
     if prefix is not None:
       # d(q, i) >= the distance over the first 32 bits: a superblock whose prefix
       # minimum exceeds r holds no result.
-      hits = _candidate_superblocks(_device(q_bytes_t[:4, b:b + lanes]), prefix[0],
-                                    _device(np.minimum(r_pad[b:b + lanes], 32)), prefix[1])
+      hits = candidates(q_bytes_t[:4, b:b + lanes], prefix, np.minimum(r_pad[b:b + lanes], 32))
       if hits.mean() > _PREFIX_MAX_FRACTION:
         hits = None
     if hits is None:
       if full is None:
         full = chunks_of(num_bytes)
-      hits = _candidate_superblocks(_device(q_bytes_t[:, b:b + lanes]), full[0],
-                                    _device(r_pad[b:b + lanes]), full[1])
+      hits = candidates(q_bytes_t[:, b:b + lanes], full, r_pad[b:b + lanes])
     sb, lane = np.nonzero(hits)
     keep = b + lane < num_q
     pairs_q.append(b + lane[keep])

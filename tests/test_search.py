@@ -119,6 +119,43 @@ def test_knn_over_database_segments_matches_brute_force(monkeypatch):
     np.testing.assert_array_equal(np.asarray(ids), ref_i)
 
 
+def test_knn_over_several_query_batches_matches_brute_force(monkeypatch):
+  # A small budget for the last selection's words forces batches of 8 queries,
+  # so the scan's minima buffers are reused from batch to batch (and the tie
+  # groups come from each batch's block minima).
+  monkeypatch.setattr(search, "_STAGE_ELEMS", 8 * 24 * 32 * 2)
+  rng = np.random.default_rng(13)
+  x = _codes(rng, 20000, 64, pool=60)
+  q = _codes(rng, 37, 64, pool=60)
+  dist, ids = search.knn(q, x, 24, chunk_size=2048)
+  ref_d, ref_i = _ref_knn(q, x, 24)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+  res = search.knn(q, x, 24, return_ties=True, chunk_size=2048)
+  _assert_ragged_equal(res, _ref_radius(q, x, ref_d[:, -1]))
+
+
+def test_a_database_in_the_same_bucket_compiles_nothing():
+  compiled = []
+  listener = lambda event, duration, **kwargs: compiled.append(event) if event.startswith(
+      "/jax/core/compile/backend_compile") else None
+  rng = np.random.default_rng(17)
+  x = _codes(rng, 20000, 64)
+  q = _codes(rng, 37, 64)
+  search.knn(q, x, 10, chunk_size=2048)[0].block_until_ready()
+  search.radius_search(q, x, 20, chunk_size=2048)
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    for n in (19223, 18500):  # 10 and 10 chunks of 2048 (bucket 12), like 20000
+      dist, ids = search.knn(q, x[:n], 10, chunk_size=2048)
+      ref_d, ref_i = _ref_knn(q, x[:n], 10)
+      np.testing.assert_array_equal(np.asarray(ids), ref_i)
+      search.radius_search(q, x[:n], 20, chunk_size=2048)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert compiled == []
+
+
 def test_knn_wide_codes_use_uint16_minima():
   # 288 bits: distances above 255 need the uint16 kernel.
   rng = np.random.default_rng(3)
