@@ -11,9 +11,20 @@ Every method gets the same inputs, built before any timer starts:
 * ``numpy``: per-query ``np.bincount`` histogram + the same closed forms in
   float64 (harmonic / discount prefix-sum tables); written here, checked to
   agree with hashjax;
-* ``hashjax``: one streamed histogram (``codes.distance_histogram``) and the
-  ``*_from_histogram`` formulas, means via ``mean_and_count``; also the public
-  two-call path and the fused path from packed codes + labels.
+* ``numpy from codes``: the same, starting from the packed codes and labels
+  (per-query XOR + ``np.bitwise_count``), the peer of hashjax's path from codes;
+* ``hashjax`` from codes + labels (what ``metrics.evaluate_codes`` runs): the
+  bit-sliced histogram (``codes._label_histogram``) and the
+  ``*_from_histogram`` formulas, means via ``mean_and_count``; also the whole
+  ``evaluate_codes``, the previous streamed scatter-add kernel from codes, and
+  the paths from a ``[Q, N]`` distance matrix (``codes.distance_histogram``,
+  a scatter-add; the public two-call path).
+
+Threads: numpy and scikit-learn run on one thread; XLA uses every CPU the
+process may run on (``--threads`` pins it; the bit-sliced reduction splits
+over 2 threads here). Each table row says its thread count, and unless the
+run is already single-threaded a child process repeats the headline rows on
+one thread (``part=single_thread``), so both ratios are printed.
 
 Timings are the minimum over interleaved repetitions (the machine is shared,
 so only ratios measured within one run mean anything). Also reported: the
@@ -22,14 +33,19 @@ compilation times.
 
 Usage::
 
-  python -m experiments.benchmark_metrics          # Q=1000, N=100000
-  python -m experiments.benchmark_metrics --small  # a quick run
+  python -m experiments.benchmark_metrics              # Q=1000, N=100000, all CPUs
+  python -m experiments.benchmark_metrics --threads=1  # everything on one thread
+  python -m experiments.benchmark_metrics --small      # a quick run
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import os
+import subprocess
+import sys
 import time
 
 import jax
@@ -134,6 +150,14 @@ def hashjax_two_calls(dist, rel):
 
 
 def hashjax_from_codes(qw, xw, ql, xl):
+  """evaluate_codes' path: codes + labels -> bit-sliced histogram -> AP_T + NDCG_T means."""
+  hist = codes._label_histogram(qw, xw, ql, xl, num_bits=NUM_BITS)
+  return (metrics.mean_and_count(metrics.tie_aware_ap_from_histogram(hist)),
+          metrics.mean_and_count(metrics.tie_aware_ndcg_from_histogram(hist)))
+
+
+def hashjax_scatter_from_codes(qw, xw, ql, xl):
+  """The previous kernel (still used for affinity matrices and codes over 128 bits): streamed scatter-add."""
   hist = codes._stream_hamming_bucketed(qw, xw, num_bits=NUM_BITS, num_levels=2, query_labels=ql,
                                         db_labels=xl)
   return (metrics.mean_and_count(metrics.tie_aware_ap_from_histogram(hist)),
@@ -226,7 +250,10 @@ def histogram_variants(data, num_queries: int, reps: int):
   while n % step:
     step -= 1
   variants = {
-      "library (chosen): tiles of 8 rows x long column runs, flat scatter-add":
+      "bit-sliced from codes + labels (chosen for codes <= 128 bits)": lambda: codes._sliced_histogram(
+          data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, query_labels=data["ql"][:num_queries],
+          db_labels=data["xl"]),
+      "from distances (chosen for [Q, N] inputs): tiles of 8 rows x long column runs, flat scatter-add":
           lambda: codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2),
       "library on uint8 distances": lambda: codes.distance_histogram(dist8, rel, num_bits=NUM_BITS, num_levels=2),
       "all rows per block [Q, 65536/Q], flat scatter-add": functools.partial(_streamed(_flat_scatter, step),
@@ -235,7 +262,7 @@ def histogram_variants(data, num_queries: int, reps: int):
       "all rows per block, 4 interleaved histogram copies": functools.partial(
           _streamed(_interleaved_scatter, step), dist, rel),
       "unstreamed scatter ([Q, N] keys at once)": functools.partial(_unstreamed_scatter, dist, rel),
-      "fused XOR/popcount + scatter from codes (+labels)": lambda: codes._stream_hamming_bucketed(
+      "fused XOR/popcount + scatter-add from codes + labels": lambda: codes._stream_hamming_bucketed(
           data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, num_levels=2,
           query_labels=data["ql"][:num_queries], db_labels=data["xl"]),
   }
@@ -302,26 +329,98 @@ def compile_times(data):
   n = data["xw"].shape[0]
   xwp = jnp.pad(data["xw"], ((0, codes._next_pow2(n) - n), (0, 0)))
   xlp = jnp.pad(jnp.asarray(data["xl"]), (0, codes._next_pow2(n) - n))
-  rows.append(("fused codes histogram", _compile_seconds(
+  rows.append(("fused codes histogram (scatter-add kernel)", _compile_seconds(
       codes._stream_hamming, data["qw"][1:], xwp, jnp.int32(n), None, jnp.asarray(data["ql"][1:]), xlp,
       num_bits=NUM_BITS, num_levels=2, step=codes._step_size(num_q - 2, n, fit=False))))
-  # A new database size reuses the bucketed compilation of the codes path.
+  # The bit-sliced path: database bit planes, label planes, the counting kernel.
+  words = codes._sliced_num_words(n)
+  with jax.enable_x64(True):  # the kernel's planes are uint64 words
+    planes = codes._bit_planes(data["xw"], num_bits=NUM_BITS, num_words=words)
+    xl = np.full(codes._PLANE_ITEMS * words, -1, np.int32)
+    xl[:n] = data["xl"]
+    label_planes = jnp.asarray(codes._label_planes(xl, 16))  # numpy: nothing to compile
+    rows += [
+        ("bit planes of the database", _compile_seconds(codes._bit_planes, data["xw"][1:], num_bits=NUM_BITS,
+                                                        num_words=words)),
+        ("bit-sliced histogram kernel (32 bits, labels)", _compile_seconds(
+            codes._sliced_counts, data["qw"][1:], planes, label_planes, jnp.asarray(data["ql"][1:]),
+            jnp.int32(0), num_bits=NUM_BITS)),
+    ]
+  # A new database size reuses the bucketed compilations of the codes paths.
   before = codes._stream_hamming._cache_size()
   codes._stream_hamming_bucketed(data["qw"], data["xw"][:n - 777], num_bits=NUM_BITS, num_levels=2,
                                  query_labels=data["ql"], db_labels=data["xl"][:n - 777])
   rows.append(("fused codes histogram, N - 777 (new compilations)",
                float(codes._stream_hamming._cache_size() - before)))
+  sliced = (codes._sliced_counts, codes._bit_planes)
+  codes._sliced_histogram(data["qw"], data["xw"], num_bits=NUM_BITS, query_labels=data["ql"], db_labels=data["xl"])
+  mid = sum(f._cache_size() for f in sliced)
+  codes._sliced_histogram(data["qw"], data["xw"][:n - 777], num_bits=NUM_BITS, query_labels=data["ql"],
+                          db_labels=data["xl"][:n - 777])
+  rows.append(("bit-sliced histogram, N - 777 (new compilations)", float(sum(f._cache_size() for f in sliced) - mid)))
   return [dict(part="compile", name=name, seconds=sec) for name, sec in rows]
 
 
 # ---------------------------------------------------------------------------
 
 
-def run(small: bool) -> list[dict]:
-  """Runs every comparison; returns one dict per measured row."""
+def _threads() -> int:
+  """CPUs XLA may use (it sizes its thread pool from the affinity mask)."""
+  return len(os.sched_getaffinity(0))
+
+
+def _headline_timings(data, reps: int, sk_queries: int):
+  """Seconds for all queries: hashjax from codes, numpy from distances and from codes, scikit-learn."""
+  num_q = data["dist"].shape[0]
+  best = _bench({
+      "hashjax": lambda: hashjax_from_codes(data["qw"], data["xw"], data["ql"], data["xl"]),
+      "numpy": lambda: numpy_reference(data["dist_np"], data["rel_np"]),
+  }, reps)
+  sklearn_ap(data["dist_np"][:1], data["rel_np"][:1])  # imports scikit-learn outside the timer
+  t0 = time.perf_counter()
+  sklearn_ap(data["dist_np"][:sk_queries], data["rel_np"][:sk_queries])
+  best["sklearn"] = (time.perf_counter() - t0) / sk_queries * num_q
+  sub = max(1, num_q // 5)
+  t0 = time.perf_counter()
+  numpy_from_codes(np.asarray(data["qw"])[:sub], np.asarray(data["xw"]), data["ql"][:sub], data["xl"])
+  best["numpy_from_codes"] = (time.perf_counter() - t0) / sub * num_q
+  return best
+
+
+def _single_thread_rows(small: bool) -> list[dict]:
+  """The headline rows measured again in a child process pinned to one CPU."""
+  cmd = [sys.executable, "-m", "experiments.benchmark_metrics", "--threads=1", "--headline"]
+  cmd += ["--small"] if small else []
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
+  return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _sizes(small: bool):
   num_q, num_db = (60, 5000) if small else (1000, 100_000)
-  reps = 2 if small else 3
-  sk_queries = num_q if small else 200  # sklearn is slow: timed per query on a subset
+  return num_q, num_db, (2 if small else 3), (num_q if small else 200)
+
+
+def run_headline(small: bool) -> list[dict]:
+  """Only the headline timings (hashjax from codes vs numpy and scikit-learn), on this process's threads."""
+  num_q, num_db, reps, sk_queries = _sizes(small)
+  best = _headline_timings(make_data(num_q, num_db), reps + 4, max(20, sk_queries // 4))
+  return [dict(part="single_thread" if _threads() == 1 else "headline", threads=_threads(),
+               hashjax_from_codes_seconds=best["hashjax"], numpy_seconds=best["numpy"],
+               numpy_from_codes_seconds=best["numpy_from_codes"], sklearn_seconds=best["sklearn"],
+               speedup_vs_sklearn=best["sklearn"] / best["hashjax"],
+               speedup_vs_numpy=best["numpy"] / best["hashjax"],
+               speedup_vs_numpy_from_codes=best["numpy_from_codes"] / best["hashjax"])]
+
+
+def run(small: bool, single_thread: bool = True) -> list[dict]:
+  """Runs every comparison; returns one dict per measured row.
+
+  With ``single_thread`` and more than one CPU, the headline is also measured
+  in a child process on one CPU (rows with ``part="single_thread"``).
+  """
+  num_q, num_db, reps, sk_queries = _sizes(small)
+  threads = _threads()
   data = make_data(num_q, num_db)
   dist, rel, dist_np, rel_np = data["dist"], data["rel"], data["dist_np"], data["rel_np"]
   rows = []
@@ -336,6 +435,10 @@ def run(small: bool) -> list[dict]:
   sk = sklearn_ap(dist_np[:sk_queries], rel_np[:sk_queries])
   hist = codes.distance_histogram(dist[:sk_queries], rel[:sk_queries], num_bits=NUM_BITS, num_levels=2)
   sk_from_hist = np.asarray(_threshold_ap_from_histogram(hist))
+  # Every histogram path gives the same counts, so the errors below hold for each of them.
+  from_dist = np.asarray(codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2))
+  sliced = np.asarray(codes._label_histogram(data["qw"], data["xw"], data["ql"], data["xl"], num_bits=NUM_BITS))
+  assert np.array_equal(sliced, from_dist), "the codes histogram differs from the distance histogram"
   rows.append(dict(
       part="accuracy",
       max_abs_f64_vs_numpy_ap=float(np.nanmax(np.abs(ap64 - ref_ap))),
@@ -346,43 +449,55 @@ def run(small: bool) -> list[dict]:
       max_abs_sklearn_vs_its_histogram_formula=float(np.nanmax(np.abs(sk - sk_from_hist))),
       mean_tie_aware_ap=float(np.nanmean(ap64)), mean_sklearn_ap=float(np.nanmean(sk)),
       mean_tie_aware_ndcg=float(np.nanmean(ndcg64)),
+      histograms_identical="codes path == scatter-add from distances",
   ))
 
   # --- end-to-end timing ----------------------------------------------------
+  qw, xw, ql, xl = data["qw"], data["xw"], data["ql"], data["xl"]
+  kernel = "bit-sliced" if codes._use_sliced(qw, xw, NUM_BITS, (ql, xl)) else "scatter-add (small call)"
   timed = {
-      "hashjax: one histogram -> AP_T + NDCG_T (float32)":
+      f"hashjax: codes + labels -> {kernel} histogram -> AP_T + NDCG_T (float32)":
+          lambda: hashjax_from_codes(qw, xw, ql, xl),
+      "hashjax: evaluate_codes, every metric (codes + labels)":
+          lambda: metrics.evaluate_codes(qw, xw, num_bits=NUM_BITS, query_labels=ql, db_labels=xl),
+      "hashjax: codes + labels -> streamed scatter-add histogram (previous kernel)":
+          lambda: hashjax_scatter_from_codes(qw, xw, ql, xl),
+      "hashjax: [Q, N] distances -> one histogram -> AP_T + NDCG_T (float32)":
           lambda: hashjax_one_histogram(dist, rel)[:2],
-      "hashjax: tie_aware_ap + tie_aware_ndcg (two histograms)": lambda: hashjax_two_calls(dist, rel),
-      "hashjax: fused from codes + labels": lambda: hashjax_from_codes(data["qw"], data["xw"], data["ql"],
-                                                                       data["xl"]),
-      "hashjax: one histogram from numpy inputs (row tiles to device)":
+      "hashjax: tie_aware_ap + tie_aware_ndcg from distances (two histograms)":
+          lambda: hashjax_two_calls(dist, rel),
+      "hashjax: one histogram from numpy distances (row tiles to device)":
           lambda: hashjax_one_histogram(dist_np, rel_np)[:2],
-      "numpy: per-query bincount, same formulas (float64)": lambda: numpy_reference(dist_np, rel_np),
+      "numpy: per-query bincount from distances, same formulas (float64)":
+          lambda: numpy_reference(dist_np, rel_np),
   }
   best = _bench(timed, reps)
   t0 = time.perf_counter()
   sklearn_ap(dist_np[:sk_queries], rel_np[:sk_queries])
   sk_per_query = (time.perf_counter() - t0) / sk_queries
-  # The numpy reference from codes (XOR/popcount per query) on a subset, as the fused path's peer.
+  # The numpy reference from codes (XOR/popcount per query) on a subset, as the codes paths' peer.
   sub = max(1, num_q // 5)
-  qw_np, xw_np = np.asarray(data["qw"])[:sub], np.asarray(data["xw"])
+  qw_np, xw_np = np.asarray(qw)[:sub], np.asarray(xw)
   t0 = time.perf_counter()
-  numpy_from_codes(qw_np, xw_np, data["ql"][:sub], data["xl"])
+  numpy_from_codes(qw_np, xw_np, ql[:sub], xl)
   np_codes_per_query = (time.perf_counter() - t0) / sub
-  np_per_query = best["numpy: per-query bincount, same formulas (float64)"] / num_q
+  np_per_query = best["numpy: per-query bincount from distances, same formulas (float64)"] / num_q
   for name, sec in best.items():
-    rows.append(dict(part="end_to_end", name=name, queries=num_q, db=num_db, seconds=sec,
+    rows.append(dict(part="end_to_end", name=name, threads=1 if name.startswith("numpy") else threads,
+                     queries=num_q, db=num_db, seconds=sec,
                      speedup_vs_sklearn=sk_per_query * num_q / sec,
                      speedup_vs_numpy=np_per_query * num_q / sec,
                      speedup_vs_numpy_from_codes=np_codes_per_query * num_q / sec))
   rows.append(dict(part="end_to_end", name=f"sklearn: average_precision_score per query ({sk_queries} timed)",
-                   queries=num_q, db=num_db, seconds=sk_per_query * num_q))
+                   threads=1, queries=num_q, db=num_db, seconds=sk_per_query * num_q))
   rows.append(dict(part="end_to_end", name=f"numpy from codes: XOR/popcount + bincount per query ({sub} timed)",
-                   queries=num_q, db=num_db, seconds=np_codes_per_query * num_q))
+                   threads=1, queries=num_q, db=num_db, seconds=np_codes_per_query * num_q))
 
   # --- the histogram step and compilation ------------------------------------
   rows += histogram_variants(data, num_q if small else 200, reps)
   rows += compile_times(data)
+  if single_thread and threads > 1:
+    rows += _single_thread_rows(small)
   return rows
 
 
@@ -396,4 +511,15 @@ def _print(rows):
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--small", action="store_true", help="a quick run (60 x 5000)")
-  _print(run(parser.parse_args().small))
+  parser.add_argument("--threads", type=int, default=0, help="CPUs for XLA (0: every allowed CPU)")
+  parser.add_argument("--headline", action="store_true",
+                      help="only the headline timings, one JSON line per row (used for the single-thread rows)")
+  args = parser.parse_args()
+  if args.threads:
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, allowed[:args.threads])  # before XLA starts: it sizes its pool from this mask
+  if args.headline:
+    for row in run_headline(args.small):
+      print(json.dumps(row))
+  else:
+    _print(run(args.small))

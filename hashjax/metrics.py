@@ -310,6 +310,11 @@ def _histogram(distances, levels, num_bits: int, num_levels: int, where):
   return codes._bucketed_distance_histogram(distances, levels, num_bits, num_levels, where)
 
 
+def _bins_bucket(num_bins: int) -> int:
+  """Padded number of distance bins: ``2^j + 1``, so codes of ``2^j`` bits (the usual lengths) get no padding."""
+  return codes._next_pow2(max(int(num_bins) - 1, 1)) + 1
+
+
 def _on_hist(kernel, hist, *args):
   """``kernel(hist[R, B, V], *args)`` with a concrete ``hist`` padded to power-of-two sizes.
 
@@ -323,7 +328,7 @@ def _on_hist(kernel, hist, *args):
   h = np.asarray(hist)
   lead, (num_bins, num_levels) = h.shape[:-2], h.shape[-2:]
   rows = int(np.prod(lead, dtype=np.int64))
-  padded = np.zeros((codes._next_pow2(max(rows, 1)), codes._next_pow2(num_bins), codes._next_pow2(num_levels)),
+  padded = np.zeros((codes._next_pow2(max(rows, 1)), _bins_bucket(num_bins), codes._next_pow2(num_levels)),
                     np.int32)
   padded[:rows, :num_bins, :num_levels] = h.reshape(rows, num_bins, num_levels)
   out = kernel(jnp.asarray(padded), *args)
@@ -1192,9 +1197,11 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   """Evaluates packed codes in one pass: streamed histograms, then every metric.
 
   Builds ``hist[Q, num_bits + 1, V]`` with :func:`hashjax.codes.hamming_histogram`
-  (XOR/popcount fused with the counting; no ``[Q, N]`` matrix when labels
-  are given: relevance ``[query_labels[q] == db_labels[i]]`` is formed per
-  streamed block), then reads the metrics from it.
+  (XOR/popcount fused with the counting), then reads the metrics from it.
+  With labels no ``[Q, N]`` matrix exists: large calls with codes of at most
+  128 bits count bit-sliced (one packed relevance plane per query class, see
+  :func:`hashjax.codes.hamming_histogram`); the others form relevance
+  ``[query_labels[q] == db_labels[i]]`` per streamed block.
 
   .. math:: \\mathrm{hist}_{q,d,v} \\to (\\overline{\\mathrm{AP}_T}, \\overline{\\mathrm{NDCG}_T},
      \\overline{\\mathrm{AP}_{opt}}, \\overline{\\mathrm{AP}_{pes}}, \\overline{P(r)}, \\overline{P_T@k})
@@ -1253,9 +1260,8 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
       _check_int_array(name, lab, np.iinfo(np.int32).min, np.iinfo(np.int32).max, what="class labels")
       if lab.ndim != 1 or lab.shape[0] != n:
         raise ValueError(f"{name}: expected shape ({n},), got {tuple(lab.shape)}")
-    hist = codes._stream_hamming_bucketed(query_words, db_words, num_bits=num_bits, num_levels=2,
-                                          chunk_size=int(chunk_size), query_labels=query_labels,
-                                          db_labels=db_labels)
+    hist = codes._label_histogram(query_words, db_words, query_labels, db_labels, num_bits=num_bits,
+                                  chunk_size=int(chunk_size))
   elif relevance is not None:
     _check_int_array("relevance", relevance, 0, 1, what="relevance labels")
     hist = codes.hamming_histogram(query_words, db_words, relevance, num_bits=num_bits, num_levels=2,
@@ -1296,7 +1302,7 @@ def _evaluate_histogram(hist, *, radius: int, k: int, dtype, num_db: int) -> dic
   # counts, code lengths or level counts mostly reuse the compilation.
   h = np.asarray(hist)
   rows, bins, levels = h.shape
-  padded = np.zeros((codes._next_pow2(rows), codes._next_pow2(bins), codes._next_pow2(levels)), np.int32)
+  padded = np.zeros((codes._next_pow2(rows), _bins_bucket(bins), codes._next_pow2(levels)), np.int32)
   padded[:rows, :bins, :levels] = h
   valid = np.arange(padded.shape[0]) < rows
   out = _evaluate_kernel(jnp.asarray(padded), jnp.asarray(valid), jnp.int32(k), jnp.int32(radius), dtype)

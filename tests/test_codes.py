@@ -86,6 +86,55 @@ def test_hamming_histogram_matches_loop(num_bits, num_db, chunk):
   np.testing.assert_array_equal(no_aff[..., 0], want.sum(-1))
 
 
+@pytest.mark.parametrize("num_bits,num_q,num_db", [(1, 3, 5), (3, 9, 64), (31, 10, 1000), (32, 11, 3001),
+                                                   (33, 5, 777), (65, 4, 129), (128, 7, 500)])
+def test_bit_sliced_histogram_matches_bincount(num_bits, num_q, num_db):
+  # Every code length class (1 bit, < 32, 32, word boundaries, the 128-bit maximum), N not a
+  # multiple of 32 (zero-code padding subtracted again), labels absent from the queries.
+  rng = np.random.default_rng(num_bits)
+  q = rng.integers(0, 2, size=(num_q, num_bits))
+  x = rng.integers(0, 2, size=(num_db, num_bits))
+  x[:3] = q[0]  # distance 0 (and padding-like zero codes) occur
+  x[3] = 0
+  ql = rng.integers(0, 3, num_q) * 7 - 5
+  xl = rng.integers(0, 4, num_db) * 7 - 5
+  qw, xw = codes.pack_bits(q), codes.pack_bits(x)
+  plain = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits))
+  labelled = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl))
+  assert plain.shape == (num_q, num_bits + 1, 1) and labelled.shape == (num_q, num_bits + 1, 2)
+  d = (q[:, None, :] != x[None, :, :]).sum(-1)
+  for i in range(num_q):
+    np.testing.assert_array_equal(plain[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
+    keys = d[i] * 2 + (xl == ql[i])
+    np.testing.assert_array_equal(labelled[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
+
+
+def test_public_histograms_use_the_bit_sliced_kernel_when_large(monkeypatch):
+  rng = np.random.default_rng(5)
+  q = codes.pack_bits(rng.integers(0, 2, size=(6, 20)))
+  x = codes.pack_bits(rng.integers(0, 2, size=(1000, 20)))
+  ql, xl = rng.integers(0, 3, 6), rng.integers(0, 3, 1000)
+  small = np.asarray(codes.hamming_histogram(q, x, num_bits=20))
+  small_labels = np.asarray(codes._label_histogram(q, x, ql, xl, num_bits=20))
+  assert not codes._use_sliced(q, x, 20)
+  monkeypatch.setattr(codes, "_SLICED_MIN_PAIRS", 0)
+  assert codes._use_sliced(q, x, 20) and codes._use_sliced(q, x, 20, (ql, xl))
+  np.testing.assert_array_equal(np.asarray(codes.hamming_histogram(q, x, num_bits=20)), small)
+  np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x, ql, xl, num_bits=20)), small_labels)
+  before = codes._sliced_counts._cache_size()
+  # A new N in the same bucket (words rounded up to 16 sizes per octave) compiles nothing.
+  assert codes._sliced_num_words(1000) == codes._sliced_num_words(1010)
+  x2 = codes.pack_bits(rng.integers(0, 2, size=(1010, 20)))
+  want = np.asarray(codes._stream_hamming_bucketed(q, x2, num_bits=20, num_levels=1))
+  np.testing.assert_array_equal(np.asarray(codes.hamming_histogram(q, x2, num_bits=20)), want)
+  assert codes._sliced_counts._cache_size() == before
+  # Longer codes, affinity matrices, traced labels and too many classes stay on the scatter-add.
+  assert not codes._use_sliced(codes.pack_bits(np.ones((6, 129))), codes.pack_bits(np.ones((9, 129))), 129)
+  monkeypatch.setattr(codes, "_SLICED_MAX_LABEL_WORDS", 8)
+  assert not codes._use_sliced(q, x, 20, (ql, xl))
+  np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x, ql, xl, num_bits=20)), small_labels)
+
+
 def test_distance_histogram_matches_loop():
   rng = np.random.default_rng(3)
   d = rng.integers(0, 6, size=(2, 3, 40))

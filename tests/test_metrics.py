@@ -522,6 +522,15 @@ def test_evaluate_codes_matches_direct_formulas():
   out32 = metrics.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl, radius=2, k=50)
   for key, val in want.items():
     assert abs(out32[key] - val) <= 1e-6, key
+  # The bit-sliced kernel (large calls; forced here) gives the same evaluation.
+  assert not codes._use_sliced(qw, xw, num_bits, (ql, xl))
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(codes, "_SLICED_MIN_PAIRS", 0)
+    assert codes._use_sliced(qw, xw, num_bits, (ql, xl))
+    with jax.enable_x64(True):
+      out_sliced = metrics.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl, radius=2, k=50)
+  for key, val in want.items():
+    assert _close(out_sliced[key], val, 1e-12), key
   # Multi-level affinity: NDCG uses the levels.
   aff = rng.integers(0, 3, size=(nq, ndb))
   hist3 = np.stack([np.bincount(d[i] * 3 + aff[i], minlength=3 * (num_bits + 1)).reshape(-1, 3)
