@@ -310,6 +310,14 @@ def _histogram(distances, levels, num_bits: int, num_levels: int, where):
   return codes._bucketed_distance_histogram(distances, levels, num_bits, num_levels, where)
 
 
+def _relevance_histogram(distances, relevance, num_bits, where):
+  """Validates ``distances``, binary ``relevance`` and ``where``; returns ``hist[..., num_bits + 1, 2]``."""
+  num_bits = _check_distances(distances, num_bits)
+  _check_relevance(relevance, distances)
+  _check_where(where, distances)
+  return _histogram(distances, relevance, num_bits, 2, where)
+
+
 def _bins_bucket(num_bins: int) -> int:
   """Padded number of distance bins: ``2^j + 1``, so codes of ``2^j`` bits (the usual lengths) get no padding."""
   return codes._next_pow2(max(int(num_bins) - 1, 1)) + 1
@@ -764,11 +772,8 @@ def tie_aware_ap(distances: Array, relevance: Array, *, num_bits: int, k: Option
   >>> tie_aware_ap(d, rel, num_bits=2).tolist()
   [0.91667]
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
   k = _check_cutoff(k)
-  hist = _histogram(distances, relevance, num_bits, 2, where)
+  hist = _relevance_histogram(distances, relevance, num_bits, where)
   return _on_hist(_tie_aware_ap, hist, jnp.int32(k), _float_dtype(dtype))
 
 
@@ -792,10 +797,7 @@ def optimistic_ap(distances: Array, relevance: Array, *, num_bits: int, where: O
   >>> optimistic_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
   [1.0]
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
-  hist = _histogram(distances, relevance, num_bits, 2, where)
+  hist = _relevance_histogram(distances, relevance, num_bits, where)
   return _on_hist(_bound_ap, hist, _float_dtype(dtype), True)
 
 
@@ -819,10 +821,7 @@ def pessimistic_ap(distances: Array, relevance: Array, *, num_bits: int, where: 
   >>> pessimistic_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
   [0.83333]
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
-  hist = _histogram(distances, relevance, num_bits, 2, where)
+  hist = _relevance_histogram(distances, relevance, num_bits, where)
   return _on_hist(_bound_ap, hist, _float_dtype(dtype), False)
 
 
@@ -951,11 +950,8 @@ def tie_aware_precision_at_k(distances: Array, relevance: Array, *, num_bits: in
   ...                          k=2).tolist()
   [0.75]
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
   k = _check_cutoff(k, allow_none=False)
-  hist = _histogram(distances, relevance, num_bits, 2, where)
+  hist = _relevance_histogram(distances, relevance, num_bits, where)
   return _on_hist(_tie_aware_precision_at_k, hist, jnp.int32(k), _float_dtype(dtype))
 
 
@@ -984,11 +980,8 @@ def precision_at_radius(distances: Array, relevance: Array, *, num_bits: int, ra
   ...                     num_bits=2, radius=1).tolist()
   [0.66667, 0.0]
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
   radius = _check_radius(radius)
-  hist = _histogram(distances, relevance, num_bits, 2, where)
+  hist = _relevance_histogram(distances, relevance, num_bits, where)
   precision, _ = _on_hist(_precision_recall, hist, _float_dtype(dtype))
   return _at_radius(precision, radius)
 
@@ -1014,11 +1007,8 @@ def recall_at_radius(distances: Array, relevance: Array, *, num_bits: int, radiu
   >>> recall_at_radius(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 1]]), num_bits=2, radius=1).tolist()
   [0.66667]
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
   radius = _check_radius(radius)
-  hist = _histogram(distances, relevance, num_bits, 2, where)
+  hist = _relevance_histogram(distances, relevance, num_bits, where)
   _, recall = _on_hist(_precision_recall, hist, _float_dtype(dtype))
   return _at_radius(recall, radius)
 
@@ -1071,10 +1061,8 @@ def precision_recall_curve(distances: Array, relevance: Array, *, num_bits: int,
   >>> p.tolist(), r.tolist()
   ([1.0, 0.66667, 0.5], [0.5, 1.0, 1.0])
   """
-  num_bits = _check_distances(distances, num_bits)
-  _check_relevance(relevance, distances)
-  _check_where(where, distances)
-  return _on_hist(_precision_recall, _histogram(distances, relevance, num_bits, 2, where), _float_dtype(dtype))
+  return _on_hist(_precision_recall, _relevance_histogram(distances, relevance, num_bits, where),
+                  _float_dtype(dtype))
 
 
 def knn_classify(distances: Array, db_labels: Array, *, num_classes: int, num_bits: int, k: int,
