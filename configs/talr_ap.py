@@ -1,15 +1,27 @@
 r"""TALR-AP (He et al. 2018): a 32-bit hash mapping trained on relaxed tie-aware AP, MNIST-10k.
 
-Run (on a quiet 2-core CPU: about 30 s for the linear 32-bit default, 40 s with the MLP,
-1 min 10 s at 64 bits; the README's TALR table has every measured time):
+Run (measured under nice on the shared 2-core CPU, load average 5 to 8; on a quiet
+machine the linear 32-bit default trains in about 20 s):
 
   python -m experiments.train --config=configs/talr_ap.py --workdir=runs/talr_ap
+      # linear, 32 bits: AP_T 0.8538 (target 0.86), 32.8 s of training
   python -m experiments.train --config=configs/talr_ap.py --config.model=mlp --workdir=runs/talr_ap_mlp
+      # MLP (1,024 hidden, 1-pixel shifts), 32 bits: AP_T 0.9638 (target 0.95, reached
+      # after 19.0 s), 45.6 s of training
+  python -m experiments.train --config=configs/talr_ap.py --config.bits=16 --workdir=runs/talr_ap16
+      # add --config.model=mlp; --config.bits=64 likewise. AP_T at 16 / 32 / 64 bits:
+      # linear 0.8152 / 0.8538 / 0.8639 (targets 0.82 / 0.86 / 0.87 missed),
+      # MLP 0.9617 / 0.9638 / 0.9687 (targets 0.94 / 0.95 / 0.94 met); README, TALR table
   python -m experiments.train --config=configs/talr_ap.py:runlocal --workdir=/tmp/talr_quick  # seconds
 
 Hyper-parameters were chosen with ``--config.eval_split=validation`` (queries
 carved from the training set, searched against the rest of it), never on the
-protocol's queries.
+protocol's queries (``experiments/tune.py``). Random 1-pixel shifts of the
+training images (``augment_shift``) are on for the MLP only (validation AP_T
+0.9691 against 0.9535; they hurt the linear mapping). The learning-rate
+schedule, weight decay and query-vs-database setting are options that are off
+by default: on the validation split none beat the defaults by more than the
+spread between seeds (README, TALR section).
 """
 
 import ml_collections
@@ -41,10 +53,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.alpha = config_dict.placeholder(float)  # slope of the relaxation (eq. 6); None: per model
   config.alpha_final = 0.0  # > 0: anneal alpha linearly to this over the run (eq. 6)
   config.width = 1.0  # soft-histogram bin width (eq. 14)
+  # "query_vs_rest": each minibatch item against the others; "query_vs_database": the
+  # minibatch as queries against the rest of the training set (database_size > 0: a sample).
+  config.setting = "query_vs_rest"
+  config.database_size = 0
+  config.database_cached = False  # database codes as constants (no gradient through them)
   # Optimisation.
   config.optimizer = "adam"  # or "sgd" (with momentum)
   config.learning_rate = config_dict.placeholder(float)  # None: per model (MODEL_DEFAULTS)
   config.momentum = 0.9
+  config.lr_schedule = "constant"  # or "cosine": warmup_steps of linear warmup, then cosine decay
+  config.warmup_steps = 0
+  config.lr_final_fraction = 0.0  # cosine: the rate at the last step over the peak
+  config.weight_decay = 0.0  # > 0: decoupled weight decay (AdamW)
+  # > 0: translate each training image by up to this many pixels (per step, per image);
+  # None: per model (MLP 1, linear 0: chosen on validation, MLP 0.9691 against 0.9535 unshifted).
+  config.augment_shift = config_dict.placeholder(int)
   config.batch_per_class = 25  # class-balanced minibatches of 250, query-vs-rest
   config.num_steps = 1000
   config.log_every = 100

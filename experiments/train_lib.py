@@ -79,8 +79,8 @@ def evaluate_words(task: Task, query_words, db_words, *, num_bits: int, config) 
 #: Per-model defaults of the options a config leaves as None, chosen with experiments/tune.py
 #: on the validation split (README, TALR results).
 MODEL_DEFAULTS = {
-    "linear": {"learning_rate": 1e-2, "alpha": 3.0, "standardize": True},
-    "mlp": {"learning_rate": 3e-3, "alpha": 1.0, "standardize": False},
+    "linear": {"learning_rate": 1e-2, "alpha": 3.0, "standardize": True, "augment_shift": 0},
+    "mlp": {"learning_rate": 3e-3, "alpha": 1.0, "standardize": False, "augment_shift": 1},
 }
 
 
@@ -91,11 +91,22 @@ def option(config, name: str):
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
-  lr = option(config, "learning_rate")
+  """Adam (AdamW when ``config.weight_decay > 0``) or SGD with momentum, on the config's schedule.
+
+  The learning rate follows :func:`hashjax.train.learning_rate_schedule`
+  (``config.lr_schedule``, ``config.warmup_steps``, ``config.lr_final_fraction``);
+  options a config lacks keep their old meaning (constant rate, no decay).
+  """
+  lr = train_lib.learning_rate_schedule(
+      option(config, "learning_rate"), num_steps=max(int(config.num_steps), 1),
+      kind=config.get("lr_schedule", "constant"), warmup_steps=int(config.get("warmup_steps", 0)),
+      final_fraction=float(config.get("lr_final_fraction", 0.0)))
+  decay = float(config.get("weight_decay", 0.0))
   if config.optimizer == "adam":
-    return optax.adam(lr)
+    return optax.adamw(lr, weight_decay=decay) if decay else optax.adam(lr)
   if config.optimizer == "sgd":
-    return optax.sgd(lr, momentum=config.momentum)
+    sgd = optax.sgd(lr, momentum=config.momentum)
+    return optax.chain(optax.add_decayed_weights(decay), sgd) if decay else sgd
   raise ValueError(f"config.optimizer: expected 'adam' or 'sgd', got {config.optimizer!r}")
 
 
@@ -111,8 +122,79 @@ def make_objective(config, mapping, task: Task):
     alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final,
                               steps=config.num_steps)
   num_levels = 2 if config.objective == "ap" else num_levels_of(task)
-  return talr.query_vs_rest(mapping, metric=metric, num_bits=config.bits, num_levels=num_levels,
-                            distance=config.distance, alpha=alpha, width=config.width)
+  kwargs = dict(metric=metric, num_bits=config.bits, num_levels=num_levels,
+                distance=config.distance, alpha=alpha, width=config.width)
+  setting = config.get("setting", "query_vs_rest")
+  if setting == "query_vs_rest":
+    return talr.query_vs_rest(mapping, **kwargs)
+  if setting == "query_vs_database":
+    return talr.query_vs_database(mapping, cached=config.get("database_cached", False), **kwargs)
+  raise ValueError(f"config.setting: expected 'query_vs_rest' or 'query_vs_database', got {setting!r}")
+
+
+def shift_images(images: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+  """Translates square images (flattened rows) by integer ``(dy, dx)`` each, filling with 0.
+
+  >>> x = np.arange(9, dtype=np.float32).reshape(1, 9)  # one 3 x 3 image
+  >>> shift_images(x, np.array([[1, -1]])).reshape(3, 3).tolist()
+  [[0.0, 0.0, 0.0], [1.0, 2.0, 0.0], [4.0, 5.0, 0.0]]
+  """
+  n, dim = images.shape
+  side = int(round(dim ** 0.5))
+  if side * side != dim:
+    raise ValueError(f"images: expected flattened square images (for config.augment_shift > 0; set it to 0 "
+                     f"for other features), got dimension {dim}")
+  x = images.reshape(n, side, side)
+  out = np.zeros_like(x)
+  for i, (dy, dx) in enumerate(np.asarray(shifts, int)):
+    src = x[i, max(-dy, 0):side - max(dy, 0), max(-dx, 0):side - max(dx, 0)]
+    out[i, max(dy, 0):side - max(-dy, 0), max(dx, 0):side - max(-dx, 0)] = src
+  return out.reshape(n, dim)
+
+
+def make_batch_fn(config, task: Task):
+  """``batch_fn(step)`` of the config's setting, a pure function of the step.
+
+  ``"query_vs_rest"``: a class-balanced minibatch (``config.batch_per_class``
+  per class), each item a query against the others. ``"query_vs_database"``:
+  the same minibatch as queries against the rest of the training set, or a
+  uniform sample of ``config.database_size`` of it (0: all of it). With
+  ``config.augment_shift = s > 0`` every training image is translated by a
+  random ``(dy, dx)`` in ``[-s, s]^2`` (:func:`shift_images`); affinities are
+  those of the original images.
+  """
+  x = task.features
+  sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
+  setting = config.get("setting", "query_vs_rest")
+  db_size = int(config.get("database_size", 0))
+
+  def binary(affinity):
+    if config.objective == "ap":  # AP reads binary relevance: any level >= 1 is relevant
+      return (affinity > 0).astype(np.int32)
+    return affinity
+
+  shift = int(option(config, "augment_shift")) if "augment_shift" in config else 0
+
+  def features(rows, step, stream):
+    if not shift:
+      return x[rows]
+    rng = np.random.default_rng([config.seed, step, stream])
+    return shift_images(x[rows], rng.integers(-shift, shift + 1, size=(len(rows), 2)))
+
+  def batch_fn(step):
+    picked = sampler(step)
+    idx = task.train[picked]
+    # Affinities come from the unshifted items (labels, or pixel distances).
+    if setting != "query_vs_database":
+      return {"features": features(idx, step, 2), "affinity": binary(affinity_of(task, idx, idx))}
+    rest = np.delete(task.train, picked)
+    if db_size:
+      rng = np.random.default_rng([config.seed, step, 1])
+      rest = rest[np.sort(rng.choice(len(rest), db_size, replace=False))]
+    return {"features": features(idx, step, 2), "db_features": features(rest, step, 3),
+            "affinity": binary(affinity_of(task, idx, rest))}
+
+  return batch_fn
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
@@ -130,14 +212,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
                                   scale=scale if option(config, "standardize") else None)
   params = mappings.init(jax.random.key(config.seed), mapping, x[task.train[:2]])
   loss_fn = make_objective(config, mapping, task)
-  sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
-
-  def batch_fn(step):
-    idx = task.train[sampler(step)]
-    affinity = affinity_of(task, idx, idx)
-    if config.objective == "ap":  # AP reads binary relevance: any level >= 1 is relevant
-      affinity = (affinity > 0).astype(np.int32)
-    return {"features": x[idx], "affinity": affinity}
+  batch_fn = make_batch_fn(config, task)
 
   def eval_fn(p):
     result = evaluate_words(task, mappings.encode(mapping, p, x[task.query]),

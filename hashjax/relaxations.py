@@ -434,13 +434,19 @@ def _one_minus_log1p_over(v):
 
 
 def _stirling_tail(x, y):
-  """(psi(y) - psi(x) - log y + log x) / (y - x) by Stirling's series, for x, y >= 8."""
-  xy = x * y
-  t = 0.5 / xy + (x + y) / (12.0 * xy * xy)
-  x2, y2 = x * x, y * y
-  t = t - (x + y) * (x2 + y2) / (120.0 * xy ** 4)
-  t = t + (x + y) * (x2 + xy + y2) * (x2 - xy + y2) / (252.0 * xy ** 6)
-  return t - (x + y) * (x2 + y2) * (x2 * x2 + y2 * y2) / (240.0 * xy ** 8)
+  """(psi(y) - psi(x) - log y + log x) / (y - x) by Stirling's series, for x, y >= 8.
+
+  Written in u = 1/x, w = 1/y: the series' powers of x y (up to (x y)^8) would
+  overflow float32 once x y > 6.8e4, i.e. once about 253 items are ranked
+  ahead of a bin, and turn the gradient into inf / inf = NaN.
+  """
+  u, w = 1.0 / x, 1.0 / y
+  uw, u2, w2 = u * w, u * u, w * w
+  common = uw * (u + w)  # (x + y) / (x y)^2
+  t = 0.5 * uw + common / 12.0
+  t = t - common * (u2 + w2) / 120.0
+  t = t + common * (u2 * u2 + u2 * w2 + w2 * w2) / 252.0
+  return t - common * (u2 + w2) * (u2 * u2 + w2 * w2) / 240.0
 
 
 def _steps(x, num):

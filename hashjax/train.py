@@ -57,7 +57,7 @@ import orbax.checkpoint as ocp
 
 from hashjax import _checks
 
-__all__ = ["make_train_step", "minibatch_sampler", "balanced_sampler", "train"]
+__all__ = ["make_train_step", "learning_rate_schedule", "minibatch_sampler", "balanced_sampler", "train"]
 
 
 def _is_int(x: Any) -> bool:
@@ -111,6 +111,62 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) 
     return optax.apply_updates(params, updates), opt_state, loss, aux
 
   return jax.jit(step_fn)
+
+
+#: Names accepted by :func:`learning_rate_schedule`.
+SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate_schedule(peak: float, *, num_steps: int, kind: str = "constant",
+                           warmup_steps: int = 0, final_fraction: float = 0.0) -> optax.Schedule:
+  r"""A learning-rate schedule ``step -> lr``: constant, or linear warmup then cosine decay.
+
+  .. math:: \eta(t) = \begin{cases} \eta_0 \, t / W & t < W \\
+            \eta_0 \big(f + (1 - f) \tfrac12 (1 + \cos \pi \tfrac{t - W}{T - W})\big) & W \le t \le T
+            \end{cases}
+
+  ``"constant"`` is :math:`\eta_0` after the (optional) warmup; ``"cosine"``
+  decays to :math:`f \eta_0` at ``num_steps`` (``optax.warmup_cosine_decay_schedule``).
+  The value is a pure function of the optimizer's step count, which
+  checkpoints hold, so a resumed run follows the same schedule.
+
+  Args:
+    peak: :math:`\eta_0 > 0`.
+    num_steps: :math:`T \ge 1`, the length of the run.
+    kind: one of :data:`SCHEDULES`.
+    warmup_steps: :math:`0 \le W < T` steps of linear warmup from 0.
+    final_fraction: :math:`f \in [0, 1]`, the cosine's end value over the peak.
+
+  Returns:
+    an ``optax.Schedule`` to pass as an optimizer's learning rate.
+
+  >>> s = learning_rate_schedule(1.0, num_steps=10, kind="cosine", warmup_steps=2)
+  >>> [round(float(s(t)), 3) for t in (0, 1, 2, 6, 10)]
+  [0.0, 0.5, 1.0, 0.5, 0.0]
+  >>> float(learning_rate_schedule(0.1, num_steps=10)(7))
+  0.1
+  """
+  if (isinstance(peak, (bool, np.bool_)) or not isinstance(peak, (int, float, np.integer, np.floating))
+      or not math.isfinite(peak) or peak <= 0):
+    raise ValueError(f"peak: expected a positive finite learning rate, got {peak!r}")
+  num_steps = _check_int("num_steps", num_steps, 1)
+  warmup_steps = _check_int("warmup_steps", warmup_steps, 0)
+  if warmup_steps >= num_steps:
+    raise ValueError(f"warmup_steps: expected fewer than num_steps={num_steps}, got {warmup_steps}")
+  if (isinstance(final_fraction, (bool, np.bool_))
+      or not isinstance(final_fraction, (int, float, np.integer, np.floating))
+      or not 0.0 <= final_fraction <= 1.0):
+    raise ValueError(f"final_fraction: expected a float in [0, 1], got {final_fraction!r}")
+  peak = float(peak)
+  if kind == "cosine":
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup_steps, num_steps,
+                                              end_value=peak * float(final_fraction))
+  if kind == "constant":
+    if not warmup_steps:
+      return optax.constant_schedule(peak)
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup_steps),
+                                 optax.constant_schedule(peak)], [warmup_steps])
+  raise ValueError(f"kind: expected one of {SCHEDULES}, got {kind!r}")
 
 
 def minibatch_sampler(num_items: int, batch_size: int, *, seed: int) -> Callable[[int], np.ndarray]:

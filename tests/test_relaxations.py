@@ -526,7 +526,13 @@ def test_relaxed_metric_gradients_match_finite_differences_on_soft_histograms():
 
 def degenerate_hists(rng, levels, repeats=8):
   """[repeats, Q, B + 1, V] histograms with empty bins, c_d at/near 0 and 1,
-  all-tied, empty and no-relevant queries."""
+  all-tied, empty and no-relevant queries, and counts in the thousands.
+
+  The last (query 5 of the last repeat) is a regression case: the digamma
+  form's Stirling tail once raised (x y)^8 in float32, which overflows once
+  about 253 items are ranked ahead of a bin (a minibatch of 500); the value
+  stayed finite but the gradient was inf / inf = NaN.
+  """
   pool = np.array([0.0, 0.0, 1e-30, 1e-7, 1e-3, 0.5, 1 - 1e-7, 1.0, 1 + 1e-7, 1.0 + 1e-3, 2.0, 7.3])
   h = rng.choice(pool, (repeats, Q, B + 1, levels))
   mix = rng.random(h.shape) < 0.3
@@ -539,6 +545,7 @@ def degenerate_hists(rng, levels, repeats=8):
   h[:, 3] = 0
   h[:, 3, 0, -1] = 1.0  # a lone relevant item first
   h[:, 4, :, 1:] = rng.choice(pool[2:5], (repeats, B + 1, levels - 1))  # tiny leaked relevant mass
+  h[-1, 5] = rng.uniform(0.0, 2000.0, (B + 1, levels))  # long lists
   return h.astype(np.float32)
 
 

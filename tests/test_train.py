@@ -48,10 +48,10 @@ def _optimizer():
   return optax.adam(0.05)
 
 
-def _run(workdir, num_steps, batch_fn=_batch_fn, **kwargs):
+def _run(workdir, num_steps, batch_fn=_batch_fn, optimizer=None, **kwargs):
   kwargs.setdefault("log_every", 5)
   kwargs.setdefault("checkpoint_every", 5)
-  return train_lib.train(params=_params0(), loss_fn=_loss_fn, optimizer=_optimizer(),
+  return train_lib.train(params=_params0(), loss_fn=_loss_fn, optimizer=optimizer or _optimizer(),
                          batch_fn=batch_fn, num_steps=num_steps, workdir=workdir, **kwargs)
 
 
@@ -161,6 +161,38 @@ def test_resume_mid_log_window_keeps_the_window_mean(tmp_path):
   params, history = _run(work, 12, log_every=4, checkpoint_every=6)
   _assert_bitwise_equal(params, ref_params)
   assert _losses(history) == _losses(ref_history)
+
+
+def test_resume_follows_the_learning_rate_schedule(tmp_path):
+  # The schedule reads the optimizer's step count, which the checkpoint holds.
+  def optimizer():
+    return optax.adamw(train_lib.learning_rate_schedule(0.05, num_steps=12, kind="cosine",
+                                                        warmup_steps=3), weight_decay=0.1)
+  ref_params, ref_history = _run(None, 12, optimizer=optimizer())
+  work = str(tmp_path / "run")
+  with pytest.raises(_Crash):
+    _run(work, 12, batch_fn=_crashing(7, []), optimizer=optimizer())
+  params, history = _run(work, 12, optimizer=optimizer())
+  _assert_bitwise_equal(params, ref_params)
+  assert _losses(history) == _losses(ref_history)
+
+
+def test_learning_rate_schedule_shapes_and_bad_inputs():
+  cosine = train_lib.learning_rate_schedule(0.1, num_steps=20, kind="cosine", warmup_steps=4,
+                                            final_fraction=0.1)
+  values = np.array([float(cosine(t)) for t in range(21)])
+  np.testing.assert_allclose(values[:5], [0.0, 0.025, 0.05, 0.075, 0.1], rtol=1e-6)
+  assert np.all(np.diff(values[4:]) < 0) and abs(values[20] - 0.01) < 1e-7
+  warm = train_lib.learning_rate_schedule(0.1, num_steps=20, warmup_steps=2)
+  np.testing.assert_allclose([float(warm(t)) for t in (0, 1, 2, 19)], [0.0, 0.05, 0.1, 0.1], rtol=1e-6)
+  for kwargs, name in [(dict(kind="step"), "kind"), (dict(warmup_steps=20), "warmup_steps"),
+                       (dict(final_fraction=1.5), "final_fraction"), (dict(num_steps=0), "num_steps")]:
+    args = dict(num_steps=20)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=name):
+      train_lib.learning_rate_schedule(0.1, **args)
+  with pytest.raises(ValueError, match="peak"):
+    train_lib.learning_rate_schedule(0.0, num_steps=5)
 
 
 def test_finished_run_reloads_and_returns(tmp_path):
@@ -431,3 +463,48 @@ def test_sampler_bad_inputs():
     train_lib.balanced_sampler(np.array([0, 0, 1]), 2, seed=0)
   with pytest.raises(ValueError, match="optimizer"):
     train_lib.make_train_step(_loss_fn, "adam")
+
+
+# ----------------------------------------------------------------------------
+# The TALR experiment's batches (experiments.train_lib).
+
+
+def _repo_on_path():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if root not in sys.path:
+    sys.path.insert(0, root)
+
+
+def test_talr_batches_are_pure_in_the_step_and_databases_exclude_the_queries():
+  _repo_on_path()
+  from configs import talr_ap  # pylint: disable=g-import-not-at-top
+  from experiments import train_lib as talr_lib  # pylint: disable=g-import-not-at-top
+  config = talr_ap.get_config("runlocal")
+  config.model = "mlp"  # its default shifts the training images by up to 1 pixel
+  task = talr_lib.make_task(config)
+  batch_fn = talr_lib.make_batch_fn(config, task)
+  m = 10 * config.batch_per_class
+  a, b = batch_fn(3), batch_fn(3)
+  assert a["features"].shape == (m, task.features.shape[1]) and a["affinity"].shape == (m, m)
+  np.testing.assert_array_equal(a["features"], b["features"])
+  assert not np.array_equal(a["features"], batch_fn(4)["features"])
+  config.setting, config.database_size = "query_vs_database", 50
+  db = talr_lib.make_batch_fn(config, task)(3)
+  assert db["db_features"].shape == (50, task.features.shape[1]) and db["affinity"].shape == (m, 50)
+  config.augment_shift, config.database_size = 0, 0
+  full = talr_lib.make_batch_fn(config, task)(3)
+  n = len(task.train)
+  assert full["db_features"].shape[0] == n - m  # the rest of the training set
+  assert full["affinity"].shape == (m, n - m)
+
+
+def test_shift_images_translates_and_fills_with_zeros():
+  _repo_on_path()
+  from experiments.train_lib import shift_images  # pylint: disable=g-import-not-at-top
+  x = np.arange(16, dtype=np.float32).reshape(1, 16)
+  np.testing.assert_array_equal(shift_images(x, np.array([[0, 0]])), x)
+  down_right = shift_images(x, np.array([[1, 2]])).reshape(4, 4)
+  np.testing.assert_array_equal(down_right[1:, 2:], x.reshape(4, 4)[:3, :2])
+  assert np.all(down_right[0] == 0) and np.all(down_right[:, :2] == 0)
+  with pytest.raises(ValueError, match="images"):
+    shift_images(np.zeros((1, 5), np.float32), np.array([[0, 0]]))

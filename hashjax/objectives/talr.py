@@ -154,12 +154,14 @@ def query_vs_rest(mapping, *, metric: Callable[[Array], Array], num_bits: int, n
 
 def query_vs_database(mapping, *, metric: Callable[[Array], Array], num_bits: int,
                       num_levels: int = 2, distance: Union[str, Callable] = "relaxed_hamming",
-                      alpha: Schedule = 1.0, width: float = 1.0) -> Callable:
+                      alpha: Schedule = 1.0, width: float = 1.0, cached: bool = False) -> Callable:
   """Objective of queries against a sampled set of database items (both through the mapping).
 
   .. math:: L(\\theta) = -\\frac{1}{|Q^+|} \\sum_{q} m\\big(\\mathrm{softhist}(\\{\\tilde d(\\phi_q, \\phi_i)\\}_{i \\in S})\\big)
 
-  Args: as :func:`query_vs_rest`.
+  Args: as :func:`query_vs_rest`, and ``cached``: treat the database codes as
+    constants (``stop_gradient``), as codes cached from the current parameters
+    would be; the gradient then flows through the queries only.
 
   Returns:
     ``loss_fn(params, batch, step) -> (loss, aux)`` with ``batch = {"features": [M, dim],
@@ -182,6 +184,8 @@ def query_vs_database(mapping, *, metric: Callable[[Array], Array], num_bits: in
     a = _alpha(alpha, step)
     phi_q = relaxations.relax(mappings.apply(mapping, params, batch["features"]), alpha=a)
     phi_x = relaxations.relax(mappings.apply(mapping, params, batch["db_features"]), alpha=a)
+    if cached:
+      phi_x = jax.lax.stop_gradient(phi_x)
     return ranking_loss(dist(phi_q, phi_x), batch["affinity"], metric=metric, num_bits=num_bits,
                         num_levels=num_levels, width=width)
 
