@@ -20,6 +20,16 @@ initialisation and the batches): LambdaRank 8.8 / 9.4 / 8.1% (mean 8.8%, sd
 10.4 / 10.4 / 10.9%, LSH 30.2 / 27.6 / 25.6%, exact L2 3-NN 5.7 / 4.2 / 4.4%.
 Whole run 43-105 s wall (LambdaRank seed 0: 79 s, 66 s of training);
 runlocal: 14 s wall.
+
+MLP mapping (Nair Sec. 6), options chosen on the validation split
+(``python -m experiments.nair_study --parts=mlp`` runs it over 3 seeds)::
+
+  python -m experiments.train --config=configs/lambdarank_knn.py --config.model=mlp \
+      --config.hidden="(1024,)" --config.init=lecun --config.doc_pool=500 --config.learning_rate=0.01
+  (RankNet: --config.method=ranknet --config.learning_rate=5.0)
+
+8/16/64 bits, LambdaRank vs RankNet over seeds and the second dataset:
+``python -m experiments.nair_study`` (README).
 """
 
 import ml_collections
@@ -46,8 +56,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.score = "auto"
   config.k = 3  # relative threshold: the k nearest non-empty Hamming bins (Sec. 3.5.1, 5.1)
   config.radius = 1  # absolute threshold: d <= radius ("Hamming distance < 2", Sec. 5.1)
-  # Swap restriction (Sec. 4): swaps among the nearest ceil(bits / 3) bins ("paper", an int or
-  # None for all), across the top-k boundary ("auto": k, or radius + 1 for score="retrieval"; None: any).
+  # Swap restriction (Sec. 4): swaps among the nearest ceil(bits / 3) bins ("paper": at least
+  # top_bins + 1, so 8-bit codes still swap; an int, or None for all), across the top-k boundary
+  # ("auto": k, or radius + 1 for score="retrieval"; None: any).
   config.swap_bins = "paper"
   config.top_bins = "auto"
   config.threshold = "auto"  # how bins count: relative, or absolute for score="retrieval"
@@ -61,7 +72,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Optimisation (Sec. 4): 100 queries x 100 subsampled documents, SGD momentum 0.8, fixed step.
   config.queries_per_batch = 100
   config.docs_per_query = 100
-  # None: the per-method step size chosen on the validation split (nair_lib.LEARNING_RATES).
+  # None: documents drawn from the whole training set (Sec. 4); an int P: from P items drawn per
+  # step, so the loss maps Q + P items, not all (nair_lib.make_batch_fn).
+  config.doc_pool = config_dict.placeholder(int)
+  # None: the per-method (and per-length) step size chosen on the validation split
+  # (nair_lib.LEARNING_RATES, LEARNING_RATES_BY_BITS).
   config.learning_rate = config_dict.placeholder(float)
   config.momentum = 0.8
   config.num_steps = 1000

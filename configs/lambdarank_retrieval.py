@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.score = "knn_count"
   config.k = 3  # relative threshold of the kNN error also reported
   config.radius = 1  # "Hamming distance < 2"
-  config.swap_bins = "paper"  # ceil(bits / 3) bins
+  config.swap_bins = "paper"  # ceil(bits / 3) bins (at least top_bins + 1)
   config.top_bins = "auto"  # radius + 1: swaps across the retrieved / not-retrieved boundary
   config.threshold = "auto"  # absolute for retrieval
   config.swap_method = config_dict.placeholder(str)
@@ -55,7 +55,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.bits = 32
   config.queries_per_batch = 100
   config.docs_per_query = 100
-  # None: the per-method step size chosen on the validation split (nair_lib.LEARNING_RATES).
+  # None: documents drawn from the whole training set (Sec. 4); an int P: from P items drawn per
+  # step, so the loss maps Q + P items, not all (nair_lib.make_batch_fn).
+  config.doc_pool = config_dict.placeholder(int)
+  # None: the per-method (and per-length) step size chosen on the validation split
+  # (nair_lib.LEARNING_RATES, LEARNING_RATES_BY_BITS).
   config.learning_rate = config_dict.placeholder(float)
   config.momentum = 0.8
   config.num_steps = 1000

@@ -17,11 +17,13 @@ The pieces (each usable on its own, e.g. from ``experiments.train_lib``):
   the losses (``from_logits=True``);
 * :func:`make_batch_fn`: ``config.queries_per_batch`` training queries per
   step, each with ``config.docs_per_query`` documents drawn uniformly from the
-  rest of the training set (the draw of :func:`hashjax.objectives.subsample_documents`, in numpy);
+  rest of the training set (the draw of :func:`hashjax.objectives.subsample_documents`, in numpy),
+  or from ``config.doc_pool`` items drawn per step (so an MLP maps only those);
 * :func:`make_objective`: ``ranknet_loss`` (eqs. 3-4) or ``lambdarank_loss``
   (eq. 5) on the relaxed Hamming score of eq. 2, with the task score
   ``config.score`` and the swap restriction of Sec. 4;
-* :func:`make_optimizer`: SGD with momentum 0.8 and a fixed step size;
+* :func:`make_optimizer`: SGD with momentum 0.8 and a fixed step size
+  (:data:`LEARNING_RATES`, :data:`LEARNING_RATES_BY_BITS` unless ``config.learning_rate``);
 * :func:`evaluate`: the kNN classification error (relative threshold
   ``config.k``, Sec. 5.1) and precision within Hamming radius
   ``config.radius`` (``d <= radius``; Nair's "distance < 2" is radius 1);
@@ -49,8 +51,8 @@ from hashjax import codes, io, mappings, metrics, objectives
 from hashjax import train as train_lib
 
 __all__ = ["NairTask", "METHODS", "TASKS", "SCORES", "COLUMNS", "make_task", "make_mapping",
-           "make_batch_fn", "make_objective", "make_optimizer", "LEARNING_RATES", "evaluate", "exact_l2_row",
-           "train_and_evaluate"]
+           "make_batch_fn", "make_objective", "make_optimizer", "LEARNING_RATES", "LEARNING_RATES_BY_BITS",
+           "evaluate", "exact_l2_row", "train_and_evaluate"]
 
 METHODS = ("ranknet", "lambdarank")
 TASKS = ("knn", "retrieval")
@@ -150,10 +152,18 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: NairTask) -> Callable
   """``batch_fn(step)``: a pure function of the step (resumable), see :mod:`hashjax.train`.
 
   The batch holds the training features (one device array, reused every
-  step: the loss maps them all once and gathers), ``queries`` ``int32[Q]``
-  and ``docs`` ``int32[Q, M]`` (indices into the training set), their
-  ``relevance`` ``int32[Q, M]`` and, for ``score="knn_majority"``, the
-  ``label_pairs`` codes as ``affinity``.
+  step), ``queries`` ``int32[Q]`` and ``docs`` ``int32[Q, M]`` (indices into
+  the training set, or with ``config.doc_pool`` into ``items`` ``int32[Q + P]``,
+  the training items the loss maps this step), their ``relevance``
+  ``int32[Q, M]`` and, for ``score="knn_majority"``, the ``label_pairs``
+  codes as ``affinity``.
+
+  ``config.doc_pool`` ``None`` (Nair Sec. 4): every query draws its ``M``
+  documents from the whole training set, and the loss maps all of it (with
+  100 x 100 draws nearly every item is hit anyway). An int ``P``: each step
+  draws ``P`` items apart from the queries and every query draws its ``M``
+  documents from them, so the loss maps ``Q + P`` items, not all ``n``
+  (what makes an MLP mapping affordable).
   """
   n = len(task.train)
   q = _positive_int("queries_per_batch", config.queries_per_batch)
@@ -161,25 +171,43 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: NairTask) -> Callable
   if q > n or m > n - 1:
     raise ValueError(f"config.queries_per_batch / docs_per_query: expected at most {n} / {n - 1} "
                      f"(training items), got {q} / {m}")
+  pool = config.get("doc_pool")
+  if pool is not None:
+    pool = _positive_int("doc_pool", pool)
+    if m > pool or q + pool > n:
+      raise ValueError(f"config.doc_pool: expected docs_per_query ({m}) <= doc_pool <= {n - q} "
+                       f"(training items minus queries), got {pool}")
   features = jax.device_put(np.asarray(task.features[task.train], np.float32))
   labels = np.asarray(task.labels[task.train], np.int32)
   majority = _score_name(config) == "knn_majority"
+  everything = np.arange(n, dtype=np.int32)
 
   def batch_fn(step: int) -> Dict:
     rng = np.random.default_rng([config.seed, int(step)])
     queries = np.sort(rng.choice(n, size=q, replace=False)).astype(np.int32)
     # The distribution of objectives.subsample_documents (the m largest of one uniform key per
     # document, the query's own key excluded) in numpy: XLA's CPU top_k made it ~24 ms a step.
-    u = rng.random((q, n))
-    u[np.arange(q), queries] = -1.0
-    docs = np.argpartition(-u, m - 1, axis=1)[:, :m].astype(np.int32)
-    if task.train_relevance is None:
-      relevance = (labels[docs] == labels[queries][:, None]).astype(np.int32)
+    if pool is None:
+      items, local_queries = everything, queries  # no "items" in the batch: map all features
+      u = rng.random((q, n))
+      u[np.arange(q), queries] = -1.0
     else:
-      relevance = task.train_relevance[queries[:, None], docs].astype(np.int32)
-    batch = {"features": features, "queries": queries, "docs": docs, "relevance": relevance}
+      rest = np.setdiff1d(everything, queries)
+      items = np.concatenate([queries, np.sort(rng.choice(rest, size=pool, replace=False))]).astype(np.int32)
+      local_queries = np.arange(q, dtype=np.int32)
+      u = np.full((q, q + pool), -1.0)
+      u[:, q:] = rng.random((q, pool))
+    local_docs = np.argpartition(-u, m - 1, axis=1)[:, :m].astype(np.int32)
+    qi, docs = items[local_queries], items[local_docs]
+    if task.train_relevance is None:
+      relevance = (labels[docs] == labels[qi][:, None]).astype(np.int32)
+    else:
+      relevance = task.train_relevance[qi[:, None], docs].astype(np.int32)
+    batch = {"features": features, "queries": local_queries, "docs": local_docs, "relevance": relevance}
+    if pool is not None:
+      batch["items"] = items
     if majority:
-      batch["affinity"] = (labels[queries][:, None] * task.num_classes + labels[docs]).astype(np.int32)
+      batch["affinity"] = (labels[qi][:, None] * task.num_classes + labels[docs]).astype(np.int32)
     return batch
 
   return batch_fn
@@ -202,12 +230,16 @@ def _swap_options(config) -> Dict:
   score = _score_name(config)
   absolute = score == "retrieval"
   threshold = config.threshold if config.threshold != "auto" else ("absolute" if absolute else "relative")
-  swap_bins = config.swap_bins
-  if swap_bins == "paper":
-    swap_bins = objectives.paper_swap_bins(config.bits)
   top_bins = config.top_bins
   if top_bins == "auto":  # Sec. 4: swaps across the task's top-k boundary
     top_bins = None if score == "ap" else (config.radius + 1 if absolute else config.k)
+  swap_bins = config.swap_bins
+  if swap_bins == "paper":
+    # ceil(b / 3), but at least one bin beyond the top boundary: at b <= 9 with k = 3 the two
+    # restrictions together would leave no swap at all (LambdaRank would not train).
+    swap_bins = objectives.paper_swap_bins(config.bits)
+    if top_bins is not None:
+      swap_bins = max(swap_bins, top_bins + 1)
   return {"swap_bins": swap_bins, "top_bins": top_bins, "threshold": threshold}
 
 
@@ -241,7 +273,8 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: NairTask) -
 
   def loss_fn(params, batch, step):
     del step
-    logits = mappings.apply(mapping, params, batch["features"])
+    x = batch["features"] if "items" not in batch else batch["features"][batch["items"]]
+    logits = mappings.apply(mapping, params, x)
     hq = logits[batch["queries"]]
     hd = logits[batch["docs"]]
     if method == "ranknet":
@@ -259,12 +292,18 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: NairTask) -
 #: 600 steps (seed 0; 1,000 validation queries vs the other 4,000 training items): RankNet
 #: 1 / 5 / 20 -> 9.8 / 9.7 / 9.5%; LambdaRank 0.03 / 0.1 / 0.3 -> 8.9 / 9.2 / 10.4%.
 LEARNING_RATES = {"ranknet": 20.0, "lambdarank": 0.03}
+#: Exceptions by code length, chosen the same way at that length (1,000 steps, seed 0):
+#: LambdaRank at 64 bits, 0.003 / 0.01 / 0.03 / 0.1 -> 9.3 / 9.4 / 10.3 / 8.3% (RankNet at 20: 9.1%).
+#: 8 and 16 bits use the 32-bit step sizes (not tuned).
+LEARNING_RATES_BY_BITS = {("lambdarank", 64): 0.1}
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Nair Sec. 4: fixed step size, momentum (decay 0.8) on the batch-averaged gradient."""
   method = _check_option("method", config.method, METHODS)
-  lr = config.learning_rate if config.learning_rate is not None else LEARNING_RATES[method]
+  lr = config.learning_rate
+  if lr is None:
+    lr = LEARNING_RATES_BY_BITS.get((method, config.bits), LEARNING_RATES[method])
   return optax.sgd(lr, momentum=config.momentum)
 
 

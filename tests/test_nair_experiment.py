@@ -209,3 +209,61 @@ def test_every_score_gives_a_finite_loss_and_gradient(score):
   assert np.isfinite(float(loss)) and float(loss) >= 0
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
   assert 0 <= float(aux["active_fraction"]) <= 1
+
+
+def test_doc_pool_batches_draw_documents_from_the_pool():
+  config = lambdarank_knn.get_config("runlocal")
+  config.doc_pool = 120
+  task = nair_lib.make_task(config)
+  batch_fn = nair_lib.make_batch_fn(config, task)
+  a, b = batch_fn(2), batch_fn(2)
+  for key in ("items", "queries", "docs", "relevance"):
+    np.testing.assert_array_equal(a[key], b[key])
+  items, q, m = a["items"], config.queries_per_batch, config.docs_per_query
+  labels = task.labels[task.train]
+  assert items.shape == (q + config.doc_pool,) and len(set(items.tolist())) == len(items)
+  assert a["queries"].tolist() == list(range(q)) and a["docs"].shape == (q, m)
+  for qi, row, rel in zip(a["queries"], a["docs"], a["relevance"]):
+    assert row.min() >= q and row.max() < len(items) and len(set(row.tolist())) == m
+    assert rel.tolist() == [int(labels[items[d]] == labels[items[qi]]) for d in row]
+  config.doc_pool = config.docs_per_query - 1
+  with pytest.raises(ValueError, match="doc_pool"):
+    nair_lib.make_batch_fn(config, task)
+
+
+def test_doc_pool_loss_equals_the_loss_on_all_features():
+  """Mapping only the pooled items gives the loss of mapping everything and indexing the same items."""
+  config = lambdarank_knn.get_config("runlocal")
+  config.doc_pool = 100
+  task = nair_lib.make_task(config)
+  mapping, params = nair_lib.make_mapping(config, task)
+  batch = nair_lib.make_batch_fn(config, task)(0)
+  loss_fn = nair_lib.make_objective(config, mapping, task)
+  full = {"features": batch["features"], "queries": batch["items"][batch["queries"]],
+          "docs": batch["items"][batch["docs"]], "relevance": batch["relevance"]}
+  (a, _), (b, _) = loss_fn(params, batch, 0), loss_fn(params, full, 0)
+  np.testing.assert_allclose(float(a), float(b), rtol=1e-5)
+
+
+@pytest.mark.parametrize("bits, expected", [(8, 4), (9, 4), (16, 6), (32, 11), (64, 22)])
+def test_paper_swap_bins_leave_swaps_across_the_top_boundary(bits, expected):
+  """ceil(b / 3) bins, but never only the top k = 3 bins (which would leave no swap at 8 bits)."""
+  config = lambdarank_knn.get_config()
+  config.bits = bits
+  opts = nair_lib._swap_options(config)
+  assert opts["top_bins"] == 3 and opts["swap_bins"] == expected
+
+
+def test_step_size_defaults_by_method_and_length():
+  config = lambdarank_knn.get_config()
+  for method, bits in (("lambdarank", 32), ("lambdarank", 64), ("ranknet", 64), ("ranknet", 16)):
+    config.method, config.bits = method, bits
+    expected = nair_lib.LEARNING_RATES_BY_BITS.get((method, bits), nair_lib.LEARNING_RATES[method])
+    opt = nair_lib.make_optimizer(config)
+    params = {"w": np.ones(2, np.float32)}
+    updates, _ = opt.update({"w": np.ones(2, np.float32)}, opt.init(params), params)
+    np.testing.assert_allclose(np.asarray(updates["w"]), -expected * np.ones(2), rtol=1e-6)
+  config.learning_rate = 0.5
+  updates, _ = nair_lib.make_optimizer(config).update({"w": np.ones(2)}, nair_lib.make_optimizer(config).init(
+      {"w": np.ones(2)}), {"w": np.ones(2)})
+  np.testing.assert_allclose(np.asarray(updates["w"]), -0.5 * np.ones(2), rtol=1e-6)

@@ -1,0 +1,313 @@
+r"""Nair et al. (2012) error tables: RankNet / LambdaRank against LSH, ITQ and exact L2 kNN.
+
+  python -m experiments.nair_study                                   # everything below (~1.5 h, 2 cores)
+  python -m experiments.nair_study --parts=tables --datasets=mnist_t10k
+  python -m experiments.nair_study --parts=search                    # LambdaRank vs RankNet, validation
+  python -m experiments.nair_study --parts=mlp                       # MLP mapping, 32 bits
+  python -m experiments.nair_study --runlocal                        # a quick check (digits, 2 bit lengths)
+
+Parts (``--parts``):
+
+* ``tables``: for every dataset of ``--datasets``, code length of ``--bits``,
+  method of ``--methods`` and seed of ``--seeds``, one run of
+  ``configs/lambdarank_knn.py`` (linear hash, the step sizes chosen on the
+  MNIST-10k validation split, see ``experiments/nair_lib.py``) on the test
+  queries; LSH and ITQ at ``--bits`` and ``--baseline_bits`` (e.g. 128) and
+  exact L2 3-NN on the same splits. Prints the kNN error (relative threshold
+  3) per seed and as mean (sd over seeds), and the bit compression of Sec.
+  5.4: the bits at which LambdaRank's mean error reaches the best mean error
+  of LSH / ITQ / RankNet over their lengths (interpolated linearly between
+  lengths, as the paper does), as the ratio of the other method's bits at its
+  best to LambdaRank's bits.
+* ``search``: LambdaRank configurations (score function, thresholds, swap
+  restriction, step size: :data:`SEARCH`) and RankNet step sizes on the
+  *validation split* (queries carved from the training set), over ``--seeds``.
+* ``mlp``: the MLP mapping (Nair Sec. 6) with LambdaRank and RankNet at 32
+  bits, the options of :data:`MLP_COMMON` and :data:`MLP_LEARNING_RATES`
+  (chosen on the validation split), test queries, with the same baselines.
+
+Datasets: ``mnist_t10k`` (1,000 queries, 9,000 database, 5,000 of it for
+training) and ``digits`` (scikit-learn's 1,797 8x8 digits: 30 queries per
+class, the other 1,497 as database, 100 per class of it for training;
+validation 20 per class of the training set), see :data:`PROTOCOLS`.
+
+Every run writes ``<workdir>/<part>/<dataset>/<run name>/results.json`` and is
+skipped when that file exists, so an interrupted study resumes where it
+stopped; the summary goes to ``<workdir>/study.json`` (atomic writes; parts run by
+separate commands are merged into it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional, Sequence
+
+from absl import app, flags, logging
+import ml_collections
+import numpy as np
+
+from configs import lambdarank_knn
+from experiments import common, nair_lib
+from hashjax import io
+
+_PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search.")
+_DATASETS = flags.DEFINE_list("datasets", ["mnist_t10k", "digits"], "Datasets of the tables.")
+_BITS = flags.DEFINE_list("bits", ["8", "16", "32", "64"], "Code lengths of the learned codes.")
+_BASELINE_BITS = flags.DEFINE_list("baseline_bits", ["128"], "Extra code lengths for LSH and ITQ only.")
+_METHODS = flags.DEFINE_list("methods", ["lambdarank", "ranknet"], "Learned methods.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (split, initialisation, batches).")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/nair_study", "Where runs and study.json go.")
+_SEARCH = flags.DEFINE_list("search", None, "Names of SEARCH to run (default: all), e.g. for more seeds.")
+_RUNLOCAL = flags.DEFINE_bool("runlocal", False, "Quick check: the runlocal config, digits, 8/16 bits, 1 seed.")
+
+#: Protocol sizes per dataset (per class): queries, training items (from the database), validation.
+PROTOCOLS = {
+    "mnist_t10k": {"queries_per_class": 100, "train_per_class": 500, "val_per_class": 100},
+    "digits": {"queries_per_class": 30, "train_per_class": 100, "val_per_class": 20},
+}
+
+#: The MLP mapping of the ``mlp`` part (Nair Sec. 6 "hidden units"): one hidden layer of ReLU
+#: units, flax's default (LeCun) initialisation, documents drawn from 500 items per step
+#: (``doc_pool``), and per-method step sizes, chosen on the MNIST-10k validation split (README).
+MLP_COMMON = {"model": "mlp", "hidden": (1024,), "init": "lecun", "doc_pool": 500}
+MLP_LEARNING_RATES = {"lambdarank": 0.01, "ranknet": 5.0}
+
+#: The ``search`` part: named configurations on the validation split (config overrides of
+#: ``configs/lambdarank_knn.py``; the kNN error is always evaluated with k = 3). Step sizes scale
+#: with the total |Delta S| weight per query: the count scores put weight 1 on 22-31% of the
+#: pairs at the start, tie-aware AP about 0.01-0.05 on every pair. The majority vote (eq. 6) is
+#: left out: its swap matrices take the generic path, ~3 s a step here (benchmark_swap).
+SEARCH = {
+    "ranknet lr 20 (default)": {"method": "ranknet"},
+    "ranknet lr 50": {"method": "ranknet", "learning_rate": 50.0},
+    "lambdarank knn_count lr 0.03 (default)": {"method": "lambdarank"},
+    "lambdarank knn_count all swaps lr 0.01": {"method": "lambdarank", "swap_bins": None, "top_bins": None,
+                                               "learning_rate": 0.01},
+    "lambdarank knn_count no top-k boundary": {"method": "lambdarank", "top_bins": None},
+    "lambdarank ap lr 0.3": {"method": "lambdarank", "score": "ap", "learning_rate": 0.3},
+}
+
+
+def base_config(dataset: str, *, runlocal: bool = False) -> ml_collections.ConfigDict:
+  """``configs/lambdarank_knn.py`` on ``dataset``'s protocol, no per-run baselines (the study runs them once)."""
+  config = lambdarank_knn.get_config("runlocal" if runlocal else None)
+  config.dataset = dataset
+  if not runlocal:
+    config.update(PROTOCOLS[dataset])
+  config.baselines = ()
+  config.exact_l2 = False
+  config.eval_every = config.num_steps  # one evaluation at the end
+  config.checkpoint_every = config.num_steps
+  return config
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> Dict:
+  """One training run, or its stored results when ``<workdir>/results.json`` exists."""
+  path = os.path.join(workdir, "results.json")
+  if os.path.exists(path):
+    return _read_json(path)
+  start = time.perf_counter()
+  results = nair_lib.train_and_evaluate(config, workdir)
+  logging.info("%s: kNN error %.4f, %.1f s", workdir, results["rows"][0]["knn_error"],
+               time.perf_counter() - start)
+  return results
+
+
+def _read_json(path: str) -> Dict:
+  import json  # pylint: disable=g-import-not-at-top
+  with open(path) as f:
+    return json.load(f)
+
+
+def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdir: str) -> List[Dict]:
+  """LSH and ITQ at every length and exact L2 ``k``-NN: kNN error on ``config``'s split.
+
+  ITQ is left out at lengths above the input dimension (digits: 64), where it is undefined.
+
+  Stored per (seed, length) under ``workdir`` and reused, like the runs.
+  """
+  task = None
+  rows = []
+  for b in list(bits) + ["exact"]:
+    path = os.path.join(workdir, f"s{config.seed}_b{b}.json")
+    if not os.path.exists(path):
+      task = task or nair_lib.make_task(config)
+      if b == "exact":
+        new = [nair_lib.exact_l2_row(config, task)]
+      else:
+        c = ml_collections.ConfigDict(config.to_dict())
+        c.bits = b
+        new = []
+        for method in ("lsh", "itq"):
+          if method == "itq" and b > task.features.shape[1]:  # ITQ needs b <= the input dimension
+            continue
+          q, db = common.baseline_words(method, task.features, task.train, task.query, task.database,
+                                        num_bits=b, seed=config.seed)
+          new.append({"method": method, "bits": b, **nair_lib.evaluate(c, task, q, db)})
+      io.atomic_write_json(path, {"rows": new})
+    rows.extend(_read_json(path)["rows"])
+  return rows
+
+
+def mean_sd(values: Sequence[float]) -> Dict:
+  """Mean and sample standard deviation (``ddof=1``; 0 for one value)."""
+  v = np.asarray(values, np.float64)
+  return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)) if v.size > 1 else 0.0, "n": int(v.size)}
+
+
+def compression(errors: Dict[str, Dict[int, float]], *, learner: str = "lambdarank") -> Dict[str, Dict]:
+  """Sec. 5.4: bits ``learner`` needs to match each other method's best mean error, as a ratio.
+
+  ``errors[method][bits]`` = mean kNN error. For every other method, its
+  best error over its lengths (the shortest length on ties) and the bits at
+  which ``learner`` reaches it, interpolated linearly in bits between the
+  learner's lengths as the paper does (its first length when that is already
+  as good; ``None`` when no length is); ``ratio`` = the other's bits at its
+  best / the learner's bits.
+
+  >>> compression({"lambdarank": {8: 0.3, 16: 0.1}, "lsh": {16: 0.4, 64: 0.2}})["lsh"]
+  {'best_error': 0.2, 'best_bits': 64, 'learner_bits': 12.0, 'ratio': 5.333333333333333}
+  """
+  out = {}
+  mine = sorted(errors[learner].items())
+  for method, errs in errors.items():
+    if method == learner or not errs:
+      continue
+    best_bits = min(errs, key=lambda b: (errs[b], b))
+    best = errs[best_bits]
+    bits = None
+    if mine[0][1] <= best:
+      bits = float(mine[0][0])
+    for (b1, e1), (b2, e2) in zip(mine, mine[1:]):
+      if bits is None and e1 > best >= e2:
+        bits = b1 + (b2 - b1) * (e1 - best) / (e1 - e2)
+    out[method] = {"best_error": best, "best_bits": best_bits, "learner_bits": bits,
+                   "ratio": best_bits / bits if bits else None}
+  return out
+
+
+def _pct(x: Optional[float]) -> str:
+  return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ms(stats: Dict) -> str:
+  return f"{100 * stats['mean']:.1f}% ({100 * stats['sd']:.1f})"
+
+
+def tables(datasets, bits, baseline_bits, methods, seeds, workdir, *, runlocal=False, overrides=None,
+           part="tables") -> Dict:
+  """The ``tables`` (and ``mlp``) part: runs, baselines, printed tables; returns the summary.
+
+  ``overrides``: ``{method: {config field: value}}`` applied to that method's runs.
+  """
+  summary = {}
+  for dataset in datasets:
+    per_seed: Dict[str, Dict[int, Dict[int, float]]] = {}  # method -> bits -> seed -> error
+    times: Dict[str, List[float]] = {}
+    for seed in seeds:
+      for b in bits:
+        for method in methods:
+          config = base_config(dataset, runlocal=runlocal)
+          config.update({"seed": seed, "bits": b, "method": method, **(overrides or {}).get(method, {})})
+          name = method + ("" if config.model == "linear" else f"-{config.model}")
+          res = run(config, os.path.join(workdir, part, dataset, f"{name}_b{b}_s{seed}"))
+          per_seed.setdefault(name, {}).setdefault(b, {})[seed] = res["rows"][0]["knn_error"]
+          times.setdefault(f"{name}_b{b}", []).append(res["summary"]["train_time"])
+      config = base_config(dataset, runlocal=runlocal)
+      config.seed = seed
+      for r in baseline_rows(config, sorted(set(bits) | set(baseline_bits)),
+                             os.path.join(workdir, "baselines", dataset)):
+        b = r["bits"] if r["bits"] != "-" else 0
+        per_seed.setdefault(r["method"], {}).setdefault(b, {})[seed] = r["knn_error"]
+    stats = {m: {b: mean_sd(list(s.values())) for b, s in sorted(bb.items())} for m, bb in per_seed.items()}
+    print(f"\n{part}: {dataset}, kNN error (relative threshold 3), test queries, seeds {list(seeds)}")
+    lengths = sorted({b for bb in per_seed.values() for b in bb if b})
+    print(f"{'method':<16}" + "".join(f"{b:>16}" for b in lengths) + f"{'exact':>16}")
+    for m, bb in stats.items():
+      cells = [_ms(bb[b]) if b in bb else "-" for b in lengths] + [_ms(bb[0]) if 0 in bb else ""]
+      print(f"{m:<16}" + "".join(f"{c:>16}" for c in cells))
+    for seed in seeds:
+      print(f"  seed {seed}: " + "; ".join(
+          f"{m} " + " / ".join(_pct(bb[b].get(seed)) for b in sorted(bb)) for m, bb in per_seed.items()))
+    for key, t in times.items():
+      print(f"  train time {key}: {np.mean(t):.1f} s (mean of {len(t)})")
+    means = {m: {b: s["mean"] for b, s in bb.items() if b} for m, bb in stats.items()
+             if m.startswith(("lambdarank", "ranknet", "lsh", "itq"))}
+    comp = compression(means) if "lambdarank" in means else {}
+    for m, c in comp.items():
+      print(f"  compression vs {m}: its best {_pct(c['best_error'])} at {c['best_bits']} bits; LambdaRank "
+            + (f"matches it at {c['learner_bits']:.1f} bits (interpolated): ratio {c['ratio']:.2f}" if c["ratio"]
+               else "does not reach it at the lengths run"))
+    summary[dataset] = {"per_seed": {m: {str(b): s for b, s in bb.items()} for m, bb in per_seed.items()},
+                        "stats": {m: {str(b): s for b, s in bb.items()} for m, bb in stats.items()},
+                        "compression": comp, "train_time": {k: float(np.mean(t)) for k, t in times.items()}}
+  return summary
+
+
+def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
+  """The ``search`` part: the :data:`SEARCH` configurations (``names``, default all) on the validation split."""
+  out = {}
+  print(f"\nsearch: {'digits (runlocal)' if runlocal else 'MNIST-10k'} validation split, kNN error, "
+        f"seeds {list(seeds)}")
+  for name in names or SEARCH:
+    if name not in SEARCH:
+      raise app.UsageError(f"--search: expected names of nair_study.SEARCH {list(SEARCH)}, got {name!r}")
+    overrides = SEARCH[name]
+    errs, active = [], []
+    for seed in seeds:
+      config = base_config("digits" if runlocal else "mnist_t10k", runlocal=runlocal)
+      config.update({"seed": seed, "eval_split": "validation", **overrides})
+      slug = "_".join(f"{k}={v}" for k, v in overrides.items())
+      res = run(config, os.path.join(workdir, "search", f"{slug}_s{seed}"))
+      errs.append(res["rows"][0]["knn_error"])
+      # LambdaRank: the fraction of preference pairs with a non-zero |Delta S| weight, over the logs.
+      active += [h["active_fraction"] for h in res["history"] if h["kind"] == "train" and "active_fraction" in h]
+    out[name] = {"errors": errs, **mean_sd(errs),
+                 "active_fraction": float(np.mean(active)) if active else None}
+    print(f"  {name:<42}{_ms(out[name]):>16}   " + " / ".join(_pct(e) for e in errs)
+          + (f"   active pairs {100 * out[name]['active_fraction']:.0f}%" if active else ""), flush=True)
+  return out
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  common.quiet_library_logs()
+  start = time.perf_counter()
+  seeds = [int(s) for s in _SEEDS.value]
+  bits = [int(b) for b in _BITS.value]
+  baseline_bits = [int(b) for b in _BASELINE_BITS.value]
+  datasets = list(_DATASETS.value)
+  if _RUNLOCAL.value:
+    seeds, bits, baseline_bits, datasets = seeds[:1], [8, 16], [], ["digits"]
+  study = {"flags": {"parts": _PARTS.value, "datasets": datasets, "bits": bits, "baseline_bits": baseline_bits,
+                     "methods": _METHODS.value, "seeds": seeds, "runlocal": _RUNLOCAL.value}}
+  for part in _PARTS.value:
+    if part == "tables":
+      study["tables"] = tables(datasets, bits, baseline_bits, _METHODS.value, seeds, _WORKDIR.value,
+                               runlocal=_RUNLOCAL.value)
+    elif part == "mlp":
+      study["mlp"] = tables(["digits" if _RUNLOCAL.value else "mnist_t10k"], [16 if _RUNLOCAL.value else 32],
+                            [], _METHODS.value, seeds, _WORKDIR.value, runlocal=_RUNLOCAL.value,
+                            overrides={m: {**MLP_COMMON, "learning_rate": lr}
+                                       for m, lr in MLP_LEARNING_RATES.items()}, part="mlp")
+    elif part == "search":
+      study["search"] = search(seeds, _WORKDIR.value, names=_SEARCH.value, runlocal=_RUNLOCAL.value)
+    else:
+      raise app.UsageError(f"--parts: expected tables, mlp or search, got {part!r}")
+  study["seconds"] = time.perf_counter() - start
+  path = os.path.join(_WORKDIR.value, "study.json")
+  merged = _read_json(path) if os.path.exists(path) else {}  # parts run separately accumulate
+  for key, value in study.items():
+    if key in ("tables", "mlp", "search") and isinstance(merged.get(key), dict):
+      merged[key].update(value)  # per dataset / per search entry
+    elif key != "flags":
+      merged[key] = value
+  merged.setdefault("flags", {})[",".join(_PARTS.value)] = study["flags"]
+  io.atomic_write_json(path, merged)
+  print(f"\n{study['seconds']:.0f} s; summary: {os.path.join(_WORKDIR.value, 'study.json')}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,45 @@
+"""experiments.nair_study: the study's bookkeeping (compression ratios, mean and sd)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments import nair_study  # noqa: E402
+
+
+def test_compression_matches_a_hand_computation():
+  errors = {"lambdarank": {8: 0.30, 16: 0.12, 32: 0.09, 64: 0.08},
+            "ranknet": {8: 0.31, 16: 0.13, 32: 0.085, 64: 0.085},
+            "itq": {16: 0.14, 32: 0.11, 64: 0.10, 128: 0.10},
+            "lsh": {16: 0.5, 128: 0.40}}
+  c = nair_study.compression(errors)
+  # ITQ's best is 0.10, first at 64 bits; LambdaRank passes 0.10 between 16 (0.12) and 32 bits (0.09):
+  # 16 + 16 * (0.12 - 0.10) / (0.12 - 0.09) = 26.67 bits.
+  assert c["itq"]["best_error"] == 0.10 and c["itq"]["best_bits"] == 64
+  assert c["itq"]["learner_bits"] == pytest.approx(16 + 16 * 2 / 3)
+  assert c["itq"]["ratio"] == pytest.approx(64 / (16 + 16 * 2 / 3))
+  # LSH's best 0.40 (128 bits) is already beaten at LambdaRank's shortest length: 8 bits, no extrapolation.
+  assert c["lsh"]["learner_bits"] == 8.0 and c["lsh"]["ratio"] == 16.0
+  # RankNet's best 0.085 (32 bits, the shorter of a tie) lies between 32 (0.09) and 64 bits (0.08).
+  assert c["ranknet"]["best_bits"] == 32 and c["ranknet"]["learner_bits"] == pytest.approx(48.0)
+  assert nair_study.compression({"lambdarank": {8: 0.5}, "itq": {8: 0.1}})["itq"]["ratio"] is None
+
+
+def test_mean_sd_is_the_sample_standard_deviation():
+  s = nair_study.mean_sd([0.088, 0.094, 0.081])
+  assert s["mean"] == pytest.approx(np.mean([0.088, 0.094, 0.081]))
+  assert s["sd"] == pytest.approx(np.sqrt(np.sum((np.array([0.088, 0.094, 0.081]) - s["mean"]) ** 2) / 2))
+  assert nair_study.mean_sd([0.1])["sd"] == 0.0
+
+
+def test_protocols_fit_the_datasets():
+  from experiments import common
+  for name, sizes in nair_study.PROTOCOLS.items():
+    _, labels = common.load_dataset(name)
+    smallest = np.bincount(labels).min()
+    assert sizes["queries_per_class"] + sizes["train_per_class"] < smallest
+    assert sizes["val_per_class"] < sizes["train_per_class"]
