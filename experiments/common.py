@@ -77,6 +77,17 @@ def baseline_words(method: str, features: np.ndarray, train, query, database, *,
           codes.pack_bits(baselines.encode(method, params, features[database])))
 
 
+def train_summary(history: Sequence[Dict]) -> Dict:
+  """Median train-step throughput, training time and the time-to-target event of a ``hashjax.train`` history."""
+  train_logs = [h for h in history if h["kind"] == "train"]
+  return {
+      "examples_per_sec": float(np.median([h["examples_per_sec"] for h in train_logs]))
+                          if train_logs else None,
+      "train_time": max((h["train_time"] for h in history), default=0.0),
+      "time_to_target": next((h for h in history if h["kind"] == "target"), None),
+  }
+
+
 def default_workdir(config_name: str) -> str:
   return os.path.join("runs", config_name)
 

@@ -240,13 +240,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
                                   num_bits=config.bits, seed=config.seed)
     rows.append({"method": method, "bits": config.bits,
                  **_plain(evaluate_words(task, q, db, num_bits=config.bits, config=config))})
-  train_logs = [h for h in history if h["kind"] == "train"]
-  summary = {
-      "examples_per_sec": float(np.median([h["examples_per_sec"] for h in train_logs]))
-                          if train_logs else None,
-      "train_time": max((h["train_time"] for h in history), default=0.0),
-      "time_to_target": next((h for h in history if h["kind"] == "target"), None),
-  }
+  summary = common.train_summary(history)
   results = {"config": config.to_dict(), "rows": rows, "summary": summary, "history": history}
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
   return results

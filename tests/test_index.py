@@ -7,36 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from brute_force import assert_ragged_equal as _assert_ragged_equal
+from brute_force import ref_distances as _ref_distances
+from brute_force import ref_radius as _ref_radius
 from hashjax import codes, index, search
-
-_POPCOUNT = np.array([bin(v).count("1") for v in range(256)], np.int64)
-
-
-def _ref_distances(q, x):
-  """All-pairs Hamming distances of ``uint32[., W]`` codes by a byte popcount table."""
-  xor = (q[:, None, :] ^ x[None, :, :]).astype("<u4")
-  return _POPCOUNT[xor.view(np.uint8)].reshape(xor.shape[:2] + (-1,)).sum(-1)
-
-
-def _ref_radius(q, x, r):
-  d = _ref_distances(q, x)
-  rows = []
-  for j in range(q.shape[0]):
-    hit = np.nonzero(d[j] <= r)[0]
-    hit = hit[np.lexsort((hit, d[j, hit]))]
-    rows.append((d[j, hit], hit))
-  return rows
-
-
-def _assert_ragged_equal(res, rows):
-  offsets = np.asarray(res.offsets)
-  dist, ids = np.asarray(res.distances), np.asarray(res.indices)
-  assert res.distances.dtype == np.int32 and res.indices.dtype == np.int32 and res.offsets.dtype == np.int32
-  assert offsets.shape == (len(rows) + 1,) and offsets[0] == 0
-  assert offsets[-1] == dist.shape[0] == ids.shape[0]
-  for j, (ref_d, ref_i) in enumerate(rows):
-    np.testing.assert_array_equal(dist[offsets[j]:offsets[j + 1]], ref_d, err_msg=f"query {j}")
-    np.testing.assert_array_equal(ids[offsets[j]:offsets[j + 1]], ref_i, err_msg=f"query {j}")
 
 
 def _data(rng, num_bits, n, num_q, pool):

@@ -182,6 +182,16 @@ def test_lambdarank_gradient_is_delta_weighted_ranknet(swap_bins, top_bins):
       assert int(aux["preference_pairs"]) == sum(int(np.sum(r[:, None] > r[None, :])) for r in rel)
 
 
+def _assert_same_positive_loss_and_grads(f1, f2, hq, hd, *, rel, rtol, atol):
+  """``f1`` and ``f2`` give the same positive loss (to ``rel``) and gradients in both arguments."""
+  v1, g1 = jax.jit(jax.value_and_grad(f1, argnums=(0, 1)))(hq, hd)
+  v2, g2 = jax.jit(jax.value_and_grad(f2, argnums=(0, 1)))(hq, hd)
+  assert float(v1) > 0
+  assert float(v1) == pytest.approx(float(v2), rel=rel)
+  for a, b in zip(g1, g2):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
+
+
 def test_lambdarank_histogram_path_equals_generic_path():
   W, Xq, Xd, rel = problem(5, Q=4, N=12, b=8)
   hq = jax.nn.sigmoid(Xq @ W)
@@ -190,24 +200,14 @@ def test_lambdarank_histogram_path_equals_generic_path():
   fast = obj.average_precision_from_histogram
   f_generic = lambda a, b: obj.lambdarank_loss(a, b, rel, score_fn=generic, swap_bins=4)
   f_fast = lambda a, b: obj.lambdarank_loss(a, b, rel, hist_score_fn=fast, num_levels=2, swap_bins=4)
-  v1, g1 = jax.jit(jax.value_and_grad(f_generic, argnums=(0, 1)))(hq, hd)
-  v2, g2 = jax.jit(jax.value_and_grad(f_fast, argnums=(0, 1)))(hq, hd)
-  assert float(v1) > 0
-  assert float(v1) == pytest.approx(float(v2), rel=1e-5)
-  for a, b in zip(g1, g2):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  _assert_same_positive_loss_and_grads(f_generic, f_fast, hq, hd, rel=1e-5, rtol=1e-4, atol=1e-6)
   # The linear swap method for a kNN count: same as the generic path.
   count = functools.partial(obj.knn_count_score, k=3)
   count_hist = functools.partial(obj.knn_count_from_histogram, k=3)
   f_generic = lambda a, b: obj.lambdarank_loss(a, b, rel, score_fn=count, top_bins=3)
   f_linear = lambda a, b: obj.lambdarank_loss(a, b, rel, hist_score_fn=count_hist, num_levels=2, top_bins=3,
                                               swap_method="linear")
-  v1, g1 = jax.jit(jax.value_and_grad(f_generic, argnums=(0, 1)))(hq, hd)
-  v2, g2 = jax.jit(jax.value_and_grad(f_linear, argnums=(0, 1)))(hq, hd)
-  assert float(v1) > 0
-  assert float(v1) == pytest.approx(float(v2), rel=1e-6)
-  for a, b in zip(g1, g2):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+  _assert_same_positive_loss_and_grads(f_generic, f_linear, hq, hd, rel=1e-6, rtol=1e-5, atol=1e-7)
 
 
 def test_lambdarank_weights_brute_force_majority_and_threshold_modes():

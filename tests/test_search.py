@@ -4,6 +4,9 @@ import jax
 import numpy as np
 import pytest
 
+from brute_force import assert_ragged_equal as _assert_ragged_equal
+from brute_force import ref_distances as _ref_distances
+from brute_force import ref_radius as _ref_radius
 from hashjax import codes, search
 
 
@@ -17,40 +20,11 @@ def _codes(rng, n, num_bits, *, pool=None, p_one=0.5):
   return np.asarray(codes.pack_bits(bits))
 
 
-def _ref_distances(q, x):
-  """All-pairs Hamming distances by a popcount table over bytes (no XLA)."""
-  table = np.array([bin(v).count("1") for v in range(256)], np.int64)
-  xor = q[:, None, :] ^ x[None, :, :]
-  return table[xor.view(np.uint8)].sum(-1)
-
-
 def _ref_knn(q, x, k):
   d = _ref_distances(q, x)
   idx = np.arange(x.shape[0])
   order = np.stack([np.lexsort((idx, row))[:k] for row in d])
   return np.take_along_axis(d, order, 1), order
-
-
-def _ref_radius(q, x, r):
-  d = _ref_distances(q, x)
-  r = np.broadcast_to(np.asarray(r), (q.shape[0],))
-  rows = []
-  for j in range(q.shape[0]):
-    hit = np.nonzero(d[j] <= r[j])[0]
-    hit = hit[np.lexsort((hit, d[j, hit]))]
-    rows.append((d[j, hit], hit))
-  return rows
-
-
-def _assert_ragged_equal(res, rows):
-  offsets = np.asarray(res.offsets)
-  dist, ids = np.asarray(res.distances), np.asarray(res.indices)
-  assert res.distances.dtype == np.int32 and res.indices.dtype == np.int32
-  assert offsets.shape == (len(rows) + 1,) and offsets[0] == 0
-  np.testing.assert_array_equal(np.asarray(res.counts), [len(r[1]) for r in rows])
-  for j, (ref_d, ref_i) in enumerate(rows):
-    np.testing.assert_array_equal(dist[offsets[j]:offsets[j + 1]], ref_d, err_msg=f"query {j}")
-    np.testing.assert_array_equal(ids[offsets[j]:offsets[j + 1]], ref_i, err_msg=f"query {j}")
 
 
 def test_reference_distance_matches_bit_loop():
