@@ -62,7 +62,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.swap_bins = "paper"
   config.top_bins = "auto"
   config.threshold = "auto"  # how bins count: relative, or absolute for score="retrieval"
-  config.swap_method = config_dict.placeholder(str)  # None: "linear" (exact for count scores)
   # Model: eq. 1, sigmoid of a linear map, weights ~ N(0, 1e-3).
   config.model = "linear"  # or "mlp"
   config.hidden = (256,)

@@ -8,14 +8,18 @@ Part 1, for every shipped score function: milliseconds to compute one
 query's ``[N, N]`` swap matrix ``Delta S`` after compilation, by each path
 that applies to it:
 
-* ``generic``: :func:`hashjax.objectives.swap_deltas` (``vmap`` over the
-  ``N (N - 1) / 2`` swapped rankings, any score function);
+* ``generic``: :func:`hashjax.objectives.swap_deltas` with
+  ``method="generic"`` (``vmap`` over the ``N (N - 1) / 2`` swapped
+  rankings, any score function);
+* ``exact``: :func:`hashjax.objectives.swap_deltas` as called by default
+  (``method="auto"``): the shipped score's closed form;
 * ``table`` / ``pairs`` / ``linear``: :func:`hashjax.objectives.histogram_swap_deltas`
   for the scores with a histogram form (``linear`` only where it is exact:
   the sums over neighbours);
 * ``batch/q``: the same matrices for a batch of ``--batch`` queries inside
   :func:`hashjax.objectives.lambdarank_weights` (as training computes them),
-  divided by the batch size.
+  divided by the batch size (``generic``: the score wrapped in a lambda, which
+  has no closed form).
 
 Each figure is the median (and the best) of ``--repeats`` timed calls of the
 ``jax.jit``-compiled function on fixed inputs (``block_until_ready``), with
@@ -124,6 +128,12 @@ def _auto_picks_table(bits: int, num_levels: int, num_docs: int) -> bool:
   return bits * (bits + 1) * num_levels * (num_levels - 1) < num_docs * (num_docs - 1)
 
 
+def _check_same(name: str, path: str, got, reference) -> None:
+  if not np.allclose(np.asarray(got), np.asarray(reference), atol=1e-5):
+    raise AssertionError(f"{name} / {path}: differs from the generic swap matrix by "
+                         f"{np.max(np.abs(np.asarray(got) - np.asarray(reference))):.3g}")
+
+
 def bench_swaps(*, bits: int, num_docs: int, batch: int, repeats: int, seed: int) -> List[Dict]:
   """One row per (score, path): ``median_ms``, ``best_ms``, ``compile_s`` and ``batch_ms_per_query``.
 
@@ -134,9 +144,14 @@ def bench_swaps(*, bits: int, num_docs: int, batch: int, repeats: int, seed: int
   rows = []
   for case in cases:
     d0 = distances[0]
-    generic = jax.jit(functools.partial(objectives.swap_deltas, case.score_fn))
+    generic = jax.jit(functools.partial(objectives.swap_deltas, case.score_fn, method="generic"))
     reference, compile_s = _first_call(generic, (d0, case.affinity[0]))
-    paths = [("generic", generic, case.affinity, compile_s, {"score_fn": case.score_fn})]
+    wrapped = lambda d, a, f=case.score_fn: f(d, a)  # not a shipped score: lambdarank takes the generic path
+    paths = [("generic", generic, case.affinity, compile_s, {"score_fn": wrapped})]
+    exact = jax.jit(functools.partial(objectives.swap_deltas, case.score_fn))
+    got, compile_s = _first_call(exact, (d0, case.affinity[0]))
+    _check_same(case.name, "exact", got, reference)
+    paths.append(("exact", exact, case.affinity, compile_s, {"score_fn": case.score_fn}))
     if case.hist_fn is not None:
       methods = (("table",) if _auto_picks_table(bits, case.num_levels, num_docs) else ()) + ("pairs",) \
                 + (("linear",) if case.linear else ())
@@ -144,16 +159,14 @@ def bench_swaps(*, bits: int, num_docs: int, batch: int, repeats: int, seed: int
         fn = jax.jit(functools.partial(objectives.histogram_swap_deltas, case.hist_fn, num_bits=bits,
                                        num_levels=case.num_levels, method=method))
         got, compile_s = _first_call(fn, (d0, case.hist_affinity[0]))
-        if not np.allclose(np.asarray(got), np.asarray(reference), atol=1e-5):
-          raise AssertionError(f"{case.name} / {method}: differs from the generic swap matrix by "
-                               f"{np.max(np.abs(np.asarray(got) - np.asarray(reference))):.3g}")
+        _check_same(case.name, method, got, reference)
         paths.append((method, fn, case.hist_affinity, compile_s,
                       {"hist_score_fn": case.hist_fn, "num_bits": bits, "num_levels": case.num_levels,
                        "swap_method": method}))
     for method, fn, affinity, compile_s, kwargs in paths:
       row = {"score": case.name, "path": method, "compile_s": compile_s, **time_fn(fn, (d0, affinity[0]), repeats)}
       # The label scores' histogram forms bind one query's label: no batch of queries for them.
-      if batch and not (method != "generic" and case.num_levels == NUM_CLASSES):
+      if batch and not (method not in ("generic", "exact") and case.num_levels == NUM_CLASSES):
         weights = jax.jit(lambda d, a, pref, kw=kwargs: objectives.lambdarank_weights(d, a, preference=pref, **kw))
         args = (distances[:batch], affinity[:batch], case.preference[:batch])
         _first_call(weights, args)

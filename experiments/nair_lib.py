@@ -250,10 +250,11 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: NairTask) -
             L_{Lambda} = \\frac{1}{Q} \\sum_q \\sum_{ab} |\\Delta S_{qab}| \\log(1 + e^{\\hat s_{qa} - \\hat s_{qb}})
 
   ``config.score``: ``knn_count`` (eq. 7, relative threshold ``k``),
-  ``knn_majority`` (eq. 6, generic :func:`~hashjax.objectives.swap_deltas`),
-  ``retrieval`` (eq. 8, absolute threshold ``radius``) or ``ap`` (tie-aware
-  AP); ``config.swap_method`` picks the histogram swap path (default
-  ``"linear"`` for the sum scores, exact for them).
+  ``knn_majority`` (eq. 6), ``retrieval`` (eq. 8, absolute threshold
+  ``radius``) or ``ap`` (tie-aware AP); each is passed to
+  :func:`~hashjax.objectives.lambdarank_loss` as ``score_fn``, whose swap
+  matrices then come from the score's exact closed form
+  (:func:`~hashjax.objectives.swap_deltas`).
   """
   method = _check_option("method", config.method, METHODS)
   _check_option("task", config.task, TASKS)
@@ -261,15 +262,13 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: NairTask) -
   lambda_kwargs: Dict = {}
   if method == "lambdarank":
     lambda_kwargs.update(_swap_options(config))
-    if score == "knn_majority":
-      lambda_kwargs["score_fn"] = functools.partial(objectives.knn_majority_score,
-                                                    num_classes=task.num_classes, k=config.k)
-    else:
-      hist = {"knn_count": functools.partial(objectives.knn_count_from_histogram, k=config.k),
-              "retrieval": functools.partial(objectives.retrieval_from_histogram, radius=config.radius),
-              "ap": objectives.average_precision_from_histogram}[score]
-      swap_method = config.swap_method or ("auto" if score == "ap" else "linear")
-      lambda_kwargs.update(hist_score_fn=hist, num_levels=2, swap_method=swap_method)
+    lambda_kwargs["score_fn"] = {
+        "knn_count": functools.partial(objectives.knn_count_score, k=config.k),
+        "knn_majority": functools.partial(objectives.knn_majority_score, num_classes=task.num_classes,
+                                          k=config.k),
+        "retrieval": functools.partial(objectives.retrieval_score, radius=config.radius),
+        "ap": functools.partial(objectives.average_precision_score, num_bits=config.bits),
+    }[score]
 
   def loss_fn(params, batch, step):
     del step

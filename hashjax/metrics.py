@@ -414,14 +414,20 @@ def _bound_ap(hist, dtype, first):
   return _ap_core(hist, jnp.int32(_NO_CUTOFF), dtype, ("opt",) if first else ("pes",))[0]
 
 
-@functools.partial(jax.jit, static_argnames="dtype")
-def _tie_aware_ndcg(hist, k, dtype):
+def _ndcg_parts(hist, k, dtype):
+  """``(gains[V], w[..., B], ideal[...])`` with ``DCG_T = sum_d w_d sum_v gains_v n_{d,v}``.
+
+  ``w_d`` is bin ``d``'s discount sum over the ranks it occupies (cut at
+  ``k``) divided by its size: the expected discount of each of its items over
+  the tie orders. It reads only the bin totals and ``ideal`` only the level
+  totals, so the DCG is linear in the histogram among histograms that share
+  both (what a swap of two items keeps; the exact swap deltas use this).
+  """
   hist = hist.astype(jnp.int32)
   num_levels = hist.shape[-1]
   gains = jnp.exp2(jnp.arange(num_levels, dtype=dtype)) - 1.0
   n = jnp.sum(hist, axis=-1)
   a = _cumsum(n, exclusive=True)
-  gain_sum = jnp.sum(hist.astype(dtype) * gains, axis=-1)
   per_level = jnp.sum(hist, axis=-2)[..., ::-1]  # ideal order: highest level first
   start = _cumsum(per_level, exclusive=True)
   # One discount evaluation for the ties and the ideal ranking's level blocks.
@@ -429,8 +435,14 @@ def _tie_aware_ndcg(hist, k, dtype):
   hi = jnp.concatenate([jnp.clip(k, a, a + n), jnp.minimum(start + per_level, k)], axis=-1)
   disc = _discount_sum(lo, hi, dtype)
   disc, ideal_disc = disc[..., :n.shape[-1]], disc[..., n.shape[-1]:]
-  dcg = jnp.sum(jnp.where(n > 0, gain_sum / jnp.maximum(n, 1).astype(dtype) * disc, 0.0), axis=-1)
-  ideal = jnp.sum(gains[::-1] * ideal_disc, axis=-1)
+  w = jnp.where(n > 0, disc / jnp.maximum(n, 1).astype(dtype), 0.0)
+  return gains, w, jnp.sum(gains[::-1] * ideal_disc, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _tie_aware_ndcg(hist, k, dtype):
+  gains, w, ideal = _ndcg_parts(hist, k, dtype)
+  dcg = jnp.sum(jnp.sum(hist.astype(dtype) * gains, axis=-1) * w, axis=-1)
   return jnp.where(ideal > 0, dcg / jnp.where(ideal > 0, ideal, 1.0), jnp.nan)
 
 

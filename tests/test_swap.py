@@ -267,11 +267,11 @@ def test_no_relevant_documents_score_zero():
 _JITTED = {}
 
 
-def _generic_swaps(name, score_fn, d, a):
-  """jit(swap_deltas) compiled once per named score (the seeds reuse it)."""
-  if name not in _JITTED:
-    _JITTED[name] = jax.jit(lambda d_, a_: obj.swap_deltas(score_fn, d_, a_))
-  return np.asarray(_JITTED[name](d, a))
+def _jitted_swaps(name, score_fn, d, a, method):
+  """jit(swap_deltas) compiled once per named score and method (the seeds reuse it)."""
+  if (name, method) not in _JITTED:
+    _JITTED[name, method] = jax.jit(lambda d_, a_: obj.swap_deltas(score_fn, d_, a_, method=method))
+  return np.asarray(_JITTED[name, method](d, a))
 
 
 _N, _B, _C = 16, 8, 3
@@ -298,7 +298,15 @@ _SHIPPED = [
 ]
 
 
-def test_swap_deltas_every_shipped_score():
+def test_every_shipped_score_has_a_closed_form():
+  for name, score_fn, *_ in _SHIPPED:
+    assert obj.swap._exact_form(score_fn) is not None, name
+  assert obj.swap._exact_form(lambda d, a: obj.knn_count_score(d, a, k=1)) is None
+
+
+@pytest.mark.parametrize("method", ["auto", "generic"])
+def test_swap_deltas_every_shipped_score(method):
+  # "auto": the shipped scores' closed forms; "generic": vmap over swapped rankings.
   nonzero = Counter()
   for seed in range(3):
     rng = np.random.default_rng(100 + seed)
@@ -313,19 +321,26 @@ def test_swap_deltas_every_shipped_score():
     for name, score_fn, ref, kind, tol in _SHIPPED:
       a = affinity[kind]
       want = brute_swaps(ref, d, a)
-      np.testing.assert_allclose(_generic_swaps(name, score_fn, d, a), want, atol=tol, rtol=0, err_msg=name)
+      np.testing.assert_allclose(_jitted_swaps(name, score_fn, d, a, method), want, atol=tol, rtol=0,
+                                 err_msg=name)
       nonzero[name] += np.count_nonzero(want)
   # Every case exercises non-trivial swaps (a test of zeros against zeros could not fail).
   assert min(nonzero.values()) > 0, nonzero
 
 
-def test_swap_deltas_tie_aware_scores_enumerated_x64():
+@pytest.mark.parametrize("method", ["auto", "generic"])
+def test_swap_deltas_tie_aware_scores_enumerated_x64(method):
   # Small lists: compare with the mean over every tie order, in float64. The last case has no
   # relevant document: AP/NDCG are undefined, scored 0, so every swap weight is 0.
   with jax.enable_x64(True):
-    ap = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.average_precision_score, num_bits=3), d_, a_))
+    ap = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.average_precision_score, num_bits=3), d_, a_,
+                                                method=method))
+    ap3 = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.average_precision_score, num_bits=3, k=3),
+                                                 d_, a_, method=method))
+    ndcg4 = jax.jit(lambda d_, a_: obj.swap_deltas(
+        functools.partial(obj.ndcg_score, num_bits=3, num_levels=3, k=4), d_, a_, method=method))
     ndcg = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.ndcg_score, num_bits=3, num_levels=3),
-                                                  d_, a_))
+                                                  d_, a_, method=method))
     ndcg_hist = jax.jit(lambda d_, a_: obj.histogram_swap_deltas(obj.ndcg_from_histogram, d_, a_, num_bits=3,
                                                                  num_levels=3))
     ap3_hist = jax.jit(lambda d_, a_: obj.histogram_swap_deltas(
@@ -337,8 +352,11 @@ def test_swap_deltas_tie_aware_scores_enumerated_x64():
       want = brute_swaps(ref_ndcg_enumerated, d, list(a))
       np.testing.assert_allclose(np.asarray(ndcg(d, a)), want, atol=1e-12)
       np.testing.assert_allclose(np.asarray(ndcg_hist(d, a)), want, atol=1e-12)
-      np.testing.assert_allclose(np.asarray(ap3_hist(d, rel)),
-                                 brute_swaps(lambda e, r: ref_ap_enumerated(e, r, 3), d, list(rel)), atol=1e-12)
+      want_ap3 = brute_swaps(lambda e, r: ref_ap_enumerated(e, r, 3), d, list(rel))
+      np.testing.assert_allclose(np.asarray(ap3_hist(d, rel)), want_ap3, atol=1e-12)
+      np.testing.assert_allclose(np.asarray(ap3(d, rel)), want_ap3, atol=1e-12)
+      np.testing.assert_allclose(np.asarray(ndcg4(d, a)), brute_swaps(lambda e, r: ref_ndcg_enumerated(e, r, 4), d,
+                                                                      list(a)), atol=1e-12)
     assert not np.any(np.isnan(np.asarray(ap(*cases[-1]))))
 
 
@@ -499,6 +517,12 @@ def test_bad_inputs_swap():
     obj.swap_deltas(s, d, np.array([1, 0]))
   with pytest.raises(ValueError, match="score_fn"):
     obj.swap_deltas(lambda x, y: x.astype(float), d, a)  # not a scalar
+  with pytest.raises(ValueError, match="method"):
+    obj.swap_deltas(s, d, a, method="table")
+  with pytest.raises(ValueError, match="k"):  # the closed form checks the score's options too
+    obj.swap_deltas(functools.partial(obj.knn_count_score, k=0), d, a)
+  with pytest.raises(ValueError, match="affinity"):
+    obj.swap_deltas(functools.partial(obj.knn_majority_score, num_classes=2), d, np.array([0, 5, 1]))
   g = functools.partial(obj.knn_count_from_histogram, k=1)
   with pytest.raises(ValueError, match="num_bits"):
     obj.histogram_swap_deltas(g, d, a, num_bits=0, num_levels=2)

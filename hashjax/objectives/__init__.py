@@ -23,12 +23,12 @@ from hashjax.objectives.scores import knn_count_from_histogram, knn_count_score,
 from hashjax.objectives.scores import knn_majority_score, label_pairs, ndcg_from_histogram, ndcg_score
 from hashjax.objectives.scores import nearest_bins_mask, pair_relevance, regression_score
 from hashjax.objectives.scores import retrieval_from_histogram, retrieval_score, target_offsets
-from hashjax.objectives.swap import SWAP_METHODS, histogram_swap_deltas, swap_deltas
+from hashjax.objectives.swap import SCORE_SWAP_METHODS, SWAP_METHODS, histogram_swap_deltas, swap_deltas
 from hashjax.objectives.talr import query_vs_database, query_vs_rest, ranking_loss
 
 __all__ = [
     # swap.py
-    "swap_deltas", "histogram_swap_deltas", "SWAP_METHODS",
+    "swap_deltas", "histogram_swap_deltas", "SWAP_METHODS", "SCORE_SWAP_METHODS",
     # scores.py
     "knn_count_score", "knn_majority_score", "hierarchical_score", "retrieval_score", "regression_score",
     "average_precision_score", "ndcg_score", "knn_count_from_histogram", "knn_majority_from_histogram",

@@ -423,7 +423,7 @@ def triplet_ranknet_loss(query_codes: Array, better_codes: Array, worse_codes: A
 
 def _deltas(distances, affinity, score_fn, hist_score_fn, num_bits, num_levels, swap_method):
   if score_fn is not None:
-    return jax.vmap(lambda d, a: _swap._generic(score_fn, d, a))(distances, affinity)
+    return jax.vmap(lambda d, a: _swap._score_swaps(score_fn, d, a, "auto"))(distances, affinity)
   one = lambda x: _swap._hist_swaps(hist_score_fn, x[0], x[1], num_bits, num_levels, swap_method)
   if swap_method == "linear":
     return jax.vmap(lambda d, a: one((d, a)))(distances, affinity)

@@ -7,11 +7,22 @@ al. 2012, eq. 5 and Figure 3) weights each pair's RankNet gradient by
 
   Delta S[a, b] = S(distances with entries a and b exchanged) - S(distances)
 
-Two paths compute the same ``[N, N]`` matrix:
+Three paths compute the same ``[N, N]`` matrix:
 
 * :func:`swap_deltas` (generic): any pure ``score_fn(distances, affinity)``,
   evaluated on every swapped ranking with ``vmap`` (``N (N - 1) / 2`` calls,
   the matrix is symmetric with a zero diagonal);
+* :func:`swap_deltas` (exact closed forms, chosen automatically for the
+  scores of :mod:`hashjax.objectives.scores`): a swap keeps every bin's total,
+  so the relative threshold's neighbour set, the radius set and the tie-aware
+  discount of each bin stay put. The kNN, hierarchical, retrieval and
+  regression scores and the tie-aware NDCG are ``F(sum_i w(d_i) x_i)`` with
+  ``w`` read from the bin totals, and exchanging ``a`` and ``b`` moves the sum
+  by ``(w(d_b) - w(d_a)) (x_a - x_b)``: ``O(N^2)`` work, no score evaluation
+  per pair. Tie-aware AP is not of that form, but its bins' harmonic sums
+  read only the bin totals too: moving one relevant item from bin ``i`` to bin
+  ``j`` changes it by a closed form in the bins between, a ``(b+1)^2`` table
+  from one pass of prefix sums;
 * :func:`histogram_swap_deltas` (fast): for scores that read only the
   histogram ``hist[num_bits + 1, V]``. A swap moves one item of level ``v_a``
   from bin ``d_a`` to ``d_b`` and one of level ``v_b`` back, so ``Delta S``
@@ -33,14 +44,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax import codes
+from hashjax import metrics
+from hashjax.objectives import scores
 from hashjax.objectives.scores import check_distances
 
 Array = jax.Array
 
-__all__ = ["swap_deltas", "histogram_swap_deltas", "SWAP_METHODS"]
+__all__ = ["swap_deltas", "histogram_swap_deltas", "SWAP_METHODS", "SCORE_SWAP_METHODS"]
 
 #: Options of :func:`histogram_swap_deltas`'s ``method=``.
 SWAP_METHODS = ("auto", "table", "pairs", "linear")
+#: Options of :func:`swap_deltas`'s ``method=``.
+SCORE_SWAP_METHODS = ("auto", "generic")
 
 
 def _check_callable(name: str, fn: Any) -> None:
@@ -97,16 +113,25 @@ def _generic(score_fn, distances, affinity):
   return _symmetric(n, ia, ib, upper)
 
 
-def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, affinity: Any) -> Array:
+def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, affinity: Any, *,
+                method: str = "auto") -> Array:
   """The LambdaRank swap matrix of any score function, for one query.
 
   .. math:: \\Delta S_{ab} = S(d^{(a \\leftrightarrow b)}, a) - S(d, a)
 
   where ``d^(a<->b)`` is ``distances`` with entries ``a`` and ``b``
-  exchanged. Evaluates ``score_fn`` on all ``N (N - 1) / 2`` swapped rankings
-  at once with ``vmap``; the result is symmetric with a zero diagonal. For
-  many queries, ``jax.vmap(lambda d, a: swap_deltas(score_fn, d, a))``; for
-  speed, ``jax.jit`` that (the score function is traced, not a jit argument).
+  exchanged. The result is symmetric with a zero diagonal. For many queries,
+  ``jax.vmap(lambda d, a: swap_deltas(score_fn, d, a))``; for speed,
+  ``jax.jit`` that (the score function is traced, not a jit argument).
+
+  ``method="generic"`` evaluates ``score_fn`` on all ``N (N - 1) / 2``
+  swapped rankings at once with ``vmap``: any pure score function.
+  ``method="auto"`` (default) does the same for a function of your own, and
+  for a score of :mod:`hashjax.objectives.scores` (the function itself or a
+  ``functools.partial`` of it with keyword options) uses its exact closed
+  form instead: ``(w(d_b) - w(d_a)) (x_a - x_b)`` moved through the score
+  for the neighbour-set and NDCG scores, a table over pairs of bins for
+  tie-aware AP (module docstring). Both agree with a loop over pairs (``tests/test_swap.py``).
 
   Args:
     score_fn: pure, traceable ``score_fn(distances[N], affinity) -> scalar``,
@@ -115,6 +140,7 @@ def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, aff
     distances: int ``[N]`` Hamming distances of the query's documents.
     affinity: ``[N, ...]`` per-document array the score reads (relevance
       levels, label pairs, target offsets...); passed through unchanged.
+    method: ``"auto"`` or ``"generic"``.
 
   Returns:
     ``[N, N]`` array in the score's dtype.
@@ -125,10 +151,148 @@ def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, aff
   >>> s = functools.partial(retrieval_score, radius=0)
   >>> swap_deltas(s, np.array([0, 3, 1]), np.array([0, 1, 1])).tolist()
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+  >>> swap_deltas(s, np.array([0, 3, 1]), np.array([0, 1, 1]), method="generic").tolist()
+  [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
   _check_callable("score_fn", score_fn)
+  if not isinstance(method, str) or method not in SCORE_SWAP_METHODS:
+    raise ValueError(f"method: expected one of {list(SCORE_SWAP_METHODS)}, got {method!r}")
   _check_one_query(distances, affinity)
-  return _generic(score_fn, jnp.asarray(distances), jnp.asarray(affinity))
+  return _score_swaps(score_fn, jnp.asarray(distances), jnp.asarray(affinity), method)
+
+
+def _score_swaps(score_fn, distances, affinity, method):
+  """:func:`swap_deltas` without the checks (the path inside ``lambdarank_weights``)."""
+  exact = _exact_form(score_fn) if method == "auto" else None
+  if exact is None:
+    return _generic(score_fn, distances, affinity)
+  # The score itself checks its options and the affinity's range (and fixes the dtype).
+  base = _check_scalar_score("score_fn", score_fn(distances, affinity))
+  if distances.shape[0] == 1:
+    return jnp.zeros((1, 1), base.dtype)
+  return exact(distances, affinity).astype(base.dtype)
+
+
+# --------------------------------------------------------------------------- exact closed forms
+
+
+def _exchange(w, x):
+  """``[N, N, ...]``: ``(w_b - w_a)(x_a - x_b)``, how ``sum_i w_i x_i`` moves when ``a`` and ``b`` swap places.
+
+  After the swap ``a`` sits where ``b`` was (weight ``w_b``) and ``b`` where
+  ``a`` was: ``w_b x_a + w_a x_b - w_a x_a - w_b x_b``.
+  """
+  dw = w[None, :] - w[:, None]
+  dx = x[:, None] - x[None, :]
+  return dw.reshape(dw.shape + (1,) * (x.ndim - 1)) * dx
+
+
+def _float_like(x):
+  return jnp.promote_types(x.dtype, scores._float())
+
+
+def _knn_count_exact(distances, affinity, *, k=3):
+  dt = _float_like(affinity)
+  return _exchange(scores._nearest_bins(distances, k).astype(dt), affinity.astype(dt))
+
+
+def _retrieval_exact(distances, affinity, *, radius):
+  dt = _float_like(affinity)
+  return _exchange((distances <= radius).astype(dt), affinity.astype(dt))
+
+
+def _hierarchical_exact(distances, affinity, *, similarity, k=3):
+  similarity = jnp.asarray(similarity)
+  dt = _float_like(similarity)
+  f = similarity.astype(dt).reshape(-1)[affinity]
+  return _exchange(scores._nearest_bins(distances, k).astype(dt), f)
+
+
+def _knn_majority_exact(distances, affinity, *, num_classes, k=3, ties="expected"):
+  inside = scores._nearest_bins(distances, k).astype(jnp.int32)
+  lq, ld = affinity // num_classes, affinity % num_classes
+  onehot = jax.nn.one_hot(ld, num_classes, dtype=jnp.int32)
+  own = (lq == ld).astype(jnp.int32)  # votes for the query's class, as eq. 6 reads them
+  votes, same = inside @ onehot, jnp.sum(inside * own)
+  swapped = scores._majority(votes + _exchange(inside, onehot), same + _exchange(inside, own), ties)
+  return swapped - scores._majority(votes, same, ties)
+
+
+def _regression_exact(distances, affinity, *, k=3, mode="pairs"):
+  dt = _float_like(affinity)
+  inside = scores._nearest_bins(distances, k).astype(dt)
+  w, o = inside / jnp.sum(inside), affinity.astype(dt)  # the neighbour count is fixed by the bin totals
+  if mode == "pairs":
+    return _exchange(w, o * o)
+  mean = jnp.sum(w * o)
+  moved = mean + _exchange(w, o)
+  return moved * moved - mean * mean
+
+
+def _ndcg_exact(distances, affinity, *, num_bits, num_levels=None, k=None):
+  num_levels = codes._levels(affinity, num_levels)
+  dt = scores._float()
+  hist = _histogram(distances.astype(jnp.int32), affinity.astype(jnp.int32), num_bits, num_levels)
+  gains, w, ideal = metrics._ndcg_parts(hist, jnp.int32(metrics._check_cutoff(k)), dt)
+  # No positive gain: NDCG is undefined, scored 0 for every ranking (scores._zero_if_undefined).
+  w = jnp.where(ideal > 0, w / jnp.where(ideal > 0, ideal, 1.0), 0.0)
+  return _exchange(w[distances], gains[affinity])
+
+
+def _ap_exact(distances, affinity, *, num_bits, k=None):
+  # He et al.'s eq. 3 per bin d (metrics._ap_core): with P_d the relevant items before bin d,
+  #   min(N+, k) AP_T = sum_d alpha_d p_d (P_d + 1) + beta_d p_d (p_d - 1),
+  # alpha_d = dH_d / n_d, beta_d = S1_d / (n_d (n_d - 1)) read only the bin totals (and k), which a
+  # swap keeps. A swap that matters moves one relevant item from bin i to bin j (and an irrelevant
+  # one back): p_i - 1, p_j + 1, and P_d - 1 (i < j) or + 1 (i > j) for the bins in between.
+  relevance = (affinity > 0).astype(jnp.int32)
+  hist = _histogram(distances, relevance, num_bits, 2)
+  dt = scores._float()
+  n, p, before, p_before = metrics._bin_stats(hist)
+  cutoff = jnp.int32(metrics._check_cutoff(k))
+  dh, s1 = metrics._harmonic_pieces(before, jnp.clip(cutoff, before, before + n), dt)
+  n, p, pb = n.astype(dt), p.astype(dt), p_before.astype(dt)
+  alpha = dh / jnp.maximum(n, 1.0)
+  beta = jnp.where(n > 1, s1 / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
+  upto = scores._cumsum(alpha * p)  # sum_{e <= d} alpha_e p_e
+  below = upto - alpha * p  # sum_{e < d}
+  pair = 2.0 * beta * p  # arriving in a bin of p relevant items
+  # Relevant item leaves bin i for a farther bin j (rows i, columns j), or for a nearer one.
+  farther = ((-alpha * (pb + 1.0) - pair + 2.0 * beta)[:, None] + (alpha * (pb - p) + pair)[None, :]
+             - (below[None, :] - upto[:, None]))
+  nearer = ((alpha * (p - pb - 2.0) - pair + 2.0 * beta)[:, None] + (alpha * (pb + 1.0) + pair)[None, :]
+            + (below[:, None] - upto[None, :]))
+  bins = jnp.arange(n.shape[0])
+  table = jnp.where(bins[:, None] < bins[None, :], farther, jnp.where(bins[:, None] > bins[None, :], nearer, 0.0))
+  npos = jnp.sum(relevance)
+  table = jnp.where(npos > 0, table / jnp.maximum(jnp.minimum(npos, cutoff), 1).astype(dt), 0.0)
+  rel = relevance.astype(bool)
+  moved = table[distances[:, None], distances[None, :]]  # a relevant, b irrelevant: a goes to b's bin
+  return jnp.where(rel[:, None] & ~rel[None, :], moved, jnp.where(~rel[:, None] & rel[None, :], moved.T, 0.0))
+
+
+#: The shipped scores' closed forms: ``exact(distances[N], affinity[N], **options) -> [N, N]``.
+_EXACT = {
+    scores.knn_count_score: _knn_count_exact,
+    scores.retrieval_score: _retrieval_exact,
+    scores.hierarchical_score: _hierarchical_exact,
+    scores.knn_majority_score: _knn_majority_exact,
+    scores.regression_score: _regression_exact,
+    scores.ndcg_score: _ndcg_exact,
+    scores.average_precision_score: _ap_exact,
+}
+
+
+def _exact_form(score_fn):
+  """The closed form of a shipped score (or a keyword ``partial`` of one), options bound; else None."""
+  fn, keywords = score_fn, {}
+  if isinstance(score_fn, functools.partial) and not score_fn.args:
+    fn, keywords = score_fn.func, score_fn.keywords
+  try:
+    exact = _EXACT.get(fn)
+  except TypeError:  # an unhashable callable is not one of ours
+    return None
+  return None if exact is None else functools.partial(exact, **keywords)
 
 
 def _histogram(distances, affinity, num_bits, num_levels):
