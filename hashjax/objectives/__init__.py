@@ -1,7 +1,8 @@
 """Losses for learning binary codes: RankNet/LambdaRank with task score functions (Nair et al. 2012).
 
-* :mod:`~hashjax.objectives.swap`: ``swap_deltas`` (any score function) and
-  ``histogram_swap_deltas`` (histogram scores, one evaluation per pair of cells);
+* :mod:`~hashjax.objectives.swap`: ``swap_deltas`` (any score function; exact
+  closed forms for the shipped scores) and ``histogram_swap_deltas``
+  (histogram scores, one evaluation per pair of cells);
 * :mod:`~hashjax.objectives.scores`: the task scores ``S`` (kNN classification
   eqs. 6-7, retrieval eq. 8, hierarchical eq. 10, regression eq. 11, tie-aware
   AP and NDCG), each ``(distances, affinity) -> score`` with keyword options,
