@@ -122,6 +122,49 @@ def test_mnist_t10k_reports_corrupt_or_wrong_files(tmp_path):
     data.load_mnist_t10k(scale="yes")
 
 
+def test_load_idx_images_and_npz_read_any_labelled_set(tmp_path, mnist):
+  # A second image set in the IDX layout (here: 7 images of 5 x 4 pixels), read independently.
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, size=(7, 5, 4), dtype=np.uint8)
+  labels = np.array([3, 0, 1, 1, 2, 9, 0], np.uint8)
+  _write_idx(tmp_path / "img", images, 0x08, compress=True)
+  _write_idx(tmp_path / "lab", labels, 0x08)
+  x, y = data.load_idx_images(tmp_path / "img", tmp_path / "lab")
+  assert x.dtype == np.float32 and x.shape == (7, 20) and y.dtype == np.int32
+  np.testing.assert_array_equal(x * 255, images.reshape(7, 20).astype(np.float32))
+  np.testing.assert_array_equal(y, labels)
+  x_raw, _ = data.load_idx_images(tmp_path / "img", tmp_path / "lab", scale=False)
+  assert x_raw.max() == images.max()
+  # The embedded MNIST files through the general loader give the same arrays.
+  x10k, y10k = data.load_idx_images(data.MNIST_T10K_DIR / "t10k-images-idx3-ubyte.gz",
+                                    data.MNIST_T10K_DIR / "t10k-labels-idx1-ubyte.gz")
+  np.testing.assert_array_equal(x10k, mnist[0])
+  np.testing.assert_array_equal(y10k, mnist[1])
+  # Bad pairs name the argument.
+  _write_idx(tmp_path / "short", labels[:5], 0x08)
+  with pytest.raises(ValueError, match="labels_path: expected one label per image"):
+    data.load_idx_images(tmp_path / "img", tmp_path / "short")
+  _write_idx(tmp_path / "flt", images.astype(np.float32), 0x0D)
+  with pytest.raises(ValueError, match="images_path: scale=True"):
+    data.load_idx_images(tmp_path / "flt", tmp_path / "lab")
+  _write_idx(tmp_path / "nan", np.full((7, 2), np.nan, np.float32), 0x0D)
+  with pytest.raises(ValueError, match="images_path: expected finite"):
+    data.load_idx_images(tmp_path / "nan", tmp_path / "lab", scale=False)
+  _write_idx(tmp_path / "neg", np.array([0, -1, 0, 0, 0, 0, 0], np.int8), 0x09)
+  with pytest.raises(ValueError, match="labels_path: expected labels in"):
+    data.load_idx_images(tmp_path / "img", tmp_path / "neg")
+  # npz: the same arrays back; missing keys and wrong label types are named.
+  np.savez(tmp_path / "set.npz", features=images, labels=labels)
+  x2, y2 = data.load_npz(tmp_path / "set.npz", scale=True)
+  np.testing.assert_array_equal(x2, x)
+  np.testing.assert_array_equal(y2, y)
+  np.savez(tmp_path / "xy.npz", x=images, y=labels.astype(np.float32))
+  with pytest.raises(ValueError, match="features_key / labels_key"):
+    data.load_npz(tmp_path / "xy.npz")
+  with pytest.raises(ValueError, match="path: expected integer class labels"):
+    data.load_npz(tmp_path / "xy.npz", features_key="x", labels_key="y")
+
+
 def test_load_digits_matches_sklearn():
   from sklearn.datasets import load_digits
   ref = load_digits()

@@ -1,6 +1,7 @@
 """Datasets, retrieval protocols and ground-truth affinities.
 
-* loaders: ``read_idx``, ``load_mnist_t10k`` (embedded, offline), ``load_digits``
+* loaders: ``read_idx``, ``load_idx_images`` (any IDX image/label pair),
+  ``load_npz``, ``load_mnist_t10k`` (embedded, offline), ``load_digits``
   (scikit-learn), ``load_tfds`` (tensorflow-datasets ``data_source``, no
   TensorFlow needed);
 * ranking files: ``load_svmlight_ranking``, ``group_by_query``;
@@ -14,7 +15,8 @@ from hashjax.data.affinity import TALR_FRACTIONS, TALR_LEVELS
 from hashjax.data.affinity import euclidean_affinity_levels, euclidean_thresholds
 from hashjax.data.affinity import euclidean_top_fraction_affinity, label_affinity, multilabel_affinity
 from hashjax.data.letor import QueryGroups, RankingData, group_by_query, load_svmlight_ranking
-from hashjax.data.loaders import MNIST_T10K_DIR, load_digits, load_mnist_t10k, load_tfds, read_idx
+from hashjax.data.loaders import MNIST_T10K_DIR, load_digits, load_idx_images, load_mnist_t10k, load_npz
+from hashjax.data.loaders import load_tfds, read_idx
 from hashjax.data.protocols import RetrievalSplit, ValidationSplit
 from hashjax.data.protocols import random_split, retrieval_split, validation_split
 
@@ -22,6 +24,6 @@ __all__ = [
     "MNIST_T10K_DIR", "QueryGroups", "RankingData", "RetrievalSplit", "TALR_FRACTIONS", "TALR_LEVELS",
     "ValidationSplit", "euclidean_affinity_levels", "euclidean_thresholds",
     "euclidean_top_fraction_affinity", "group_by_query", "label_affinity", "load_digits",
-    "load_mnist_t10k", "load_svmlight_ranking", "load_tfds", "multilabel_affinity", "random_split",
+    "load_idx_images", "load_mnist_t10k", "load_npz", "load_svmlight_ranking", "load_tfds", "multilabel_affinity", "random_split",
     "read_idx", "retrieval_split", "validation_split",
 ]

@@ -105,6 +105,87 @@ def _check_scale(scale) -> None:
     raise ValueError(f"scale: expected a bool, got {scale!r}")
 
 
+def _check_labels(name: str, labels: np.ndarray, num_items: int) -> np.ndarray:
+  if labels.ndim != 1 or labels.shape[0] != num_items:
+    raise ValueError(f"{name}: expected one label per image, shape ({num_items},), got {labels.shape}")
+  if not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"{name}: expected integer class labels, got {labels.dtype.name}")
+  if num_items and (labels.min() < 0 or labels.max() > np.iinfo(np.int32).max):
+    raise ValueError(f"{name}: expected labels in [0, 2^31), got [{labels.min()}, {labels.max()}]")
+  return labels.astype(np.int32)
+
+
+def _as_features(name: str, images: np.ndarray, scale: bool) -> np.ndarray:
+  if images.ndim < 2 or images.shape[0] == 0:
+    raise ValueError(f"{name}: expected a non-empty array of images [n, ...], got shape {images.shape}")
+  if scale and images.dtype != np.uint8:
+    raise ValueError(f"{name}: scale=True divides uint8 pixels by 255, got {images.dtype.name} images "
+                     "(pass scale=False to keep their values)")
+  features = images.reshape(images.shape[0], -1).astype(np.float32)
+  if not np.all(np.isfinite(features)):
+    raise ValueError(f"{name}: expected finite pixel values, got NaN or inf")
+  return features / np.float32(255) if scale else features
+
+
+def load_idx_images(images_path: PathLike, labels_path: PathLike, *, scale: bool = True
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+  r"""Any labelled image set stored as a pair of IDX files (MNIST, EMNIST, Fashion-MNIST, KMNIST...).
+
+  .. math:: x_i = \mathrm{vec}(\text{image}_i) / 255, \quad y_i = \text{label}_i
+
+  Args:
+    images_path: IDX file of ``[n, ...]`` images (uint8 when ``scale``).
+    labels_path: IDX file of ``[n]`` integer labels.
+    scale: divide uint8 pixels by 255 (default); ``False`` keeps the values.
+
+  Returns:
+    ``(features float32[n, d], labels int32[n])``, images flattened row-major.
+
+  >>> features, labels = load_idx_images(MNIST_T10K_DIR / MNIST_T10K_IMAGES, MNIST_T10K_DIR / MNIST_T10K_LABELS)
+  >>> features.shape, labels.shape
+  ((10000, 784), (10000,))
+  """
+  _check_scale(scale)
+  images = read_idx(images_path)
+  features = _as_features("images_path", images, scale)
+  return features, _check_labels("labels_path", read_idx(labels_path), images.shape[0])
+
+
+def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str = "labels",
+             scale: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+  r"""A labelled dataset saved with ``numpy.savez``: ``features[n, ...]`` and ``labels[n]``.
+
+  .. math:: x_i = \mathrm{vec}(\text{features}_i), \quad y_i = \text{labels}_i
+
+  For data in other formats (e.g. USPS as HDF5): load it yourself once and
+  ``np.savez(path, features=..., labels=...)``.
+
+  Args:
+    path: the ``.npz`` file.
+    features_key, labels_key: names of the two arrays in it.
+    scale: divide uint8 features by 255 (default ``False``: keep the values).
+
+  Returns:
+    ``(features float32[n, d], labels int32[n])``.
+
+  >>> import tempfile, os
+  >>> path = os.path.join(tempfile.mkdtemp(), "toy.npz")
+  >>> np.savez(path, features=np.eye(3), labels=np.array([0, 1, 1]))
+  >>> x, y = load_npz(path)
+  >>> x.shape, x.dtype.name, y.tolist()
+  ((3, 3), 'float32', [0, 1, 1])
+  """
+  _check_scale(scale)
+  with np.load(path, allow_pickle=False) as arrays:
+    missing = [k for k in (features_key, labels_key) if k not in arrays.files]
+    if missing:
+      raise ValueError(f"path: {str(path)!r} holds arrays {sorted(arrays.files)}, expected "
+                       f"{features_key!r} and {labels_key!r} (features_key / labels_key)")
+    images, labels = arrays[features_key], arrays[labels_key]
+  features = _as_features("path", images, scale)
+  return features, _check_labels("path", labels, images.shape[0])
+
+
 def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
                     ) -> Tuple[np.ndarray, np.ndarray]:
   r"""The MNIST test set (LeCun, Cortes & Burges), embedded in the package.
@@ -140,10 +221,7 @@ def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
                      f"got {labels.dtype.name} {labels.shape}")
   if labels.max() > 9:
     raise ValueError(f"data_dir: {MNIST_T10K_LABELS} holds labels up to {labels.max()}, expected 0..9")
-  features = images.reshape(10000, 784).astype(np.float32)
-  if scale:
-    features /= np.float32(255)
-  return features, labels.astype(np.int32)
+  return _as_features("data_dir", images, scale), labels.astype(np.int32)
 
 
 def load_digits(*, scale: bool = True) -> Tuple[np.ndarray, np.ndarray]:
