@@ -4,24 +4,31 @@ Run (measured under nice on the shared 2-core CPU, load average 5 to 8; on a qui
 machine the linear 32-bit default trains in about 20 s):
 
   python -m experiments.train --config=configs/talr_ap.py --workdir=runs/talr_ap
-      # linear, 32 bits: AP_T 0.8538 (target 0.86), 32.8 s of training
+      # linear (centred, unscaled inputs, 1-pixel shifts), 32 bits: AP_T 0.8568
+      # (target 0.86 missed by 0.003), 24.3 s of training
   python -m experiments.train --config=configs/talr_ap.py --config.model=mlp --workdir=runs/talr_ap_mlp
       # MLP (1,024 hidden, 1-pixel shifts), 32 bits: AP_T 0.9638 (target 0.95, reached
       # after 19.0 s), 45.6 s of training
   python -m experiments.train --config=configs/talr_ap.py --config.bits=16 --workdir=runs/talr_ap16
       # add --config.model=mlp; --config.bits=64 likewise. AP_T at 16 / 32 / 64 bits:
-      # linear 0.8152 / 0.8538 / 0.8639 (targets 0.82 / 0.86 / 0.87 missed),
+      # linear 0.8158 / 0.8568 / 0.8733 (targets 0.82 / 0.86 missed by 0.004 / 0.003,
+      # 0.87 met; 0.8152 / 0.8538 / 0.8639 with the earlier standardised, unshifted inputs),
       # MLP 0.9617 / 0.9638 / 0.9687 (targets 0.94 / 0.95 / 0.94 met); README, TALR table
   python -m experiments.train --config=configs/talr_ap.py:runlocal --workdir=/tmp/talr_quick  # seconds
 
 Hyper-parameters were chosen with ``--config.eval_split=validation`` (queries
-carved from the training set, searched against the rest of it), never on the
-protocol's queries (``experiments/tune.py``). Random 1-pixel shifts of the
-training images (``augment_shift``) are on for the MLP only (validation AP_T
-0.9691 against 0.9535; they hurt the linear mapping). The learning-rate
-schedule, weight decay and query-vs-database setting are options that are off
-by default: on the validation split none beat the defaults by more than the
-spread between seeds (README, TALR section).
+carved from the training set, searched against the rest of it) or
+``--config.eval_split=validation_heldout`` (the same queries, against a
+database 44% of which is held out of training, as in the protocol), never on
+the protocol's queries (``experiments/tune.py --split=...``). Random 1-pixel
+shifts of the training images (``augment_shift``) are on for both models: MLP
+validation AP_T 0.9691 against 0.9535; linear, with centred unscaled inputs,
+held-out validation AP_T 0.8541 against 0.8357 for the earlier standardised,
+unshifted inputs (means over seeds 0-4; the plain split, whose database is
+all trained on, cannot see this gain). The learning-rate schedule, weight
+decay, Gaussian input noise and query-vs-database setting are options that are
+off by default: on the validation splits none beat the defaults by more than
+the spread between seeds (README, TALR section).
 """
 
 import ml_collections
@@ -36,8 +43,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.seed = 0
   config.queries_per_class = 100
   config.train_per_class = 500
-  config.eval_split = "test"  # or "validation": hyper-parameter selection
+  # "validation": hyper-parameter selection, val_per_class queries per class against the
+  # rest of the training set (trained on); "validation_heldout": as the test protocol, the
+  # database also holds val_heldout_per_class items per class never trained on
+  # (100 queries, 175 held out, 225 trained on per class: 44% of the database unseen).
+  config.eval_split = "test"
   config.val_per_class = 100
+  config.val_heldout_per_class = 175
   config.affinity = "label"  # or "euclidean": TALR's multi-level 5/1/0.2/0.1% -> 1/2/5/10
   # Model.
   config.model = "linear"  # or "mlp"
@@ -67,8 +79,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.lr_final_fraction = 0.0  # cosine: the rate at the last step over the peak
   config.weight_decay = 0.0  # > 0: decoupled weight decay (AdamW)
   # > 0: translate each training image by up to this many pixels (per step, per image);
-  # None: per model (MLP 1, linear 0: chosen on validation, MLP 0.9691 against 0.9535 unshifted).
+  # None: per model, 1 for both (chosen on validation: MLP 0.9691 against 0.9535 unshifted;
+  # linear, unscaled inputs, on validation_heldout 0.8541 against 0.8357, means over 5 seeds).
   config.augment_shift = config_dict.placeholder(int)
+  config.input_noise = 0.0  # > 0: Gaussian noise of this std added to the training features
   config.batch_per_class = 25  # class-balanced minibatches of 250, query-vs-rest
   config.num_steps = 1000
   config.log_every = 100
@@ -85,6 +99,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.queries_per_class = 10
     config.train_per_class = 60
     config.val_per_class = 20
+    config.val_heldout_per_class = 15
     config.batch_per_class = 10
     config.num_steps = 60
     config.log_every = config.eval_every = 20

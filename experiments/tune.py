@@ -3,9 +3,18 @@ r"""Grid search of training hyper-parameters on the validation split (never the 
   python -m experiments.tune --config=configs/talr_ap.py \
       --grid="learning_rate=1e-3,3e-3,1e-2;alpha=1,2" --workdir=runs/tune_talr_ap
 
-Every combination trains from scratch with ``config.eval_split="validation"``:
-queries are carved out of the training set (``config.val_per_class`` per
-class) and searched against the rest of it, which is also what is trained on.
+Every combination trains from scratch on a validation split of the training
+set, ``--split`` (``config.eval_split``). ``validation`` (the default): queries
+are carved out of the training set (``config.val_per_class`` per class) and
+searched against the rest of it, which is also what is trained on.
+``validation_heldout`` mirrors the test protocol: a further
+``config.val_heldout_per_class`` items per class are kept out of training but
+stay in the database, so the database holds unseen items as the test's does
+(``experiments.common.evaluation_split``):
+
+  python -m experiments.tune --config=configs/talr_ap.py --split=validation_heldout \
+      --grid="standardize=True,False;augment_shift=0,1" --workdir=runs/tune_talr_ap_heldout
+
 The table of validation scores is printed and written to
 ``<workdir>/tuning.json``; copy the best values into the config.
 """
@@ -26,6 +35,8 @@ from hashjax import io
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
 _GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields.")
+_SPLIT = flags.DEFINE_enum("split", "validation", ["validation", "validation_heldout"],
+                           "Validation split to score on (config.eval_split); never the test queries.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/tune_<config name>).")
 
 
@@ -45,12 +56,15 @@ def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, 
   return axes
 
 
-def tune(config: ml_collections.ConfigDict, grid: str, workdir: str) -> List[Dict]:
+def tune(config: ml_collections.ConfigDict, grid: str, workdir: str,
+         split: str = "validation") -> List[Dict]:
+  if split not in ("validation", "validation_heldout"):
+    raise ValueError(f"split: expected 'validation' or 'validation_heldout', got {split!r}")
   axes = parse_grid(grid, config)
   rows = []
   for values in itertools.product(*(v for _, v in axes)):
     trial = ml_collections.ConfigDict(config.to_dict())
-    trial.eval_split = "validation"
+    trial.eval_split = split
     trial.baselines = ()
     trial.target = 0.0
     setting = dict(zip((k for k, _ in axes), values))
@@ -61,7 +75,8 @@ def tune(config: ml_collections.ConfigDict, grid: str, workdir: str) -> List[Dic
     rows.append({**setting, "tie_aware_ap": row["tie_aware_ap"], "tie_aware_ndcg": row["tie_aware_ndcg"],
                  "train_time": results["summary"]["train_time"]})
     print(rows[-1], flush=True)
-  io.atomic_write_json(os.path.join(workdir, "tuning.json"), {"config": config.to_dict(), "rows": rows})
+  io.atomic_write_json(os.path.join(workdir, "tuning.json"),
+                       {"config": config.to_dict(), "split": split, "rows": rows})
   return rows
 
 
@@ -70,7 +85,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_library_logs()
   config = _CONFIG.value
-  rows = tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name))
+  rows = tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
+              split=_SPLIT.value)
   key = "tie_aware_ndcg" if config.objective == "ndcg" else "tie_aware_ap"
   for row in sorted(rows, key=lambda r: -r[key]):
     print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))

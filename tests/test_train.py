@@ -1,5 +1,6 @@
 """Tests of hashjax.train: the shared optax loop, samplers, checkpoints and resume."""
 
+import json
 import os
 import subprocess
 import sys
@@ -508,3 +509,75 @@ def test_shift_images_translates_and_fills_with_zeros():
   assert np.all(down_right[0] == 0) and np.all(down_right[:, :2] == 0)
   with pytest.raises(ValueError, match="images"):
     shift_images(np.zeros((1, 5), np.float32), np.array([[0, 0]]))
+
+
+@pytest.mark.parametrize("arg", [None, "runlocal"])
+def test_validation_heldout_split_mirrors_the_protocol(arg):
+  _repo_on_path()
+  from configs import talr_ap  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  config = talr_ap.get_config(arg)
+  config.eval_split = "validation_heldout"
+  protocol, train, query, database = common.evaluation_split(config)
+  full_train = protocol.split.train
+  q, h = config.val_per_class, config.val_heldout_per_class
+  t = config.train_per_class - q - h
+  held_out = np.setdiff1d(database, train)
+  # Queries, trained-on and held-out items partition the protocol's training set.
+  assert not np.intersect1d(query, database).size and not np.intersect1d(query, train).size
+  np.testing.assert_array_equal(np.sort(np.concatenate([query, database])), np.sort(full_train))
+  assert np.all(np.isin(train, database))
+  for indices, per_class in ((query, q), (train, t), (held_out, h), (database, t + h)):
+    assert len(np.unique(indices)) == len(indices)
+    counts = np.bincount(protocol.labels[indices], minlength=10)
+    np.testing.assert_array_equal(counts, per_class)
+  if arg is None:  # MNIST-10k: 1,000 queries, 2,250 trained on, 4,000 database of which 44% unseen
+    assert (len(query), len(train), len(database)) == (1000, 2250, 4000)
+  # The plain validation split has the same queries and trains on its whole database.
+  config.eval_split = "validation"
+  _, v_train, v_query, v_database = common.evaluation_split(config)
+  np.testing.assert_array_equal(v_query, query)
+  np.testing.assert_array_equal(v_database, database)
+  np.testing.assert_array_equal(v_train, v_database)
+  # The seed redraws the held-out items; the same seed gives the same split.
+  config.eval_split = "validation_heldout"
+  np.testing.assert_array_equal(common.evaluation_split(config)[1], train)
+  config.seed = 1
+  assert not np.array_equal(common.evaluation_split(config)[1], train)
+  config.eval_split = "validate"
+  with pytest.raises(ValueError, match="eval_split"):
+    common.evaluation_split(config)
+
+
+def test_tune_split_must_be_a_validation_split(tmp_path):
+  _repo_on_path()
+  from configs import talr_ap  # pylint: disable=g-import-not-at-top
+  from experiments import tune  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="split"):
+    tune.tune(talr_ap.get_config("runlocal"), "seed=0", str(tmp_path), split="test")
+  config = talr_ap.get_config("runlocal")
+  config.log_every = config.eval_every = config.checkpoint_every = 2
+  rows = tune.tune(config, "num_steps=2", str(tmp_path), split="validation_heldout")
+  assert len(rows) == 1 and 0.0 < rows[0]["tie_aware_ap"] <= 1.0
+  saved = json.loads((tmp_path / "tuning.json").read_text())
+  assert saved["split"] == "validation_heldout"
+  results = json.loads((tmp_path / "num_steps=2" / "results.json").read_text())
+  assert results["config"]["eval_split"] == "validation_heldout"
+
+
+def test_talr_input_noise_is_gaussian_pure_in_the_step_and_keeps_affinities():
+  _repo_on_path()
+  from configs import talr_ap  # pylint: disable=g-import-not-at-top
+  from experiments import train_lib as talr_lib  # pylint: disable=g-import-not-at-top
+  config = talr_ap.get_config("runlocal")
+  config.input_noise = 0.0
+  task = talr_lib.make_task(config)
+  clean = talr_lib.make_batch_fn(config, task)(3)
+  config.input_noise = 0.5
+  noisy_fn = talr_lib.make_batch_fn(config, task)
+  noisy = noisy_fn(3)
+  np.testing.assert_array_equal(noisy["features"], noisy_fn(3)["features"])  # pure in the step
+  assert not np.array_equal(noisy["features"], noisy_fn(4)["features"])
+  np.testing.assert_array_equal(noisy["affinity"], clean["affinity"])  # of the clean items
+  diff = noisy["features"] - clean["features"]
+  assert abs(diff.std() - 0.5) < 0.05 and abs(diff.mean()) < 0.05
