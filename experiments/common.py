@@ -25,7 +25,10 @@ def load_dataset(name: str, *, tfds_split: str = "test", data_dir: str | None = 
 
   ``mnist_t10k`` (embedded, the default) and ``digits`` (scikit-learn) are
   offline; ``tfds:<name>`` (e.g. ``tfds:mnist``, ``tfds:cifar10``) reads a
-  prepared tensorflow-datasets copy through ``data_source``.
+  prepared tensorflow-datasets copy through ``data_source``; your own
+  labelled images come as ``idx:<images file>,<labels file>`` (an IDX pair,
+  e.g. MNIST's training set or EMNIST digits) or ``npz:<file>`` (arrays
+  ``features`` and ``labels`` saved with ``numpy.savez``).
   """
   if name == "mnist_t10k":
     return data.load_mnist_t10k()
@@ -33,7 +36,15 @@ def load_dataset(name: str, *, tfds_split: str = "test", data_dir: str | None = 
     return data.load_digits()
   if name.startswith("tfds:"):
     return data.load_tfds(name[len("tfds:"):], split=tfds_split, data_dir=data_dir)
-  raise ValueError(f"config.dataset: expected 'mnist_t10k', 'digits' or 'tfds:<name>', got {name!r}")
+  if name.startswith("idx:"):
+    paths = name[len("idx:"):].split(",")
+    if len(paths) != 2 or not all(paths):
+      raise ValueError(f"config.dataset: expected 'idx:<images file>,<labels file>', got {name!r}")
+    return data.load_idx_images(*paths)
+  if name.startswith("npz:") and name[len("npz:"):]:
+    return data.load_npz(name[len("npz:"):])
+  raise ValueError("config.dataset: expected 'mnist_t10k', 'digits', 'tfds:<name>', "
+                   f"'idx:<images>,<labels>' or 'npz:<file>', got {name!r}")
 
 
 def load_protocol(config: ml_collections.ConfigDict) -> Protocol:

@@ -581,3 +581,31 @@ def test_talr_input_noise_is_gaussian_pure_in_the_step_and_keeps_affinities():
   np.testing.assert_array_equal(noisy["affinity"], clean["affinity"])  # of the clean items
   diff = noisy["features"] - clean["features"]
   assert abs(diff.std() - 0.5) < 0.05 and abs(diff.mean()) < 0.05
+
+
+def test_experiments_read_a_users_own_digit_set_from_idx_or_npz(tmp_path):
+  # --config.dataset=idx:<images>,<labels> / npz:<file>: the same protocol on data outside the
+  # package (here the embedded MNIST files by path, and scikit-learn's digits saved as npz).
+  _repo_on_path()
+  from configs import talr_ap  # pylint: disable=g-import-not-at-top
+  from experiments import common, train_lib as talr_lib  # pylint: disable=g-import-not-at-top
+  from hashjax import data  # pylint: disable=g-import-not-at-top
+  images = str(data.MNIST_T10K_DIR / "t10k-images-idx3-ubyte.gz")
+  labels = str(data.MNIST_T10K_DIR / "t10k-labels-idx1-ubyte.gz")
+  x, y = common.load_dataset(f"idx:{images},{labels}")
+  x0, y0 = data.load_mnist_t10k()
+  np.testing.assert_array_equal(x, x0)
+  np.testing.assert_array_equal(y, y0)
+  digits_x, digits_y = data.load_digits()
+  np.savez(tmp_path / "digits.npz", features=digits_x, labels=digits_y)
+  config = talr_ap.get_config("runlocal")
+  config.dataset = f"npz:{tmp_path / 'digits.npz'}"
+  config.num_steps = 4
+  config.log_every = config.eval_every = config.checkpoint_every = 2
+  results = talr_lib.train_and_evaluate(config, str(tmp_path / "run"))
+  assert 0.0 < results["rows"][0]["tie_aware_ap"] <= 1.0
+  protocol = common.load_protocol(config)
+  np.testing.assert_array_equal(protocol.labels, digits_y)
+  for bad in ("idx:only_one_file", "idx:,", "npz:", "csv:data.csv"):
+    with pytest.raises(ValueError, match="config.dataset"):
+      common.load_dataset(bad)
