@@ -74,18 +74,41 @@ MLP_COMMON = {"model": "mlp", "hidden": (1024,), "init": "lecun", "doc_pool": 50
 MLP_LEARNING_RATES = {"lambdarank": 0.01, "ranknet": 5.0}
 
 #: The ``search`` part: named configurations on the validation split (config overrides of
-#: ``configs/lambdarank_knn.py``; the kNN error is always evaluated with k = 3). Step sizes scale
-#: with the total |Delta S| weight per query: the count scores put weight 1 on 22-31% of the
-#: pairs at the start, tie-aware AP about 0.01-0.05 on every pair. The majority vote (eq. 6) is
-#: left out: its swap matrices take the generic path, ~3 s a step here (benchmark_swap).
+#: ``configs/lambdarank_knn.py``, 32 bits unless an entry sets ``bits``; the kNN error is always
+#: evaluated with k = 3). Step sizes scale with the total |Delta S| weight per query: the count
+#: scores put weight 1 on 22-31% of the pairs at the start, tie-aware AP about 0.01-0.05 on every
+#: pair, the majority vote (eq. 6, ties scored 1/m) 0, 1/m or 1 on the few pairs whose swap changes
+#: the vote. Every score's swap matrices come from its exact closed form
+#: (``objectives.swap_deltas``): the majority vote costs about as much as the count score.
 SEARCH = {
-    "ranknet lr 20 (default)": {"method": "ranknet"},
-    "ranknet lr 50": {"method": "ranknet", "learning_rate": 50.0},
+    "ranknet lr 20": {"method": "ranknet", "learning_rate": 20.0},
+    "ranknet lr 50 (default)": {"method": "ranknet", "learning_rate": 50.0},
+    "ranknet lr 100": {"method": "ranknet", "learning_rate": 100.0},
+    "ranknet lr 20 2000 steps": {"method": "ranknet", "learning_rate": 20.0, "num_steps": 2000},
+    "ranknet lr 10 2000 steps": {"method": "ranknet", "learning_rate": 10.0, "num_steps": 2000},
+    "ranknet lr 10 momentum 0.9": {"method": "ranknet", "learning_rate": 10.0, "momentum": 0.9},
+    "ranknet lr 50 2000 steps": {"method": "ranknet", "learning_rate": 50.0, "num_steps": 2000},
+    "ranknet lr 50 200 docs": {"method": "ranknet", "learning_rate": 50.0, "docs_per_query": 200},
+    "ranknet lr 50 standardized": {"method": "ranknet", "learning_rate": 50.0, "standardize": True},
     "lambdarank knn_count lr 0.03 (default)": {"method": "lambdarank"},
     "lambdarank knn_count all swaps lr 0.01": {"method": "lambdarank", "swap_bins": None, "top_bins": None,
                                                "learning_rate": 0.01},
     "lambdarank knn_count no top-k boundary": {"method": "lambdarank", "top_bins": None},
     "lambdarank ap lr 0.3": {"method": "lambdarank", "score": "ap", "learning_rate": 0.3},
+    "lambdarank knn_majority lr 0.03": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 0.03},
+    "lambdarank knn_majority lr 0.1": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 0.1},
+    "lambdarank knn_majority lr 0.3": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 0.3},
+    "lambdarank knn_majority lr 1": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 1.0},
+    # 64 bits: the step size first chosen there, 0.1, was at the edge of its grid 0.003-0.1; 1 is
+    # the default now (nair_lib.LEARNING_RATES_BY_BITS).
+    "64 bits lambdarank knn_count lr 0.1": {"method": "lambdarank", "bits": 64, "learning_rate": 0.1},
+    "64 bits lambdarank knn_count lr 0.3": {"method": "lambdarank", "bits": 64, "learning_rate": 0.3},
+    "64 bits lambdarank knn_count lr 1 (default)": {"method": "lambdarank", "bits": 64, "learning_rate": 1.0},
+    "64 bits lambdarank knn_count lr 3": {"method": "lambdarank", "bits": 64, "learning_rate": 3.0},
+    "64 bits lambdarank ap lr 0.3": {"method": "lambdarank", "bits": 64, "score": "ap", "learning_rate": 0.3},
+    "64 bits lambdarank ap lr 1": {"method": "lambdarank", "bits": 64, "score": "ap", "learning_rate": 1.0},
+    "64 bits ranknet lr 20": {"method": "ranknet", "bits": 64, "learning_rate": 20.0},
+    "64 bits ranknet lr 50 (default)": {"method": "ranknet", "bits": 64, "learning_rate": 50.0},
 }
 
 
@@ -254,19 +277,22 @@ def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
     if name not in SEARCH:
       raise app.UsageError(f"--search: expected names of nair_study.SEARCH {list(SEARCH)}, got {name!r}")
     overrides = SEARCH[name]
-    errs, active = [], []
+    errs, active, times = [], [], []
     for seed in seeds:
       config = base_config("digits" if runlocal else "mnist_t10k", runlocal=runlocal)
       config.update({"seed": seed, "eval_split": "validation", **overrides})
+      config.eval_every = config.checkpoint_every = config.num_steps  # one evaluation, also for num_steps
       slug = "_".join(f"{k}={v}" for k, v in overrides.items())
       res = run(config, os.path.join(workdir, "search", f"{slug}_s{seed}"))
       errs.append(res["rows"][0]["knn_error"])
+      times.append(res["summary"]["train_time"])
       # LambdaRank: the fraction of preference pairs with a non-zero |Delta S| weight, over the logs.
       active += [h["active_fraction"] for h in res["history"] if h["kind"] == "train" and "active_fraction" in h]
-    out[name] = {"errors": errs, **mean_sd(errs),
+    out[name] = {"errors": errs, **mean_sd(errs), "train_time": times,
                  "active_fraction": float(np.mean(active)) if active else None}
-    print(f"  {name:<42}{_ms(out[name]):>16}   " + " / ".join(_pct(e) for e in errs)
-          + (f"   active pairs {100 * out[name]['active_fraction']:.0f}%" if active else ""), flush=True)
+    print(f"  {name:<44}{_ms(out[name]):>16}   " + " / ".join(_pct(e) for e in errs)
+          + (f"   active pairs {100 * out[name]['active_fraction']:.0f}%" if active else "")
+          + "   train " + " / ".join(f"{t:.0f}" for t in times) + " s", flush=True)
   return out
 
 

@@ -256,7 +256,10 @@ def test_paper_swap_bins_leave_swaps_across_the_top_boundary(bits, expected):
 
 def test_step_size_defaults_by_method_and_length():
   config = lambdarank_knn.get_config()
-  for method, bits in (("lambdarank", 32), ("lambdarank", 64), ("ranknet", 64), ("ranknet", 16)):
+  assert nair_lib.LEARNING_RATES_BY_BITS[("lambdarank", 64)] == 1.0  # validation split, see nair_lib
+  assert nair_lib.LEARNING_RATES_BY_BITS[("ranknet", 32)] == nair_lib.LEARNING_RATES_BY_BITS[("ranknet", 64)] == 50.0
+  for method, bits in (("lambdarank", 32), ("lambdarank", 64), ("ranknet", 32), ("ranknet", 64),
+                       ("ranknet", 16)):
     config.method, config.bits = method, bits
     expected = nair_lib.LEARNING_RATES_BY_BITS.get((method, bits), nair_lib.LEARNING_RATES[method])
     opt = nair_lib.make_optimizer(config)

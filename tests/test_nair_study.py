@@ -43,3 +43,31 @@ def test_protocols_fit_the_datasets():
     smallest = np.bincount(labels).min()
     assert sizes["queries_per_class"] + sizes["train_per_class"] < smallest
     assert sizes["val_per_class"] < sizes["train_per_class"]
+
+
+def test_search_entries_are_config_overrides_with_distinct_run_names():
+  config = nair_study.base_config("mnist_t10k")
+  slugs = set()
+  for name, overrides in nair_study.SEARCH.items():
+    assert "," not in name  # --search is a comma-separated list
+    assert set(overrides) <= set(config.keys()), name
+    c = nair_study.base_config("mnist_t10k")
+    c.update(overrides)  # type-checked by ml_collections
+    slugs.add("_".join(f"{k}={v}" for k, v in overrides.items()))
+  assert len(slugs) == len(nair_study.SEARCH)
+
+
+def test_search_runs_an_entry_once_and_reuses_it(tmp_path, monkeypatch):
+  monkeypatch.setitem(nair_study.SEARCH, "test majority 64 bits",
+                      {"method": "lambdarank", "bits": 64, "score": "knn_majority", "learning_rate": 0.1,
+                       "num_steps": 20})
+  out = nair_study.search([0], str(tmp_path), names=["test majority 64 bits"], runlocal=True)
+  entry = out["test majority 64 bits"]
+  assert entry["n"] == 1 and 0 <= entry["errors"][0] <= 1 and 0 < entry["active_fraction"] <= 1
+  (run_dir,) = os.listdir(tmp_path / "search")
+  assert "bits=64" in run_dir and "score=knn_majority" in run_dir
+  results = nair_study._read_json(str(tmp_path / "search" / run_dir / "results.json"))
+  assert results["config"]["bits"] == 64 and results["config"]["eval_split"] == "validation"
+  assert results["config"]["eval_every"] == 20
+  again = nair_study.search([0], str(tmp_path), names=["test majority 64 bits"], runlocal=True)
+  assert again["test majority 64 bits"]["errors"] == entry["errors"]
