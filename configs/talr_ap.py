@@ -74,8 +74,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.optimizer = "adam"  # or "sgd" (with momentum)
   config.learning_rate = config_dict.placeholder(float)  # None: per model (MODEL_DEFAULTS)
   config.momentum = 0.9
-  config.lr_schedule = "constant"  # or "cosine": warmup_steps of linear warmup, then cosine decay
-  config.warmup_steps = 0
+  # "constant" or "cosine" (warmup_steps of linear warmup, then cosine decay); None: per model
+  # (linear: cosine after 50 warmup steps; MLP: constant; chosen on validation, MODEL_DEFAULTS).
+  config.lr_schedule = config_dict.placeholder(str)
+  config.warmup_steps = config_dict.placeholder(int)
   config.lr_final_fraction = 0.0  # cosine: the rate at the last step over the peak
   config.weight_decay = 0.0  # > 0: decoupled weight decay (AdamW)
   # > 0: translate each training image by up to this many pixels (per step, per image);
@@ -84,7 +86,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.augment_shift = config_dict.placeholder(int)
   config.input_noise = 0.0  # > 0: Gaussian noise of this std added to the training features
   config.batch_per_class = 25  # class-balanced minibatches of 250, query-vs-rest
-  config.num_steps = 1000
+  config.num_steps = config_dict.placeholder(int)  # None: per model (linear 3,000, MLP 1,000)
   config.log_every = 100
   config.eval_every = 100
   config.checkpoint_every = 200

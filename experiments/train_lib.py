@@ -83,16 +83,22 @@ def evaluate_words(task: Task, query_words, db_words, *, num_bits: int, config) 
 #: on the validation split (README, TALR results). The linear mapping's centred, unscaled
 #: inputs and 1-pixel shifts were chosen on the held-out validation split
 #: (``--split=validation_heldout``: mean validation AP_T over seeds 0-4, 0.8541 against 0.8357
-#: for standardised, unshifted inputs), learning rate and alpha on the plain one.
+#: for standardised, unshifted inputs), learning rate and alpha on the plain one. Its schedule,
+#: 3,000 steps of cosine decay after 50 warmup steps, was chosen on the held-out split too,
+#: against 1,000 constant steps with everything else at these defaults (seeds 0-4: 0.8603 /
+#: 0.8713 / 0.8585 / 0.8537 / 0.8626 against 0.8462 / 0.8634 / 0.8507 / 0.8537 / 0.8566,
+#: paired gain +0.007, 4 seeds better, seed 3 tied; 2,000 cosine steps: +0.006).
 MODEL_DEFAULTS = {
-    "linear": {"learning_rate": 1e-2, "alpha": 3.0, "standardize": False, "augment_shift": 1},
-    "mlp": {"learning_rate": 3e-3, "alpha": 1.0, "standardize": False, "augment_shift": 1},
+    "linear": {"learning_rate": 1e-2, "alpha": 3.0, "standardize": False, "augment_shift": 1,
+               "num_steps": 3000, "lr_schedule": "cosine", "warmup_steps": 50},
+    "mlp": {"learning_rate": 3e-3, "alpha": 1.0, "standardize": False, "augment_shift": 1,
+            "num_steps": 1000, "lr_schedule": "constant", "warmup_steps": 0},
 }
 
 
 def option(config, name: str):
-  """``config[name]``, or the model's default when the config leaves it as None."""
-  value = config[name]
+  """``config[name]``, or the model's default when the config leaves it as None (or lacks it)."""
+  value = config.get(name)
   return MODEL_DEFAULTS[config.model][name] if value is None else value
 
 
@@ -100,12 +106,17 @@ def make_optimizer(config) -> optax.GradientTransformation:
   """Adam (AdamW when ``config.weight_decay > 0``) or SGD with momentum, on the config's schedule.
 
   The learning rate follows :func:`hashjax.train.learning_rate_schedule`
-  (``config.lr_schedule``, ``config.warmup_steps``, ``config.lr_final_fraction``);
-  options a config lacks keep their old meaning (constant rate, no decay).
+  (``config.lr_schedule``, ``config.warmup_steps``, ``config.lr_final_fraction``),
+  the model's defaults where the config leaves them None (a default warmup is cut
+  to a tenth of a shorter run).
   """
+  num_steps = max(int(option(config, "num_steps")), 1)
+  warmup = config.get("warmup_steps")
+  if warmup is None:  # the model's default, at most a tenth of a short run
+    warmup = min(MODEL_DEFAULTS[config.model]["warmup_steps"], num_steps // 10)
   lr = train_lib.learning_rate_schedule(
-      option(config, "learning_rate"), num_steps=max(int(config.num_steps), 1),
-      kind=config.get("lr_schedule", "constant"), warmup_steps=int(config.get("warmup_steps", 0)),
+      option(config, "learning_rate"), num_steps=num_steps,
+      kind=option(config, "lr_schedule"), warmup_steps=int(warmup),
       final_fraction=float(config.get("lr_final_fraction", 0.0)))
   decay = float(config.get("weight_decay", 0.0))
   if config.optimizer == "adam":
@@ -126,7 +137,7 @@ def make_objective(config, mapping, task: Task):
   alpha = option(config, "alpha")
   if config.alpha_final and config.alpha_final != alpha:
     alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final,
-                              steps=config.num_steps)
+                              steps=option(config, "num_steps"))
   num_levels = 2 if config.objective == "ap" else num_levels_of(task)
   kwargs = dict(metric=metric, num_bits=config.bits, num_levels=num_levels,
                 distance=config.distance, alpha=alpha, width=config.width)
@@ -237,7 +248,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   target = (config.target_metric, config.target) if config.target else None
   params, history = train_lib.train(
       params=params, loss_fn=loss_fn, optimizer=make_optimizer(config), batch_fn=batch_fn,
-      num_steps=config.num_steps, workdir=os.path.join(workdir, "checkpoints"), eval_fn=eval_fn,
+      num_steps=option(config, "num_steps"), workdir=os.path.join(workdir, "checkpoints"), eval_fn=eval_fn,
       eval_every=config.eval_every, checkpoint_every=config.checkpoint_every,
       log_every=config.log_every, target=target)
 
