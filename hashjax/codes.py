@@ -410,7 +410,7 @@ def distance_histogram(distances: Array, affinity: Optional[Array] = None, *,
   num_bits = _checks.check_num_bits(num_bits)
   _checks.check_int_range("distances", distances, 0, num_bits, what="distances")
   if distances.ndim < 1:
-    raise ValueError(f"distances: expected shape [..., N], got a scalar")
+    raise ValueError("distances: expected shape [..., N], got a scalar")
   if affinity is None:
     num_levels = 1
   else:

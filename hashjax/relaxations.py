@@ -331,7 +331,7 @@ def off_diagonal(x: Array) -> Array:
   [[1, 2], [3, 5], [6, 7]]
   """
   if not hasattr(x, "shape") or x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape[-1] < 2:
-    raise ValueError(f"x: expected square matrices [..., M, M] with M >= 2, got "
+    raise ValueError("x: expected square matrices [..., M, M] with M >= 2, got "
                      + (f"shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__))
   return _off_diagonal(jnp.asarray(x))
 

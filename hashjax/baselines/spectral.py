@@ -28,7 +28,6 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from hashjax import _checks
 from hashjax import codes
