@@ -16,9 +16,9 @@ codes are evaluated by precision within Hamming distance < 2 (``radius=1``:
 
 Measured on this 2-core CPU (shared with other jobs), seed 0, one run each,
 test split, 32 bits, 1,000 steps (wall time of the whole run / of training),
-precision at d <= 1: LambdaRank 0.413 (78 s / 62 s), RankNet 0.342 (78 s, at
-step 20, ``--config.learning_rate=20``: measured before RankNet's 32-bit kNN
-step became 50); same split: ITQ 0.253, LSH 0.055. runlocal: 13 s wall. Step
+precision at d <= 1: LambdaRank 0.413 (78 s / 62 s), RankNet 0.340 (70.7 s of
+training; 0.342 at its earlier step 20, ``--config.learning_rate=20``); same
+split: ITQ 0.253, LSH 0.055. runlocal: 13 s wall. Step
 sizes are the kNN ones (nair_lib.LEARNING_RATES, LEARNING_RATES_BY_BITS), not
 tuned for retrieval.
 """
