@@ -511,6 +511,23 @@ def test_shift_images_translates_and_fills_with_zeros():
     shift_images(np.zeros((1, 5), np.float32), np.array([[0, 0]]))
 
 
+def test_option_prefers_the_code_length_default_and_an_explicit_value_wins():
+  _repo_on_path()
+  from configs import talr_ap  # pylint: disable=g-import-not-at-top
+  from experiments import train_lib as talr_lib  # pylint: disable=g-import-not-at-top
+  config = talr_ap.get_config()
+  assert config.model == "linear" and config.alpha is None
+  config.bits = 16  # the (linear, 16) override
+  assert talr_lib.option(config, "alpha") == talr_lib.BITS_DEFAULTS[("linear", 16)]["alpha"] == 5.0
+  assert talr_lib.option(config, "learning_rate") == talr_lib.MODEL_DEFAULTS["linear"]["learning_rate"]
+  config.bits = 32  # no override: the model's default
+  assert talr_lib.option(config, "alpha") == talr_lib.MODEL_DEFAULTS["linear"]["alpha"] == 3.0
+  config.bits, config.alpha = 16, 2.0  # an explicit config value wins over both
+  assert talr_lib.option(config, "alpha") == 2.0
+  config.model, config.alpha = "mlp", None  # the override is the linear model's only
+  assert talr_lib.option(config, "alpha") == talr_lib.MODEL_DEFAULTS["mlp"]["alpha"]
+
+
 @pytest.mark.parametrize("arg", [None, "runlocal"])
 def test_validation_heldout_split_mirrors_the_protocol(arg):
   _repo_on_path()
