@@ -22,9 +22,10 @@ the database, as the protocol's database holds unseen items
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Tuple
 
 from absl import logging
 import jax
@@ -294,3 +295,47 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
 def _plain(result: Dict) -> Dict:
   return {k: (np.asarray(v).item() if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in result.items()}
+
+
+# --------------------------------------------------------------------------- tuning (experiments/tune.py)
+
+
+def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, list]]:
+  """``"lr=1e-3,1e-2;alpha=1"`` -> ``[("lr", [0.001, 0.01]), ("alpha", [1.0])]``, typed like the config."""
+  axes = []
+  for part in filter(None, (p.strip() for p in grid.split(";"))):
+    key, _, values = part.partition("=")
+    key = key.strip()
+    if key not in config:
+      raise ValueError(f"--grid: {key!r} is not a field of the config")
+    kind = config.get_ref(key).get_type()  # declared type, also for None placeholders
+    axes.append((key, [kind(v.strip()) if kind is not bool else v.strip() == "True"
+                       for v in values.split(",")]))
+  if not axes:
+    raise ValueError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
+  return axes
+
+
+def tune(config: ml_collections.ConfigDict, grid: str, workdir: str,
+         split: str = "validation") -> List[Dict]:
+  """Trains every combination of ``grid`` on validation ``split``; rows of validation scores (tuning.json)."""
+  if split not in ("validation", "validation_heldout"):
+    raise ValueError(f"split: expected 'validation' or 'validation_heldout', got {split!r}")
+  axes = parse_grid(grid, config)
+  rows = []
+  for values in itertools.product(*(v for _, v in axes)):
+    trial = ml_collections.ConfigDict(config.to_dict())
+    trial.eval_split = split
+    trial.baselines = ()
+    trial.target = 0.0
+    setting = dict(zip((k for k, _ in axes), values))
+    trial.update(setting)
+    name = "_".join(f"{k}={v}" for k, v in setting.items())
+    results = train_and_evaluate(trial, os.path.join(workdir, name))
+    row = results["rows"][0]
+    rows.append({**setting, "tie_aware_ap": row["tie_aware_ap"], "tie_aware_ndcg": row["tie_aware_ndcg"],
+                 "train_time": results["summary"]["train_time"]})
+    print(rows[-1], flush=True)
+  io.atomic_write_json(os.path.join(workdir, "tuning.json"),
+                       {"config": config.to_dict(), "split": split, "rows": rows})
+  return rows

@@ -15,23 +15,18 @@ stay in the database, so the database holds unseen items as the test's does
   python -m experiments.tune --config=configs/talr_ap.py --split=validation_heldout \
       --grid="standardize=True,False;augment_shift=0,1" --workdir=runs/tune_talr_ap_heldout
 
-The table of validation scores is printed and written to
+The grid search itself is ``experiments.train_lib.tune`` (a library function, so
+this module only holds the flags). The table of validation scores is printed and written to
 ``<workdir>/tuning.json``; copy the best values into the config.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-from typing import Dict, List, Tuple
-
 from absl import app, flags
-import ml_collections
 from ml_collections import config_flags
 
 from experiments import common
 from experiments import train_lib
-from hashjax import io
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
 _GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields.")
@@ -40,53 +35,13 @@ _SPLIT = flags.DEFINE_enum("split", "validation", ["validation", "validation_hel
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/tune_<config name>).")
 
 
-def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, list]]:
-  """``"lr=1e-3,1e-2;alpha=1"`` -> ``[("lr", [0.001, 0.01]), ("alpha", [1.0])]``, typed like the config."""
-  axes = []
-  for part in filter(None, (p.strip() for p in grid.split(";"))):
-    key, _, values = part.partition("=")
-    key = key.strip()
-    if key not in config:
-      raise ValueError(f"--grid: {key!r} is not a field of the config")
-    kind = config.get_ref(key).get_type()  # declared type, also for None placeholders
-    axes.append((key, [kind(v.strip()) if kind is not bool else v.strip() == "True"
-                       for v in values.split(",")]))
-  if not axes:
-    raise ValueError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
-  return axes
-
-
-def tune(config: ml_collections.ConfigDict, grid: str, workdir: str,
-         split: str = "validation") -> List[Dict]:
-  if split not in ("validation", "validation_heldout"):
-    raise ValueError(f"split: expected 'validation' or 'validation_heldout', got {split!r}")
-  axes = parse_grid(grid, config)
-  rows = []
-  for values in itertools.product(*(v for _, v in axes)):
-    trial = ml_collections.ConfigDict(config.to_dict())
-    trial.eval_split = split
-    trial.baselines = ()
-    trial.target = 0.0
-    setting = dict(zip((k for k, _ in axes), values))
-    trial.update(setting)
-    name = "_".join(f"{k}={v}" for k, v in setting.items())
-    results = train_lib.train_and_evaluate(trial, os.path.join(workdir, name))
-    row = results["rows"][0]
-    rows.append({**setting, "tie_aware_ap": row["tie_aware_ap"], "tie_aware_ndcg": row["tie_aware_ndcg"],
-                 "train_time": results["summary"]["train_time"]})
-    print(rows[-1], flush=True)
-  io.atomic_write_json(os.path.join(workdir, "tuning.json"),
-                       {"config": config.to_dict(), "split": split, "rows": rows})
-  return rows
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_library_logs()
   config = _CONFIG.value
-  rows = tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
-              split=_SPLIT.value)
+  rows = train_lib.tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
+                        split=_SPLIT.value)
   key = "tie_aware_ndcg" if config.objective == "ndcg" else "tie_aware_ap"
   for row in sorted(rows, key=lambda r: -r[key]):
     print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
