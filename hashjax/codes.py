@@ -499,8 +499,9 @@ def _sliced_step(m: int) -> int:
 def _bitsliced_sum(planes: list) -> list:
   """Bit-sliced sum of 1-bit planes by carry-save adders: the planes of the sum, LSB first.
 
-  Each plane holds one bit of 32 items; the result has ``bit_length(len(planes))``
-  planes, plane ``k`` holding bit ``k`` of each item's count.
+  Each plane holds one bit of each item of a word (64 items per ``uint64``); the
+  result has ``bit_length(len(planes))`` planes, plane ``k`` holding bit ``k`` of
+  each item's count.
   """
   columns = [list(planes)]
   w = 0

@@ -191,21 +191,22 @@ def _float_like(x):
   return jnp.promote_types(x.dtype, scores._float())
 
 
+def _neighbour_sum(inside, x):
+  """Swap deltas of ``sum_i [i inside] x_i`` (the set ``inside`` is fixed by the bin totals)."""
+  dt = _float_like(x)
+  return _exchange(inside.astype(dt), x.astype(dt))
+
+
 def _knn_count_exact(distances, affinity, *, k=3):
-  dt = _float_like(affinity)
-  return _exchange(scores._nearest_bins(distances, k).astype(dt), affinity.astype(dt))
+  return _neighbour_sum(scores._nearest_bins(distances, k), affinity)
 
 
 def _retrieval_exact(distances, affinity, *, radius):
-  dt = _float_like(affinity)
-  return _exchange((distances <= radius).astype(dt), affinity.astype(dt))
+  return _neighbour_sum(distances <= radius, affinity)
 
 
 def _hierarchical_exact(distances, affinity, *, similarity, k=3):
-  similarity = jnp.asarray(similarity)
-  dt = _float_like(similarity)
-  f = similarity.astype(dt).reshape(-1)[affinity]
-  return _exchange(scores._nearest_bins(distances, k).astype(dt), f)
+  return _neighbour_sum(scores._nearest_bins(distances, k), jnp.asarray(similarity).reshape(-1)[affinity])
 
 
 def _knn_majority_exact(distances, affinity, *, num_classes, k=3, ties="expected"):
@@ -256,11 +257,12 @@ def _ap_exact(distances, affinity, *, num_bits, k=None):
   beta = jnp.where(n > 1, s1 / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
   upto = scores._cumsum(alpha * p)  # sum_{e <= d} alpha_e p_e
   below = upto - alpha * p  # sum_{e < d}
-  pair = 2.0 * beta * p  # arriving in a bin of p relevant items
+  arrive = 2.0 * beta * p  # the pair term of a bin of p relevant items gaining one
+  leave = 2.0 * beta * (1.0 - p)  # ... and losing one
   # Relevant item leaves bin i for a farther bin j (rows i, columns j), or for a nearer one.
-  farther = ((-alpha * (pb + 1.0) - pair + 2.0 * beta)[:, None] + (alpha * (pb - p) + pair)[None, :]
+  farther = ((leave - alpha * (pb + 1.0))[:, None] + (alpha * (pb - p) + arrive)[None, :]
              - (below[None, :] - upto[:, None]))
-  nearer = ((alpha * (p - pb - 2.0) - pair + 2.0 * beta)[:, None] + (alpha * (pb + 1.0) + pair)[None, :]
+  nearer = ((leave + alpha * (p - pb - 2.0))[:, None] + (alpha * (pb + 1.0) + arrive)[None, :]
             + (below[:, None] - upto[None, :]))
   bins = jnp.arange(n.shape[0])
   table = jnp.where(bins[:, None] < bins[None, :], farther, jnp.where(bins[:, None] > bins[None, :], nearer, 0.0))
