@@ -332,19 +332,21 @@ def compile_times(data):
   rows.append(("fused codes histogram (scatter-add kernel)", _compile_seconds(
       codes._stream_hamming, data["qw"][1:], xwp, jnp.int32(n), None, jnp.asarray(data["ql"][1:]), xlp,
       num_bits=NUM_BITS, num_levels=2, step=codes._step_size(num_q - 2, n, fit=False))))
-  # The bit-sliced path: database bit planes, label planes, the counting kernel.
-  words = codes._sliced_num_words(n)
+  # The bit-sliced path: database bit planes in class segments, the counting kernel.
+  query_class, db_class = codes._query_classes(data["ql"][1:], data["xl"])
+  layout = codes._class_layout(db_class)  # numpy: nothing to compile
+  words = layout.segments * layout.words
+  placed = np.zeros((codes._PLANE_ITEMS * words, data["xw"].shape[1]), np.uint32)
+  placed[layout.slot] = np.asarray(data["xw"])
   with jax.enable_x64(True):  # the kernel's planes are uint64 words
-    planes = codes._bit_planes(data["xw"], num_bits=NUM_BITS, num_words=words)
-    xl = np.full(codes._PLANE_ITEMS * words, -1, np.int32)
-    xl[:n] = data["xl"]
-    label_planes = jnp.asarray(codes._label_planes(xl, 16))  # numpy: nothing to compile
+    planes = codes._bit_planes(placed, num_bits=NUM_BITS, num_words=words)
     rows += [
-        ("bit planes of the database", _compile_seconds(codes._bit_planes, data["xw"][1:], num_bits=NUM_BITS,
+        ("bit planes of the database", _compile_seconds(codes._bit_planes, placed[1:], num_bits=NUM_BITS,
                                                         num_words=words)),
         ("bit-sliced histogram kernel (32 bits, labels)", _compile_seconds(
-            codes._sliced_counts, data["qw"][1:], planes, label_planes, jnp.asarray(data["ql"][1:]),
-            jnp.int32(0), num_bits=NUM_BITS)),
+            codes._sliced_counts, data["qw"][1:], planes.reshape(NUM_BITS, layout.segments, layout.words),
+            jnp.asarray(layout.segment_pad), jnp.asarray(layout.segment_class), jnp.asarray(query_class),
+            num_bits=NUM_BITS)),
     ]
   # A new database size reuses the bucketed compilations of the codes paths.
   before = codes._stream_hamming._cache_size()
@@ -454,7 +456,7 @@ def run(small: bool, single_thread: bool = True) -> list[dict]:
 
   # --- end-to-end timing ----------------------------------------------------
   qw, xw, ql, xl = data["qw"], data["xw"], data["ql"], data["xl"]
-  kernel = "bit-sliced" if codes._use_sliced(qw, xw, NUM_BITS, (ql, xl)) else "scatter-add (small call)"
+  kernel = "bit-sliced" if codes._sliced_layout(qw, xw, NUM_BITS, (ql, xl)) else "scatter-add (small call)"
   timed = {
       f"hashjax: codes + labels -> {kernel} histogram -> AP_T + NDCG_T (float32)":
           lambda: hashjax_from_codes(qw, xw, ql, xl),

@@ -19,7 +19,7 @@ code length takes ``num_bits=`` explicitly.
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -472,8 +472,16 @@ _SLICED_MAX_BITS = 128
 #: and at such sizes compilation, not counting, is what a call costs.
 _SLICED_MIN_PAIRS = 1 << 22
 
-#: Cap on ``classes x words`` of the per-class relevance planes (128 MB).
-_SLICED_MAX_LABEL_WORDS = 1 << 24
+#: With labels, the database is laid out in class segments (:func:`_class_layout`) of this many
+#: plane words (512 items). The counting loop runs along a segment: 1,000 queries x 1,600 words
+#: took about 0.04 s on one core for segments of 4 to 1,600 words, 0.12 s for 2 and 0.53 s for 1.
+#: A fixed length makes the number of segments the only shape, bucketed like the words.
+_SEGMENT_WORDS = 8
+
+#: The labelled kernel is used while its class segments hold at most this many times the plane
+#: words of the unlabelled layout (the work grows with them; the scatter-add costs about 3.5x the
+#: bit-sliced kernel per pair); otherwise (many small classes) the streamed scatter-add counts.
+_SEGMENT_MAX_GROWTH = 3
 
 #: Items per bit-plane word: ``uint64`` words (the kernel runs with x64 enabled). Popcounts are
 #: most of the kernel's work and AVX2 has no vector popcount instruction; with 64-bit words the
@@ -481,19 +489,19 @@ _SLICED_MAX_LABEL_WORDS = 1 << 24
 _PLANE_ITEMS = 64
 
 
+def _round_words(m: int, min_step: int = 1) -> int:
+  """``m`` plane words rounded up to one of 16 sizes per octave (steps of at least ``min_step``)."""
+  m = int(m)
+  step = max(min_step, 1 << max(m.bit_length() - 5, 0))
+  return -(-m // step) * step
+
+
 def _sliced_num_words(n: int) -> int:
   """Words per bit plane for ``n`` items: ``ceil(n / 64)`` rounded up to one of 16 sizes per octave.
 
   New database sizes mostly share a compilation, at most 1/16 of the work is padding.
   """
-  m = -(-int(n) // _PLANE_ITEMS)
-  step = _sliced_step(m)
-  return -(-m // step) * step
-
-
-def _sliced_step(m: int) -> int:
-  """The rounding step of :func:`_sliced_num_words` (a power of two, at least 8)."""
-  return max(8, 1 << max(int(m).bit_length() - 5, 0))
+  return _round_words(-(-int(n) // _PLANE_ITEMS), 8)
 
 
 def _bitsliced_sum(planes: list) -> list:
@@ -577,102 +585,171 @@ def _bit_planes(db_words, *, num_bits, num_words):
   return out.transpose(1, 0, 2).reshape(num_bits, num_words)
 
 
-def _label_planes(db_class: np.ndarray, num_classes: int) -> np.ndarray:
-  """``uint64[num_classes, M]`` on the host: bit ``k`` of word ``m`` of plane ``c`` is ``[db_class[64 m + k] = c]``.
+class _Layout(NamedTuple):
+  """Where the bit-sliced kernel puts the database items: ``segments`` runs of ``words`` plane words.
 
-  ``db_class`` has ``64 M`` entries (``-1``: no plane). numpy's ``packbits``
-  was 10x faster than a jitted packing here, and needs no compilation; classes
-  go in groups so that the boolean membership matrix stays within 64 MB.
+  ``slot[i]`` is item ``i``'s position among the ``64 * words * segments`` padded
+  items; segment ``s`` holds items of one query class ``segment_class[s]`` (-1:
+  of no query class) and ``segment_pad[s]`` zero-code padding items. With
+  labels, ``query_class[q]`` is query ``q``'s class.
   """
-  group = max(1, (1 << 26) // max(len(db_class), 1))
-  planes = []
-  for c0 in range(0, num_classes, group):
-    classes = np.arange(c0, min(c0 + group, num_classes), dtype=db_class.dtype)
-    member = db_class[None, :] == classes[:, None]
-    planes.append(np.ascontiguousarray(np.packbits(member, axis=1, bitorder="little")).view("<u8"))
-  return np.concatenate(planes)
+  slot: np.ndarray
+  segment_class: np.ndarray
+  segment_pad: np.ndarray
+  words: int
+  query_class: Optional[np.ndarray] = None
+
+  @property
+  def segments(self) -> int:
+    return len(self.segment_class)
+
+
+def _plain_layout(n: int) -> _Layout:
+  """One segment of :func:`_sliced_num_words` words, items in order."""
+  words = _sliced_num_words(n)
+  return _Layout(np.arange(n), np.zeros(1, np.int32), np.array([_PLANE_ITEMS * words - n], np.int32), words)
+
+
+def _class_layout(db_class: np.ndarray) -> _Layout:
+  """Class segments: the items of each class (``db_class``, -1 for none) in runs of :data:`_SEGMENT_WORDS` words.
+
+  A class takes as many consecutive segments as it fills, the last one padded
+  with zero codes; the number of segments is rounded up like
+  :func:`_sliced_num_words` with empty segments, so a new database of similar
+  class sizes shares the compilation.
+
+  >>> lay = _class_layout(np.array([1] * 1100 + [0] * 100 + [-1] * 5))
+  >>> lay.segment_class.tolist(), lay.segment_pad.tolist()
+  ([0, 1, 1, 1, -1], [412, 0, 0, 436, 507])
+  """
+  db_class = np.asarray(db_class)
+  top = db_class.max(initial=-1)
+  keys = np.where(db_class < 0, top + 1, db_class)  # "no class" sorts last
+  sizes = np.bincount(keys)
+  capacity = _PLANE_ITEMS * _SEGMENT_WORDS
+  per_class = -(-sizes // capacity)  # segments per class (0 for classes without items)
+  first = np.cumsum(per_class) - per_class
+  num_segments = int(per_class.sum())
+  order = np.argsort(keys.astype(np.int16 if len(sizes) < 1 << 15 else np.int32), kind="stable")  # radix
+  slot = np.empty(len(keys), np.int64)  # a class's segments are consecutive: its items fill them in order
+  slot[order] = (first * capacity - (np.cumsum(sizes) - sizes))[keys[order]] + np.arange(len(keys))
+  class_of_key = np.where(np.arange(len(sizes)) > top, -1, np.arange(len(sizes)))
+  segment_class = np.full(_round_words(num_segments), -1, np.int32)
+  segment_class[:num_segments] = np.repeat(class_of_key, per_class)
+  segment_pad = np.full(len(segment_class), capacity, np.int32)
+  segment_pad[:num_segments] -= np.bincount(slot // capacity, minlength=num_segments).astype(np.int32)
+  return _Layout(slot, segment_class, segment_pad, _SEGMENT_WORDS)
 
 
 @functools.partial(jax.jit, static_argnames=("num_bits",))
-def _sliced_counts(query_words, planes, level_planes, query_class, num_pad, *, num_bits):
-  """Bit-sliced Hamming histogram: ``int32[Q, num_bits + 1, V]``, ``V = 1`` or 2 (with ``level_planes``).
+def _sliced_counts(query_words, planes, segment_pad, segment_class=None, query_class=None, *, num_bits):
+  """Bit-sliced Hamming histogram: ``int32[Q, num_bits + 1, V]``, ``V = 1``, or 2 with classes.
 
-  For a tile of queries and every plane word (64 items): XOR each plane with
-  the query bit broadcast to a word, add the ``num_bits`` planes with
-  carry-save adders into ``bit_length(num_bits)`` distance planes, decode one
-  mask per distance, AND with the query's relevance plane
-  (``level_planes[query_class[q]]``) and popcount. The popcounts of all
-  distances are one variadic reduction over the words, so XLA keeps the adder
-  tree in registers once per word instead of recomputing it per distance.
-  ``num_pad`` zero codes at the end (level 0) are subtracted at distance
-  ``popcount(q)``.
+  ``planes`` is ``uint64[num_bits, S, L]``: ``S`` segments (:class:`_Layout`)
+  of ``L`` words of 64 items. For a tile of queries and every word: XOR each
+  plane with the query bit broadcast to a word, add the ``num_bits`` planes
+  with carry-save adders into ``bit_length(num_bits)`` distance planes, decode
+  one mask per distance and popcount it. The popcounts of all distances are
+  one variadic reduction along each segment, so XLA keeps the adder tree in
+  registers once per word instead of recomputing it per distance. With
+  ``query_class``, a query's relevant counts are the sums over the segments
+  of its class (``segment_class``) and the rest are the other level; no mask
+  per relevance level is popcounted. Each segment's ``segment_pad`` zero
+  codes are subtracted at distance ``popcount(q)``.
   """
   q = query_words.shape[0]
   bins = num_bits + 1
-  num_levels = 1 if level_planes is None else 2
+  num_levels = 1 if query_class is None else 2
   qbits = _unpack(query_words)[:, :num_bits].astype(planes.dtype)
   qmask = jnp.zeros((), planes.dtype) - qbits  # 0 or all ones per query bit
   tile = _row_tile(q)
 
+  def mine(r0, size):  # [size, S]: the segments of each query's class
+    return segment_class[None, :] == jax.lax.dynamic_slice_in_dim(query_class, r0, size, 0)[:, None]
+
   def tile_counts(r0):
     qm = jax.lax.dynamic_slice_in_dim(qmask, r0, tile, 0)
-    differ = [planes[j][None, :] ^ qm[:, j, None] for j in range(num_bits)]  # [tile, M] each
+    differ = [planes[j][None] ^ qm[:, j, None, None] for j in range(num_bits)]  # [tile, S, L] each
     at = _value_masks(_bitsliced_sum(differ), bins)
-    counted = at
-    if level_planes is not None:
-      rel = level_planes[jax.lax.dynamic_slice_in_dim(query_class, r0, tile, 0)]  # [tile, M]
-      counted = at + [m & rel for m in at]
-    ops = [jax.lax.population_count(m).astype(jnp.int32) for m in counted]
-    sums = jax.lax.reduce(ops, [jnp.int32(0)] * len(ops), lambda a, b: [x + y for x, y in zip(a, b)], (1,))
-    counts = jnp.stack(sums, 1)  # [tile, V * bins]: all items per distance, then relevant ones
-    if level_planes is not None:
-      counts = jnp.stack([counts[:, :bins] - counts[:, bins:], counts[:, bins:]], -1)
+    ops = [jax.lax.population_count(m).astype(jnp.int32) for m in at]
+    sums = jax.lax.reduce(ops, [jnp.int32(0)] * len(ops), lambda a, b: [x + y for x, y in zip(a, b)], (2,))
+    per_segment = jnp.stack(sums, -1)  # [tile, S, bins]
+    counts = jnp.sum(per_segment, axis=1, dtype=jnp.int32)
+    if query_class is not None:
+      relevant = jnp.sum(jnp.where(mine(r0, tile)[..., None], per_segment, 0), axis=1, dtype=jnp.int32)
+      counts = jnp.stack([counts - relevant, relevant], -1)
     return counts.reshape(tile, bins * num_levels)
 
   counts = _over_row_tiles(q, tile, tile_counts, bins * num_levels).reshape(q, bins, num_levels)
+  pad = jnp.sum(segment_pad, dtype=jnp.int32)
+  if query_class is not None:
+    pad_relevant = jnp.sum(jnp.where(mine(0, q), segment_pad[None, :], 0), axis=1, dtype=jnp.int32)
+    pad = jnp.stack([pad - pad_relevant, pad_relevant], -1)  # [Q, 2]
   at_pad = jnp.sum(qbits.astype(jnp.int32), axis=1)
-  return counts.at[jnp.arange(q), at_pad, 0].add(-jnp.asarray(num_pad, jnp.int32))
+  return counts.at[jnp.arange(q), at_pad].add(-pad)
 
 
-def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None, db_labels=None):
+def _query_classes(query_labels, db_labels):
+  """``(query_class int32[Q], db_class int[N])``: indices into the queries' sorted labels, -1 for none."""
+  classes, query_class = np.unique(np.asarray(query_labels), return_inverse=True)
+  query_class = query_class.reshape(-1).astype(np.int32)
+  db_labels = np.asarray(db_labels)
+  lo, hi = classes[0], classes[-1]
+  if db_labels.dtype.kind in "iu" and classes.dtype.kind in "iu" and int(hi) - int(lo) < 1 << 20:
+    table = np.full(int(hi) - int(lo) + 1, -1, np.int32)  # small integer labels: a lookup table
+    table[classes - lo] = np.arange(len(classes))
+    inside = (db_labels >= lo) & (db_labels <= hi)
+    return query_class, np.where(inside, table[np.where(inside, db_labels - lo, 0)], -1)
+  pos = np.minimum(np.searchsorted(classes, db_labels), len(classes) - 1)
+  return query_class, np.where(classes[pos] == db_labels, pos, -1)
+
+
+def _label_layout(query_labels, db_labels) -> _Layout:
+  """:func:`_class_layout` of the database by the queries' classes, with ``query_class``."""
+  query_class, db_class = _query_classes(query_labels, db_labels)
+  return _class_layout(db_class)._replace(query_class=query_class)
+
+
+def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None, db_labels=None,
+                      layout: Optional[_Layout] = None):
   """:func:`_sliced_counts` of validated packed codes (and optional class labels).
 
   Labels are mapped to the classes of the queries (host side, so they must be
-  concrete); database items of other classes are never relevant. The planes
-  are ``uint64`` words, so this runs with x64 enabled; the counts are ``int32``.
+  concrete) and the database is laid out in class segments
+  (:func:`_class_layout`, or ``layout`` if given); items of other classes are
+  never relevant. The planes are ``uint64`` words, so this runs with x64
+  enabled; the counts are ``int32``.
   """
   n = db_words.shape[0]
-  num_words = _sliced_num_words(n)
-  padded = _PLANE_ITEMS * num_words
-  if _checks.is_concrete(db_words):  # pad on the host: every N of a bucket shares the compilations
-    db_words = np.pad(np.asarray(db_words), ((0, padded - n), (0, 0)))
-  with jax.enable_x64(True):  # dispatched first: the device packs while the host maps the labels
-    planes = _bit_planes(jnp.asarray(db_words), num_bits=num_bits, num_words=num_words)
-  level_planes = query_class = None
-  if query_labels is not None:
-    classes, query_class = np.unique(np.asarray(query_labels), return_inverse=True)
-    db_labels = np.asarray(db_labels)
-    pos = np.minimum(np.searchsorted(classes, db_labels), len(classes) - 1)
-    db_class = np.full(padded, -1, np.int32)
-    db_class[:n] = np.where(classes[pos] == db_labels, pos, -1)
-    level_planes = _label_planes(db_class, _next_pow2(len(classes)))
-    query_class = query_class.reshape(-1).astype(np.int32)
-  as_device = lambda x: None if x is None else jnp.asarray(x)
+  if layout is None:
+    layout = _plain_layout(n) if query_labels is None else _label_layout(query_labels, db_labels)
+  query_class = layout.query_class
+  num_words = layout.segments * layout.words
+  if query_labels is not None or _checks.is_concrete(db_words):  # on the host: N of a bucket share compilations
+    placed = np.zeros((_PLANE_ITEMS * num_words, db_words.shape[1]), np.uint32)
+    placed[layout.slot] = np.asarray(db_words)
+    db_words = placed
   with jax.enable_x64(True):
-    return _sliced_counts(jnp.asarray(query_words), planes, as_device(level_planes), as_device(query_class),
-                          jnp.int32(padded - n), num_bits=num_bits)
+    planes = _bit_planes(jnp.asarray(db_words), num_bits=num_bits, num_words=num_words)
+    planes = planes.reshape(num_bits, layout.segments, layout.words)
+    as_device = lambda x: None if x is None else jnp.asarray(x)
+    return _sliced_counts(jnp.asarray(query_words), planes, jnp.asarray(layout.segment_pad),
+                          as_device(None if query_class is None else layout.segment_class),
+                          as_device(query_class), num_bits=num_bits)
 
 
-def _use_sliced(query_words, db_words, num_bits: int, labels=()) -> bool:
-  """Whether the bit-sliced kernel serves this call (else the streamed scatter-add)."""
+def _sliced_layout(query_words, db_words, num_bits: int, labels=()) -> Optional[_Layout]:
+  """The bit-sliced kernel's layout if it serves this call, else None (the streamed scatter-add)."""
   if num_bits > _SLICED_MAX_BITS or query_words.shape[0] * db_words.shape[0] < _SLICED_MIN_PAIRS:
-    return False
+    return None
   if not all(_checks.is_concrete(x) for x in (query_words, db_words, *labels)):
-    return False  # under a trace: the kernel's x64 planes and host-side label classes need values
-  if labels:
-    num_classes = len(np.unique(np.asarray(labels[0])))
-    return _next_pow2(num_classes) * _sliced_num_words(db_words.shape[0]) <= _SLICED_MAX_LABEL_WORDS
-  return True
+    return None  # under a trace: the kernel's x64 planes and host-side label classes need values
+  if not labels:
+    return _plain_layout(db_words.shape[0])
+  layout = _label_layout(*labels)
+  if layout.segments * layout.words > _SEGMENT_MAX_GROWTH * _sliced_num_words(db_words.shape[0]):
+    return None
+  return layout
 
 
 def _stream_hamming_bucketed(query_words, db_words, *, num_bits: int, num_levels: int,
@@ -708,8 +785,9 @@ def _hamming_histogram(query_words, db_words, affinity, num_bits, num_levels, ch
   bits count bit-sliced (:func:`_sliced_counts`); the rest stream a scatter-add
   (:func:`_stream_hamming`).
   """
-  if affinity is None and _use_sliced(query_words, db_words, num_bits):
-    return _sliced_histogram(query_words, db_words, num_bits=num_bits)
+  layout = None if affinity is not None else _sliced_layout(query_words, db_words, num_bits)
+  if layout is not None:
+    return _sliced_histogram(query_words, db_words, num_bits=num_bits, layout=layout)
   return _stream_hamming_bucketed(query_words, db_words, num_bits=num_bits, num_levels=num_levels,
                                   chunk_size=chunk_size, affinity=affinity)
 
@@ -718,13 +796,15 @@ def _label_histogram(query_words, db_words, query_labels, db_labels, *, num_bits
                      chunk_size: Optional[int] = None):
   """``hist[Q, num_bits + 1, 2]`` of validated codes, relevance ``[query_labels[q] == db_labels[i]]``.
 
-  No ``[Q, N]`` relevance matrix on either path: the bit-sliced kernel reads
-  one packed plane per query class, the scatter-add forms relevance per
-  streamed block.
+  No ``[Q, N]`` relevance matrix on either path: the bit-sliced kernel counts
+  the database laid out in runs of one class each (:func:`_class_layout`) and
+  sums a query's relevant counts over its class's runs; the scatter-add forms
+  relevance per streamed block.
   """
-  if _use_sliced(query_words, db_words, num_bits, (query_labels, db_labels)):
+  layout = _sliced_layout(query_words, db_words, num_bits, (query_labels, db_labels))
+  if layout is not None:
     return _sliced_histogram(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
-                             db_labels=db_labels)
+                             db_labels=db_labels, layout=layout)
   return _stream_hamming_bucketed(query_words, db_words, num_bits=num_bits, num_levels=2, chunk_size=chunk_size,
                                   query_labels=query_labels, db_labels=db_labels)
 
@@ -761,8 +841,8 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     num_levels: ``V`` (see :func:`distance_histogram`).
     chunk_size: at most this many database items per streamed step of the
       scatter-add (the step is also capped near ``2^16 / (Q W)`` items to stay
-      in cache); the bit-sliced kernel reads whole planes (``num_bits * N / 8``
-      bytes, and ``N / 8`` per query class with labels).
+      in cache); the bit-sliced kernel reads whole planes (about
+      ``num_bits * N / 8`` bytes).
 
   Returns:
     ``int32[Q, num_bits + 1, V]`` counts.

@@ -1199,8 +1199,8 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   Builds ``hist[Q, num_bits + 1, V]`` with :func:`hashjax.codes.hamming_histogram`
   (XOR/popcount fused with the counting), then reads the metrics from it.
   With labels no ``[Q, N]`` matrix exists: large calls with codes of at most
-  128 bits count bit-sliced (one packed relevance plane per query class, see
-  :func:`hashjax.codes.hamming_histogram`); the others form relevance
+  128 bits count bit-sliced (the database laid out in runs of one class each,
+  see :func:`hashjax.codes.hamming_histogram`); the others form relevance
   ``[query_labels[q] == db_labels[i]]`` per streamed block.
 
   .. math:: \\mathrm{hist}_{q,d,v} \\to (\\overline{\\mathrm{AP}_T}, \\overline{\\mathrm{NDCG}_T},

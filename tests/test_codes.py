@@ -109,6 +109,31 @@ def test_bit_sliced_histogram_matches_bincount(num_bits, num_q, num_db):
     np.testing.assert_array_equal(labelled[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
 
 
+def test_bit_sliced_class_segments_split_a_dominant_class():
+  # One class holds most of the database, so it spans several segments; one query class has no
+  # database items; some items belong to no query class.
+  rng = np.random.default_rng(11)
+  num_bits = 24
+  xl = np.concatenate([np.zeros(3000, int), np.full(200, 1), np.full(50, 9)])
+  rng.shuffle(xl)
+  ql = np.array([0, 1, 2, 0, 1, 2, 0])
+  q = rng.integers(0, 2, size=(len(ql), num_bits))
+  x = rng.integers(0, 2, size=(len(xl), num_bits))
+  db_class = codes._query_classes(ql, xl)[1]
+  layout = codes._class_layout(db_class)
+  segment = layout.slot // (64 * layout.words)
+  assert len(np.unique(layout.slot)) == len(xl) and layout.slot.max() < 64 * layout.words * layout.segments
+  np.testing.assert_array_equal(layout.segment_class[segment], db_class)  # each item in its class's run
+  assert np.sum(layout.segment_class == 0) > 1 and -1 in layout.segment_class
+  np.testing.assert_array_equal(layout.segment_pad, 64 * layout.words - np.bincount(segment))
+  got = np.asarray(codes._sliced_histogram(codes.pack_bits(q), codes.pack_bits(x), num_bits=num_bits,
+                                           query_labels=ql, db_labels=xl))
+  d = (q[:, None, :] != x[None, :, :]).sum(-1)
+  for i in range(len(ql)):
+    keys = d[i] * 2 + (xl == ql[i])
+    np.testing.assert_array_equal(got[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
+
+
 def test_public_histograms_use_the_bit_sliced_kernel_when_large(monkeypatch):
   rng = np.random.default_rng(5)
   q = codes.pack_bits(rng.integers(0, 2, size=(6, 20)))
@@ -116,9 +141,9 @@ def test_public_histograms_use_the_bit_sliced_kernel_when_large(monkeypatch):
   ql, xl = rng.integers(0, 3, 6), rng.integers(0, 3, 1000)
   small = np.asarray(codes.hamming_histogram(q, x, num_bits=20))
   small_labels = np.asarray(codes._label_histogram(q, x, ql, xl, num_bits=20))
-  assert not codes._use_sliced(q, x, 20)
+  assert codes._sliced_layout(q, x, 20) is None
   monkeypatch.setattr(codes, "_SLICED_MIN_PAIRS", 0)
-  assert codes._use_sliced(q, x, 20) and codes._use_sliced(q, x, 20, (ql, xl))
+  assert codes._sliced_layout(q, x, 20) and codes._sliced_layout(q, x, 20, (ql, xl))
   np.testing.assert_array_equal(np.asarray(codes.hamming_histogram(q, x, num_bits=20)), small)
   np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x, ql, xl, num_bits=20)), small_labels)
   before = codes._sliced_counts._cache_size()
@@ -128,10 +153,16 @@ def test_public_histograms_use_the_bit_sliced_kernel_when_large(monkeypatch):
   want = np.asarray(codes._stream_hamming_bucketed(q, x2, num_bits=20, num_levels=1))
   np.testing.assert_array_equal(np.asarray(codes.hamming_histogram(q, x2, num_bits=20)), want)
   assert codes._sliced_counts._cache_size() == before
+  # With labels the shape is the number of class segments (512 items each): 3 here, as before.
+  xl2 = np.concatenate([xl, [0] * 10])
+  before = codes._sliced_counts._cache_size()
+  want = np.asarray(codes._stream_hamming_bucketed(q, x2, num_bits=20, num_levels=2, query_labels=ql, db_labels=xl2))
+  np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x2, ql, xl2, num_bits=20)), want)
+  assert codes._sliced_counts._cache_size() == before
   # Longer codes, affinity matrices, traced labels and too many classes stay on the scatter-add.
-  assert not codes._use_sliced(codes.pack_bits(np.ones((6, 129))), codes.pack_bits(np.ones((9, 129))), 129)
-  monkeypatch.setattr(codes, "_SLICED_MAX_LABEL_WORDS", 8)
-  assert not codes._use_sliced(q, x, 20, (ql, xl))
+  assert codes._sliced_layout(codes.pack_bits(np.ones((6, 129))), codes.pack_bits(np.ones((9, 129))), 129) is None
+  monkeypatch.setattr(codes, "_SEGMENT_MAX_GROWTH", 0)
+  assert codes._sliced_layout(q, x, 20, (ql, xl)) is None
   np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x, ql, xl, num_bits=20)), small_labels)
 
 

@@ -523,10 +523,10 @@ def test_evaluate_codes_matches_direct_formulas():
   for key, val in want.items():
     assert abs(out32[key] - val) <= 1e-6, key
   # The bit-sliced kernel (large calls; forced here) gives the same evaluation.
-  assert not codes._use_sliced(qw, xw, num_bits, (ql, xl))
+  assert codes._sliced_layout(qw, xw, num_bits, (ql, xl)) is None
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(codes, "_SLICED_MIN_PAIRS", 0)
-    assert codes._use_sliced(qw, xw, num_bits, (ql, xl))
+    assert codes._sliced_layout(qw, xw, num_bits, (ql, xl))
     with jax.enable_x64(True):
       out_sliced = metrics.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl, radius=2, k=50)
   for key, val in want.items():
