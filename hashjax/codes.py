@@ -694,12 +694,14 @@ def _query_classes(query_labels, db_labels):
   classes, query_class = np.unique(np.asarray(query_labels), return_inverse=True)
   query_class = query_class.reshape(-1).astype(np.int32)
   db_labels = np.asarray(db_labels)
-  lo, hi = classes[0], classes[-1]
-  if db_labels.dtype.kind in "iu" and classes.dtype.kind in "iu" and int(hi) - int(lo) < 1 << 20:
-    table = np.full(int(hi) - int(lo) + 1, -1, np.int32)  # small integer labels: a lookup table
-    table[classes - lo] = np.arange(len(classes))
-    inside = (db_labels >= lo) & (db_labels <= hi)
-    return query_class, np.where(inside, table[np.where(inside, db_labels - lo, 0)], -1)
+  int64_exact = lambda dt: dt.kind == "i" or (dt.kind == "u" and dt.itemsize < 8)
+  if int64_exact(db_labels.dtype) and int64_exact(classes.dtype) and int(classes[-1]) - int(classes[0]) < 1 << 20:
+    lo = int(classes[0])  # small integer labels: a lookup table
+    table = np.full(int(classes[-1]) - lo + 1, -1, np.int32)
+    table[classes.astype(np.int64) - lo] = np.arange(len(classes))
+    offset = db_labels.astype(np.int64) - lo
+    inside = (offset >= 0) & (offset < len(table))
+    return query_class, np.where(inside, table[np.where(inside, offset, 0)], -1)
   pos = np.minimum(np.searchsorted(classes, db_labels), len(classes) - 1)
   return query_class, np.where(classes[pos] == db_labels, pos, -1)
 

@@ -109,6 +109,20 @@ def test_bit_sliced_histogram_matches_bincount(num_bits, num_q, num_db):
     np.testing.assert_array_equal(labelled[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
 
 
+@pytest.mark.parametrize("query_labels,db_labels", [
+    (np.array([-128, 127, 5], np.int8), np.array([127, 0, -128, 5, 4], np.int8)),  # int8 extremes
+    (np.array([1, 2], np.uint8), np.array([0, 1, 2, 3, 2**40], np.uint64)),  # mixed widths
+    (np.array([3, 2**30]), np.array([2**30, 3, 7])),  # a wide range: no lookup table
+    (np.array(["a", "b"]), np.array(["b", "c", "a"])),
+    (np.array([1.0, 2.5]), np.array([2.5, 1.5, 1.0])),
+])
+def test_query_classes_match_a_dictionary(query_labels, db_labels):
+  index = {v: i for i, v in enumerate(sorted(set(query_labels.tolist())))}
+  query_class, db_class = codes._query_classes(query_labels, db_labels)
+  assert query_class.tolist() == [index[v] for v in query_labels.tolist()]
+  assert db_class.tolist() == [index.get(v, -1) for v in db_labels.tolist()]
+
+
 def test_bit_sliced_class_segments_split_a_dominant_class():
   # One class holds most of the database, so it spans several segments; one query class has no
   # database items; some items belong to no query class.
