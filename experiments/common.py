@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from typing import Dict, List, NamedTuple, Sequence
 
@@ -161,3 +163,26 @@ def quiet_library_logs() -> None:
   """Keeps experiment logs readable: orbax's per-checkpoint INFO lines are dropped."""
   from absl import logging as absl_logging
   absl_logging.get_absl_handler().addFilter(_DropLibraryInfo())
+
+
+#: Bytes glibc's malloc keeps at the top of a heap when it grows or trims one (M_TOP_PAD).
+MALLOC_TOP_PAD = 256 << 20
+
+
+def pad_malloc_heaps(top_pad: int = MALLOC_TOP_PAD) -> bool:
+  """Lets glibc keep freed memory in its heaps rather than return it to the OS after every step.
+
+  XLA's CPU runtime allocates each execution's temporaries (megabytes for
+  LambdaRank's ``[Q, M, M]`` pairs) and frees them at the end; with glibc's
+  default pad of 128 KB the heaps of its worker threads shrink and grow again
+  every step, and the pages fault back in: the 32-bit Nair training step (the
+  default LambdaRank config) took 43 ms, 26 ms of it system time, with the
+  default pad and 23 ms with 256 MB (set through ``MALLOC_TOP_PAD_``, which
+  has the same effect). Returns False (and changes nothing) where the C
+  library has no ``mallopt``.
+  """
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    return bool(libc.mallopt(-2, int(top_pad)))  # -2: M_TOP_PAD in glibc's malloc.h
+  except (OSError, AttributeError):
+    return False

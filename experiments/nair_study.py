@@ -300,6 +300,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_library_logs()
+  common.pad_malloc_heaps()
   start = time.perf_counter()
   seeds = [int(s) for s in _SEEDS.value]
   bits = [int(b) for b in _BITS.value]

@@ -23,6 +23,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_library_logs()
+  common.pad_malloc_heaps()
   config = _CONFIG.value
   workdir = _WORKDIR.value or common.default_workdir(config.name)
   results = train_lib.train_and_evaluate(config, workdir)

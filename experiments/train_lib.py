@@ -25,10 +25,11 @@ import functools
 import itertools
 import os
 import time
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from absl import logging
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -171,11 +172,16 @@ def make_objective(config, mapping, task: Task):
   raise ValueError(f"config.setting: expected 'query_vs_rest' or 'query_vs_database', got {setting!r}")
 
 
-def shift_images(images: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Array:
   """Translates square images (flattened rows) by integer ``(dy, dx)`` each, filling with 0.
 
+  Jit-able (the Nair trainer shifts inside its loss, so the training set stays
+  on the device): each image is padded by ``max_shift`` pixels and a window
+  cut at its offset. ``max_shift`` (static) must bound every ``|dy|, |dx|``;
+  None reads it from concrete ``shifts``.
+
   >>> x = np.arange(9, dtype=np.float32).reshape(1, 9)  # one 3 x 3 image
-  >>> shift_images(x, np.array([[1, -1]])).reshape(3, 3).tolist()
+  >>> np.asarray(shift_images(x, np.array([[1, -1]]))).reshape(3, 3).tolist()
   [[0.0, 0.0, 0.0], [1.0, 2.0, 0.0], [4.0, 5.0, 0.0]]
   """
   n, dim = images.shape
@@ -183,12 +189,16 @@ def shift_images(images: np.ndarray, shifts: np.ndarray) -> np.ndarray:
   if side * side != dim:
     raise ValueError(f"images: expected flattened square images (for config.augment_shift > 0; set it to 0 "
                      f"for other features), got dimension {dim}")
-  x = images.reshape(n, side, side)
-  out = np.zeros_like(x)
-  for i, (dy, dx) in enumerate(np.asarray(shifts, int)):
-    src = x[i, max(-dy, 0):side - max(dy, 0), max(-dx, 0):side - max(dx, 0)]
-    out[i, max(dy, 0):side - max(-dy, 0), max(dx, 0):side - max(-dx, 0)] = src
-  return out.reshape(n, dim)
+  if max_shift is None:
+    max_shift = int(np.abs(np.asarray(shifts)).max(initial=0))
+  return _shift_images(jnp.asarray(images), jnp.asarray(shifts, jnp.int32).reshape(n, 2), int(max_shift), side)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _shift_images(images, shifts, pad: int, side: int):
+  padded = jnp.pad(images.reshape(-1, side, side), ((0, 0), (pad, pad), (pad, pad)))
+  window = lambda img, d: jax.lax.dynamic_slice(img, (pad - d[0], pad - d[1]), (side, side))
+  return jax.vmap(window)(padded, shifts).reshape(images.shape)
 
 
 def make_batch_fn(config, task: Task):
@@ -223,7 +233,7 @@ def make_batch_fn(config, task: Task):
     rng = np.random.default_rng([config.seed, step, stream])
     out = x[rows]
     if shift:
-      out = shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)))
+      out = np.asarray(shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)), max_shift=shift))
     if noise:
       out = out + rng.normal(0.0, noise, size=out.shape).astype(out.dtype)
     return out

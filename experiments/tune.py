@@ -39,6 +39,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   common.quiet_library_logs()
+  common.pad_malloc_heaps()
   config = _CONFIG.value
   rows = train_lib.tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
                         split=_SPLIT.value)

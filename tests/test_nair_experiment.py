@@ -261,11 +261,25 @@ def test_step_size_defaults_by_method_and_length():
   for method, bits in (("lambdarank", 32), ("lambdarank", 64), ("ranknet", 32), ("ranknet", 64),
                        ("ranknet", 16)):
     config.method, config.bits = method, bits
-    expected = nair_lib.LEARNING_RATES_BY_BITS.get((method, bits), nair_lib.LEARNING_RATES[method])
+    # Where nair_lib.SETTING_DEFAULTS has the setting (MNIST-10k, kNN, linear, 32 bits), its step
+    # size and schedule (warmup + cosine), chosen on the held-out validation split; else constant.
+    setting = nair_lib.SETTING_DEFAULTS.get((config.dataset, config.task, config.model, method, bits), {})
+    assert bool(setting) == (bits == 32)
+    expected = setting.get("learning_rate",
+                           nair_lib.LEARNING_RATES_BY_BITS.get((method, bits), nair_lib.LEARNING_RATES[method]))
+    schedule = train_lib.learning_rate_schedule(
+        expected, num_steps=setting.get("num_steps", 1000), kind=setting.get("lr_schedule", "constant"),
+        warmup_steps=setting.get("warmup_steps", 0))
     opt = nair_lib.make_optimizer(config)
     params = {"w": np.ones(2, np.float32)}
-    updates, _ = opt.update({"w": np.ones(2, np.float32)}, opt.init(params), params)
-    np.testing.assert_allclose(np.asarray(updates["w"]), -expected * np.ones(2), rtol=1e-6)
+    state = opt.init(params)
+    trace = 0.0  # SGD momentum on a constant gradient of 1: trace_t = 1 + m trace_{t-1}
+    for t in range(80):
+      updates, state = opt.update({"w": np.ones(2, np.float32)}, state, params)
+      trace = 1.0 + config.momentum * trace
+      np.testing.assert_allclose(np.asarray(updates["w"]), -float(schedule(t)) * trace * np.ones(2), rtol=1e-5)
+    if not setting:  # Nair's fixed step
+      assert float(schedule(0)) == expected
   config.learning_rate = 0.5
   updates, _ = nair_lib.make_optimizer(config).update({"w": np.ones(2)}, nair_lib.make_optimizer(config).init(
       {"w": np.ones(2)}), {"w": np.ones(2)})

@@ -626,3 +626,13 @@ def test_experiments_read_a_users_own_digit_set_from_idx_or_npz(tmp_path):
   for bad in ("idx:only_one_file", "idx:,", "npz:", "csv:data.csv"):
     with pytest.raises(ValueError, match="config.dataset"):
       common.load_dataset(bad)
+
+
+def test_pad_malloc_heaps_sets_glibc_top_pad():
+  _repo_on_path()
+  import platform  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  if platform.libc_ver()[0] != "glibc":
+    pytest.skip(f"mallopt(M_TOP_PAD) is glibc's; this C library is {platform.libc_ver()[0] or 'unknown'}")
+  assert common.pad_malloc_heaps() is True
+  assert common.pad_malloc_heaps(128 << 10) is True  # glibc's default again
