@@ -19,13 +19,14 @@ training image shifted by a random (dy, dx) in [-1, 1]^2 each step, 3,000 SGD
 steps of cosine decay after 50 warmup steps, step 20 for RankNet, 0.03 for
 LambdaRank); other lengths keep Nair's fixed step for 1,000 steps on unshifted
 images, chosen on ``--config.eval_split=validation`` (nair_lib.LEARNING_RATES_BY_BITS).
-Measured on this 2-core CPU (one core, shared with other jobs), test split, kNN
-error at 32 bits, seeds 0 / 1 / 2 (the seed draws the split, the initialisation
-and the batches), runs/nair_v3/{rn,lr}_test_s<seed> (the commands above with
-``--config.seed``): LambdaRank 6.8 / 6.6 / 5.4% (mean 6.3%), RankNet 6.6 / 7.2 /
-5.7% (mean 6.5%); same splits: ITQ 11.0 / 10.6 / 10.7%, LSH 30.2 / 27.6 / 25.6%,
-exact L2 3-NN 5.7 / 4.2 / 4.4%. Whole run about 255 s wall (228-242 s of
-training, pinned to one core at nice 19).
+Measured on this 2-core CPU, test split, kNN error at 32 bits, seeds 0 / 1 / 2
+(the seed draws the split, the initialisation and the batches;
+``python -m experiments.nair_study --parts=tables --datasets=mnist_t10k`` runs
+them): LambdaRank 6.9 / 6.8 / 5.7% (mean 6.5%), RankNet 6.6 / 7.2 / 5.7% (mean
+6.5%); same splits: ITQ 10.4 / 10.4 / 10.9%, LSH 30.2 / 27.6 / 25.6%, exact L2
+3-NN 5.7 / 4.2 / 4.4%. (Pinned to one core, LambdaRank gave 6.8 / 6.6 / 5.4%:
+XLA's summation order depends on the thread count.) Whole run 94.8 s wall,
+79.6 s of training (LambdaRank seed 0, quiet machine).
 Before (Nair's fixed step, 1,000 steps, no shifts: ``--config.augment_shift=0
 --config.lr_schedule=constant --config.num_steps=1000``, RankNet at step 50):
 LambdaRank 8.8 / 9.4 / 8.1% (mean 8.8%, sd 0.65), RankNet 9.8 / 10.2 / 8.6% (mean
