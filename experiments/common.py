@@ -175,11 +175,13 @@ def pad_malloc_heaps(top_pad: int = MALLOC_TOP_PAD) -> bool:
   XLA's CPU runtime allocates each execution's temporaries (megabytes for
   LambdaRank's ``[Q, M, M]`` pairs) and frees them at the end; with glibc's
   default pad of 128 KB the heaps of its worker threads shrink and grow again
-  every step, and the pages fault back in: the 32-bit Nair training step (the
-  default LambdaRank config) took 43 ms, 26 ms of it system time, with the
-  default pad and 23 ms with 256 MB (set through ``MALLOC_TOP_PAD_``, which
-  has the same effect). Returns False (and changes nothing) where the C
-  library has no ``mallopt``.
+  every step, and the pages fault back in: the shipped 32-bit Nair run (the
+  default LambdaRank config) trained in 124.4 s with the default pad and in
+  79.6 s with 256 MB (setting ``MALLOC_TOP_PAD_`` in the environment has the
+  same effect). Setting the pad also freezes glibc's dynamic mmap threshold at
+  128 KB; raising that threshold to 32 MB as well made the same run slower
+  (99.3 s, with 5 times the system time), so it is left alone. Returns False
+  (and changes nothing) where the C library has no ``mallopt``.
   """
   try:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

@@ -344,18 +344,20 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
   """Nair Sec. 4: fixed step size, momentum (decay 0.8) on the batch-averaged gradient.
 
   The step size is ``config.learning_rate``, or its default (:func:`option`);
-  ``lr_schedule="cosine"`` warms it up linearly over ``warmup_steps`` and
-  decays it to 0 at ``num_steps``
+  ``lr_schedule="cosine"`` warms it up linearly over ``warmup_steps`` (a
+  default warmup is cut to a tenth of ``num_steps``) and decays it to 0 at ``num_steps``
   (:func:`hashjax.train.learning_rate_schedule`); ``"constant"`` keeps it fixed.
   """
   _check_option("method", config.method, METHODS)
   lr = option(config, "learning_rate")
   kind = _check_option("lr_schedule", option(config, "lr_schedule"), train_lib.SCHEDULES)
+  num_steps = max(int(option(config, "num_steps")), 1)
   warmup = int(option(config, "warmup_steps"))
+  if config.get("warmup_steps") is None:  # a default warmup: at most a tenth of a short run
+    warmup = min(warmup, num_steps // 10)
   if kind == "constant" and not warmup:
     return optax.sgd(lr, momentum=config.momentum)
-  schedule = train_lib.learning_rate_schedule(lr, num_steps=max(int(option(config, "num_steps")), 1),
-                                              kind=kind, warmup_steps=warmup)
+  schedule = train_lib.learning_rate_schedule(lr, num_steps=num_steps, kind=kind, warmup_steps=warmup)
   return optax.sgd(schedule, momentum=config.momentum)
 
 

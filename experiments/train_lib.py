@@ -177,8 +177,9 @@ def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Arra
 
   Jit-able (the Nair trainer shifts inside its loss, so the training set stays
   on the device): each image is padded by ``max_shift`` pixels and a window
-  cut at its offset. ``max_shift`` (static) must bound every ``|dy|, |dx|``;
-  None reads it from concrete ``shifts``.
+  cut at its offset. ``max_shift`` (static) bounds every ``|dy|, |dx|``: None
+  reads it from concrete ``shifts``, concrete shifts beyond it raise, and
+  traced ones are clipped to it.
 
   >>> x = np.arange(9, dtype=np.float32).reshape(1, 9)  # one 3 x 3 image
   >>> np.asarray(shift_images(x, np.array([[1, -1]]))).reshape(3, 3).tolist()
@@ -189,14 +190,18 @@ def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Arra
   if side * side != dim:
     raise ValueError(f"images: expected flattened square images (for config.augment_shift > 0; set it to 0 "
                      f"for other features), got dimension {dim}")
-  if max_shift is None:
-    max_shift = int(np.abs(np.asarray(shifts)).max(initial=0))
+  if max_shift is None or not isinstance(shifts, jax.core.Tracer):
+    largest = int(np.abs(np.asarray(shifts)).max(initial=0))
+    if max_shift is not None and largest > max_shift:
+      raise ValueError(f"shifts: expected offsets in [-{max_shift}, {max_shift}] (max_shift), got {largest}")
+    max_shift = largest if max_shift is None else max_shift
   return _shift_images(jnp.asarray(images), jnp.asarray(shifts, jnp.int32).reshape(n, 2), int(max_shift), side)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _shift_images(images, shifts, pad: int, side: int):
   padded = jnp.pad(images.reshape(-1, side, side), ((0, 0), (pad, pad), (pad, pad)))
+  shifts = jnp.clip(shifts, -pad, pad)  # traced offsets beyond the bound: the bound, not a wrapped index
   window = lambda img, d: jax.lax.dynamic_slice(img, (pad - d[0], pad - d[1]), (side, side))
   return jax.vmap(window)(padded, shifts).reshape(images.shape)
 
@@ -233,7 +238,8 @@ def make_batch_fn(config, task: Task):
     rng = np.random.default_rng([config.seed, step, stream])
     out = x[rows]
     if shift:
-      out = np.asarray(shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)), max_shift=shift))
+      out = np.asarray(shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)), max_shift=shift),
+                       dtype=out.dtype)
     if noise:
       out = out + rng.normal(0.0, noise, size=out.shape).astype(out.dtype)
     return out

@@ -197,3 +197,30 @@ def test_shift_images_matches_a_loop_over_images(s):
         if 0 <= r - dy < 7 and 0 <= c - dx < 7:
           expected[r, c] = x[i].reshape(7, 7)[r - dy, c - dx]
     np.testing.assert_array_equal(out[i].reshape(7, 7), expected)
+
+
+def test_default_warmup_is_cut_for_short_runs():
+  """The 32-bit recipe's 50 warmup steps shrink to a tenth of a short run; an explicit warmup stays."""
+  config = lambdarank_knn.get_config()  # MNIST-10k, 32 bits: cosine after 50 warmup steps
+  for num_steps in (1, 20, 50, 51):
+    config.num_steps = num_steps
+    opt = nair_lib.make_optimizer(config)
+    params = {"w": np.ones(1, np.float32)}
+    updates, _ = opt.update({"w": np.ones(1, np.float32)}, opt.init(params), params)
+    schedule = train_lib.learning_rate_schedule(nair_lib.option(config, "learning_rate"), num_steps=num_steps,
+                                                kind="cosine", warmup_steps=num_steps // 10)
+    np.testing.assert_allclose(np.asarray(updates["w"]), -float(schedule(0)), rtol=1e-6)
+  config.num_steps, config.warmup_steps = 20, 50
+  with pytest.raises(ValueError, match="warmup_steps"):
+    nair_lib.make_optimizer(config)
+
+
+def test_shift_images_rejects_or_clips_offsets_beyond_max_shift():
+  x = np.arange(25, dtype=np.float32).reshape(1, 25)
+  with pytest.raises(ValueError, match="max_shift"):
+    talr_lib.shift_images(x, np.array([[2, 0]]), max_shift=1)
+  # Traced offsets are clipped to the bound (a shift of 3 acts as 1, in the same direction).
+  traced = jax.jit(lambda s: talr_lib.shift_images(x, s, max_shift=1))
+  for d in (2, 3, -2, -3):
+    np.testing.assert_array_equal(np.asarray(traced(np.array([[d, 0]]))),
+                                  np.asarray(talr_lib.shift_images(x, np.array([[np.sign(d), 0]]))))

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments import nair_study  # noqa: E402
+from experiments import nair_lib, nair_study  # noqa: E402
 
 
 def test_compression_matches_a_hand_computation():
@@ -52,7 +52,10 @@ def test_search_entries_are_config_overrides_with_distinct_run_names():
     assert "," not in name  # --search is a comma-separated list
     assert set(overrides) <= set(config.keys()), name
     c = nair_study.base_config("mnist_t10k")
-    c.update(overrides)  # type-checked by ml_collections
+    c.update({**nair_study.FIXED_STEP, **overrides})  # type-checked by ml_collections
+    # Every entry is Nair's fixed step on unshifted images, whatever the 32-bit recipe says.
+    assert nair_lib.option(c, "augment_shift") == 0 and nair_lib.option(c, "lr_schedule") == "constant"
+    assert nair_lib.option(c, "warmup_steps") == 0 and nair_lib.option(c, "num_steps") in (1000, 2000)
     slugs.add("_".join(f"{k}={v}" for k, v in overrides.items()))
   assert len(slugs) == len(nair_study.SEARCH)
 
@@ -68,6 +71,7 @@ def test_search_runs_an_entry_once_and_reuses_it(tmp_path, monkeypatch):
   assert "bits=64" in run_dir and "score=knn_majority" in run_dir
   results = nair_study._read_json(str(tmp_path / "search" / run_dir / "results.json"))
   assert results["config"]["bits"] == 64 and results["config"]["eval_split"] == "validation"
-  assert results["config"]["eval_every"] == 20
+  assert [h["step"] for h in results["history"] if h["kind"] == "eval"][-1:] == [20]  # one, at the end
+  assert len([h for h in results["history"] if h["kind"] == "eval" and h["step"] > 0]) == 1
   again = nair_study.search([0], str(tmp_path), names=["test majority 64 bits"], runlocal=True)
   assert again["test majority 64 bits"]["errors"] == entry["errors"]
