@@ -333,19 +333,16 @@ def compile_times(data):
       codes._stream_hamming, data["qw"][1:], xwp, jnp.int32(n), None, jnp.asarray(data["ql"][1:]), xlp,
       num_bits=NUM_BITS, num_levels=2, step=codes._step_size(num_q - 2, n, fit=False))))
   # The bit-sliced path: database bit planes in class segments, the counting kernel.
-  query_class, db_class = codes._query_classes(data["ql"][1:], data["xl"])
-  layout = codes._class_layout(db_class)  # numpy: nothing to compile
-  words = layout.segments * layout.words
-  placed = np.zeros((codes._PLANE_ITEMS * words, data["xw"].shape[1]), np.uint32)
-  placed[layout.slot] = np.asarray(data["xw"])
+  layout = codes._label_layout(data["ql"][1:], data["xl"])  # numpy: nothing to compile
+  placed = layout.place(data["xw"])
   with jax.enable_x64(True):  # the kernel's planes are uint64 words
-    planes = codes._bit_planes(placed, num_bits=NUM_BITS, num_words=words)
+    planes = codes._bit_planes(placed, num_bits=NUM_BITS, num_words=layout.num_words)
     rows += [
         ("bit planes of the database", _compile_seconds(codes._bit_planes, placed[1:], num_bits=NUM_BITS,
-                                                        num_words=words)),
+                                                        num_words=layout.num_words)),
         ("bit-sliced histogram kernel (32 bits, labels)", _compile_seconds(
             codes._sliced_counts, data["qw"][1:], planes.reshape(NUM_BITS, layout.segments, layout.words),
-            jnp.asarray(layout.segment_pad), jnp.asarray(layout.segment_class), jnp.asarray(query_class),
+            jnp.asarray(layout.segment_pad), jnp.asarray(layout.segment_class), jnp.asarray(layout.query_class),
             num_bits=NUM_BITS)),
     ]
   # A new database size reuses the bucketed compilations of the codes paths.

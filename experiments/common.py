@@ -165,6 +165,21 @@ def quiet_library_logs() -> None:
   absl_logging.get_absl_handler().addFilter(_DropLibraryInfo())
 
 
+def warmup_steps(config: ml_collections.ConfigDict, default: int, num_steps: int) -> int:
+  """``config.warmup_steps``, or ``default`` cut to a tenth of ``num_steps`` when the config leaves it None.
+
+  A default warmup chosen for a long run must not swallow a short one (and
+  :func:`hashjax.train.learning_rate_schedule` needs it below ``num_steps``);
+  an explicit value is kept as given.
+
+  >>> config = ml_collections.ConfigDict({"warmup_steps": None})
+  >>> warmup_steps(config, 50, 3000), warmup_steps(config, 50, 60)
+  (50, 6)
+  """
+  value = config.get("warmup_steps")
+  return int(value) if value is not None else min(int(default), num_steps // 10)
+
+
 #: Bytes glibc's malloc keeps at the top of a heap when it grows or trims one (M_TOP_PAD).
 MALLOC_TOP_PAD = 256 << 20
 

@@ -202,7 +202,7 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: NairTask) -> Callable
     raise ValueError(f"config.augment_shift: expected a non-negative int, got {shift!r}")
   train_x = np.asarray(task.features[task.train], np.float32)
   if shift:
-    talr_lib.shift_images(train_x[:1], np.zeros((1, 2), int))  # square images, or a clear error
+    talr_lib.image_side(train_x.shape[1])  # square images, or a clear error
   features = jax.device_put(train_x)
   labels = np.asarray(task.labels[task.train], np.int32)
   majority = _score_name(config) == "knn_majority"
@@ -352,9 +352,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
   lr = option(config, "learning_rate")
   kind = _check_option("lr_schedule", option(config, "lr_schedule"), train_lib.SCHEDULES)
   num_steps = max(int(option(config, "num_steps")), 1)
-  warmup = int(option(config, "warmup_steps"))
-  if config.get("warmup_steps") is None:  # a default warmup: at most a tenth of a short run
-    warmup = min(warmup, num_steps // 10)
+  warmup = common.warmup_steps(config, option(config, "warmup_steps"), num_steps)
   if kind == "constant" and not warmup:
     return optax.sgd(lr, momentum=config.momentum)
   schedule = train_lib.learning_rate_schedule(lr, num_steps=num_steps, kind=kind, warmup_steps=warmup)

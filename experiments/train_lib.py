@@ -134,9 +134,7 @@ def make_optimizer(config) -> optax.GradientTransformation:
   to a tenth of a shorter run).
   """
   num_steps = max(int(option(config, "num_steps")), 1)
-  warmup = config.get("warmup_steps")
-  if warmup is None:  # the model's default, at most a tenth of a short run
-    warmup = min(_default(config, "warmup_steps"), num_steps // 10)
+  warmup = common.warmup_steps(config, _default(config, "warmup_steps"), num_steps)
   lr = train_lib.learning_rate_schedule(
       option(config, "learning_rate"), num_steps=num_steps,
       kind=option(config, "lr_schedule"), warmup_steps=int(warmup),
@@ -172,6 +170,15 @@ def make_objective(config, mapping, task: Task):
   raise ValueError(f"config.setting: expected 'query_vs_rest' or 'query_vs_database', got {setting!r}")
 
 
+def image_side(dim: int) -> int:
+  """The side of flattened square images of ``dim`` pixels; a ValueError for other features."""
+  side = int(round(dim ** 0.5))
+  if side * side != dim:
+    raise ValueError(f"images: expected flattened square images (for config.augment_shift > 0; set it to 0 "
+                     f"for other features), got dimension {dim}")
+  return side
+
+
 def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Array:
   """Translates square images (flattened rows) by integer ``(dy, dx)`` each, filling with 0.
 
@@ -186,10 +193,7 @@ def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Arra
   [[0.0, 0.0, 0.0], [1.0, 2.0, 0.0], [4.0, 5.0, 0.0]]
   """
   n, dim = images.shape
-  side = int(round(dim ** 0.5))
-  if side * side != dim:
-    raise ValueError(f"images: expected flattened square images (for config.augment_shift > 0; set it to 0 "
-                     f"for other features), got dimension {dim}")
+  side = image_side(dim)
   if max_shift is None or not isinstance(shifts, jax.core.Tracer):
     largest = int(np.abs(np.asarray(shifts)).max(initial=0))
     if max_shift is not None and largest > max_shift:

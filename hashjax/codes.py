@@ -603,6 +603,17 @@ class _Layout(NamedTuple):
   def segments(self) -> int:
     return len(self.segment_class)
 
+  @property
+  def num_words(self) -> int:
+    """Plane words of the whole layout: ``segments * words``."""
+    return self.segments * self.words
+
+  def place(self, db_words) -> np.ndarray:
+    """``uint32[64 * num_words, W]`` on the host: each item's code at its slot, zero codes elsewhere."""
+    placed = np.zeros((_PLANE_ITEMS * self.num_words, db_words.shape[1]), np.uint32)
+    placed[self.slot] = np.asarray(db_words)
+    return placed
+
 
 def _plain_layout(n: int) -> _Layout:
   """One segment of :func:`_sliced_num_words` words, items in order."""
@@ -726,13 +737,10 @@ def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None
   if layout is None:
     layout = _plain_layout(n) if query_labels is None else _label_layout(query_labels, db_labels)
   query_class = layout.query_class
-  num_words = layout.segments * layout.words
   if query_labels is not None or _checks.is_concrete(db_words):  # on the host: N of a bucket share compilations
-    placed = np.zeros((_PLANE_ITEMS * num_words, db_words.shape[1]), np.uint32)
-    placed[layout.slot] = np.asarray(db_words)
-    db_words = placed
+    db_words = layout.place(db_words)
   with jax.enable_x64(True):
-    planes = _bit_planes(jnp.asarray(db_words), num_bits=num_bits, num_words=num_words)
+    planes = _bit_planes(jnp.asarray(db_words), num_bits=num_bits, num_words=layout.num_words)
     planes = planes.reshape(num_bits, layout.segments, layout.words)
     as_device = lambda x: None if x is None else jnp.asarray(x)
     return _sliced_counts(jnp.asarray(query_words), planes, jnp.asarray(layout.segment_pad),
@@ -749,7 +757,7 @@ def _sliced_layout(query_words, db_words, num_bits: int, labels=()) -> Optional[
   if not labels:
     return _plain_layout(db_words.shape[0])
   layout = _label_layout(*labels)
-  if layout.segments * layout.words > _SEGMENT_MAX_GROWTH * _sliced_num_words(db_words.shape[0]):
+  if layout.num_words > _SEGMENT_MAX_GROWTH * _sliced_num_words(db_words.shape[0]):
     return None
   return layout
 
