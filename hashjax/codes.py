@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax import _compile
 
 Array = jax.Array
 
@@ -173,7 +174,7 @@ def hamming_distance(query_words: Array, db_words: Array) -> Array:
   [[0, 4]]
   """
   _check_pair(query_words, db_words)
-  return _hamming(jnp.asarray(query_words), jnp.asarray(db_words))
+  return _hamming(_checks.as_jax(query_words), _checks.as_jax(db_words))
 
 
 #: Elements of one ``[rows, step]`` block of keys in a streamed histogram. XLA:CPU
@@ -338,8 +339,8 @@ def _bucketed_distance_histogram(distances, affinity, num_bits: int, num_levels:
   on_host = concrete and any(isinstance(x, np.ndarray) for x in inputs)
   small = rows * n <= _BUCKET_ELEMENTS
   if not concrete or distances.ndim < 1 or not (small or on_host):
-    return _distance_histogram(jnp.asarray(distances), None if affinity is None else jnp.asarray(affinity),
-                               num_bits, num_levels, None if where is None else jnp.asarray(where))
+    return _distance_histogram(_checks.as_jax(distances), _checks.as_jax(affinity), num_bits, num_levels,
+                               _checks.as_jax(where))
   shared = lambda x: x is not None and x.ndim == 1 and len(shape) != 1  # one [N] row for all
   as_rows = lambda x: None if x is None or shared(x) else np.asarray(x).reshape(rows, n)
   d_rows, a_rows, w_rows = as_rows(distances), as_rows(affinity), as_rows(where)
@@ -348,11 +349,11 @@ def _bucketed_distance_histogram(distances, affinity, num_bits: int, num_levels:
   else:
     tile, n_p = 1 << max((_TILE_ELEMENTS // n).bit_length() - 1, 0), n
     tile = min(tile, _next_pow2(rows))
-  shared_aff = jnp.asarray(np.pad(np.asarray(affinity), (0, n_p - n))) if shared(affinity) else None
+  shared_aff = _checks.as_jax(np.pad(np.asarray(affinity), (0, n_p - n))) if shared(affinity) else None
   if where is None:
-    shared_w = None if n_p == n else jnp.asarray(np.arange(n_p) < n)
+    shared_w = None if n_p == n else _checks.as_jax(np.arange(n_p) < n)
   else:
-    shared_w = jnp.asarray(np.pad(np.asarray(where), (0, n_p - n))) if shared(where) else None
+    shared_w = _checks.as_jax(np.pad(np.asarray(where), (0, n_p - n))) if shared(where) else None
 
   def block(x, r0, fill):
     part = x[r0:r0 + tile]
@@ -565,9 +566,10 @@ def _pack_planes(bits):
   return jnp.sum(b << jnp.arange(_PLANE_ITEMS, dtype=jnp.uint64), axis=-1, dtype=jnp.uint64)
 
 
-@functools.partial(jax.jit, static_argnames=("num_bits", "num_words"))
-def _bit_planes(db_words, *, num_bits, num_words):
-  """``uint64[num_bits, num_words]``: word ``m`` of plane ``j`` holds bit ``j`` of items ``64 m .. 64 m + 63``.
+@_compile.jit(static_argnames=("num_bits", "num_words", "segments"))
+def _bit_planes(db_words, *, num_bits, num_words, segments=1):
+  """``uint64[num_bits, segments, num_words / segments]``: word ``m`` (counted across the segments) of
+  plane ``j`` holds bit ``j`` of items ``64 m .. 64 m + 63``.
 
   Items past ``N`` are zero codes (the histogram subtracts them again). Run with x64 enabled.
   Blocks of at most ``64 * 1024`` items at a time, so the unpacked bits (8
@@ -582,7 +584,7 @@ def _bit_planes(db_words, *, num_bits, num_words):
     return _pack_planes(bits.T)
 
   out = jax.lax.map(planes_of, words.reshape(num_words // block, _PLANE_ITEMS * block, words.shape[1]))
-  return out.transpose(1, 0, 2).reshape(num_bits, num_words)
+  return out.transpose(1, 0, 2).reshape(num_bits, segments, num_words // segments)
 
 
 class _Layout(NamedTuple):
@@ -652,8 +654,8 @@ def _class_layout(db_class: np.ndarray) -> _Layout:
   return _Layout(slot, segment_class, segment_pad, _SEGMENT_WORDS)
 
 
-@functools.partial(jax.jit, static_argnames=("num_bits",))
-def _sliced_counts(query_words, planes, segment_pad, segment_class=None, query_class=None, *, num_bits):
+@_compile.jit(static_argnames=("num_bits",))
+def _sliced_counts(query_words, planes, segment_class=None, query_class=None, *, num_bits):
   """Bit-sliced Hamming histogram: ``int32[Q, num_bits + 1, V]``, ``V = 1``, or 2 with classes.
 
   ``planes`` is ``uint64[num_bits, S, L]``: ``S`` segments (:class:`_Layout`)
@@ -665,8 +667,9 @@ def _sliced_counts(query_words, planes, segment_pad, segment_class=None, query_c
   registers once per word instead of recomputing it per distance. With
   ``query_class``, a query's relevant counts are the sums over the segments
   of its class (``segment_class``) and the rest are the other level; no mask
-  per relevance level is popcounted. Each segment's ``segment_pad`` zero
-  codes are subtracted at distance ``popcount(q)``.
+  per relevance level is popcounted. The counts include the layout's padding
+  items (zero codes, at distance ``popcount(q)``);
+  :func:`_sliced_histogram` subtracts them on the host.
   """
   q = query_words.shape[0]
   bins = num_bits + 1
@@ -691,13 +694,30 @@ def _sliced_counts(query_words, planes, segment_pad, segment_class=None, query_c
       counts = jnp.stack([counts - relevant, relevant], -1)
     return counts.reshape(tile, bins * num_levels)
 
-  counts = _over_row_tiles(q, tile, tile_counts, bins * num_levels).reshape(q, bins, num_levels)
-  pad = jnp.sum(segment_pad, dtype=jnp.int32)
-  if query_class is not None:
-    pad_relevant = jnp.sum(jnp.where(mine(0, q), segment_pad[None, :], 0), axis=1, dtype=jnp.int32)
-    pad = jnp.stack([pad - pad_relevant, pad_relevant], -1)  # [Q, 2]
-  at_pad = jnp.sum(qbits.astype(jnp.int32), axis=1)
-  return counts.at[jnp.arange(q), at_pad].add(-pad)
+  return _over_row_tiles(q, tile, tile_counts, bins * num_levels).reshape(q, bins, num_levels)
+
+
+def _remove_padding(counts: np.ndarray, query_words: np.ndarray, layout: _Layout, num_bits: int) -> np.ndarray:
+  """Subtracts the layout's zero-code padding items from :func:`_sliced_counts`' ``counts`` (in place).
+
+  They sit at distance ``popcount(q)`` from query ``q``: with classes, the
+  padding of the query's own class segments in the relevant level, the rest in
+  the other.
+  """
+  bits = np.unpackbits(np.ascontiguousarray(query_words).view(np.uint8), axis=1, bitorder="little")
+  at = bits[:, :num_bits].sum(1, dtype=np.int64)
+  rows = np.arange(len(at))
+  pad = int(layout.segment_pad.sum(dtype=np.int64))
+  if layout.query_class is None:
+    counts[rows, at, 0] -= pad
+    return counts
+  own = layout.segment_class >= 0
+  per_class = np.bincount(layout.segment_class[own], weights=layout.segment_pad[own],
+                          minlength=int(layout.query_class.max(initial=-1)) + 1).astype(np.int64)
+  relevant = per_class[layout.query_class]
+  counts[rows, at, 1] -= relevant.astype(counts.dtype)
+  counts[rows, at, 0] -= (pad - relevant).astype(counts.dtype)
+  return counts
 
 
 def _query_classes(query_labels, db_labels):
@@ -731,21 +751,21 @@ def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None
   concrete) and the database is laid out in class segments
   (:func:`_class_layout`, or ``layout`` if given); items of other classes are
   never relevant. The planes are ``uint64`` words, so this runs with x64
-  enabled; the counts are ``int32``.
+  enabled; the counts are ``int32``. Inputs are concrete (the layout and the
+  padding correction are computed on the host).
   """
   n = db_words.shape[0]
   if layout is None:
     layout = _plain_layout(n) if query_labels is None else _label_layout(query_labels, db_labels)
   query_class = layout.query_class
-  if query_labels is not None or _checks.is_concrete(db_words):  # on the host: N of a bucket share compilations
-    db_words = layout.place(db_words)
+  db_words = layout.place(db_words)  # on the host: N of a bucket share compilations
   with jax.enable_x64(True):
-    planes = _bit_planes(jnp.asarray(db_words), num_bits=num_bits, num_words=layout.num_words)
-    planes = planes.reshape(num_bits, layout.segments, layout.words)
-    as_device = lambda x: None if x is None else jnp.asarray(x)
-    return _sliced_counts(jnp.asarray(query_words), planes, jnp.asarray(layout.segment_pad),
-                          as_device(None if query_class is None else layout.segment_class),
-                          as_device(query_class), num_bits=num_bits)
+    planes = _bit_planes(_checks.as_jax(db_words), num_bits=num_bits, num_words=layout.num_words,
+                         segments=layout.segments)
+    counts = _sliced_counts(_checks.as_jax(query_words), planes,
+                            _checks.as_jax(None if query_class is None else layout.segment_class),
+                            _checks.as_jax(query_class), num_bits=num_bits)
+  return _checks.as_jax(_remove_padding(np.array(counts), np.asarray(query_words), layout, num_bits))
 
 
 def _sliced_layout(query_words, db_words, num_bits: int, labels=()) -> Optional[_Layout]:
@@ -782,8 +802,8 @@ def _stream_hamming_bucketed(query_words, db_words, *, num_bits: int, num_levels
       db_words = np.pad(np.asarray(db_words), ((0, cap - n), (0, 0)))
       if db_labels is not None:
         db_labels = np.pad(np.asarray(db_labels), (0, cap - n))
-  as_j = lambda x: None if x is None else jnp.asarray(x)
-  return _stream_hamming(jnp.asarray(query_words), jnp.asarray(db_words), jnp.int32(n), as_j(affinity),
+  as_j = _checks.as_jax
+  return _stream_hamming(as_j(query_words), as_j(db_words), np.int32(n), as_j(affinity),
                          as_j(query_labels), as_j(db_labels), num_bits=num_bits, num_levels=num_levels,
                          step=step)
 
@@ -910,7 +930,7 @@ def weighted_hamming_distance(query_bits: Array, db_bits: Array, weights: Array)
   if weights.shape not in ((num_bits,), (query_bits.shape[0], num_bits)):
     raise ValueError(f"weights: expected shape ({num_bits},) or ({query_bits.shape[0]}, {num_bits}), "
                      f"got {tuple(weights.shape)}")
-  return _weighted_hamming(jnp.asarray(query_bits), jnp.asarray(db_bits), jnp.asarray(weights))
+  return _weighted_hamming(_checks.as_jax(query_bits), _checks.as_jax(db_bits), _checks.as_jax(weights))
 
 
 @jax.jit

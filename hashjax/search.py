@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax import _compile
 from hashjax import codes
 
 Array = jax.Array
@@ -275,7 +276,7 @@ def _min_over_groups(x: Array, group: int) -> Array:
   return jnp.min(x.reshape(x.shape[0] // group, group, x.shape[-1]), axis=1)
 
 
-@functools.partial(jax.jit, donate_argnums=0)
+@_compile.jit(donate_argnums=0)
 def _chunk_minima(minima, query_bytes_t: Array, chunk_bytes: Array, c: Array):
   """The scan, one chunk: writes chunk ``c``'s minima into ``minima`` (donated,
   so updated in place), a pair of ``[C, S / 32, L]`` and ``[C, S / 256, L]``
@@ -286,7 +287,7 @@ def _chunk_minima(minima, query_bytes_t: Array, chunk_bytes: Array, c: Array):
                for buf, m in zip(minima, (block_min, sb_min)))
 
 
-@functools.partial(jax.jit, static_argnames="group")
+@_compile.jit(static_argnames="group")
 def _superblock_hits(query_bytes_t: Array, chunk_bytes: Array, radius: Array, group: int) -> Array:
   """``uint8[S / 256, L]``: 1 where a superblock's minimum distance over the
   first ``F`` code bytes is ``<= radius[L]`` (``group = 256 / B``)."""
@@ -304,7 +305,7 @@ def _neg_f32(key: Array) -> Array:
   return -(key.astype(jnp.float32))
 
 
-@functools.partial(jax.jit, static_argnames="k")
+@_compile.jit(static_argnames="k", optimize=False)
 def _select(query_words, db_words, block_min, sb_min, num_db, k):
   """Exact top ``k`` of ``L`` queries from the scan's minima, by three
   selections (see the module docstring).
@@ -312,8 +313,10 @@ def _select(query_words, db_words, block_min, sb_min, num_db, k):
   ``query_words[L, W]``; ``db_words[N_pad, W]`` the padded database, of which
   the first ``num_db`` items are real (minima of groups past them are
   ignored); ``block_min[N_pad / 32, L]`` and ``sb_min[N_pad / 256, L]`` the
-  minima of blocks of 32 and superblocks of 256 items. Returns ``int32[L, k]``
-  distances and indices.
+  minima of blocks of 32 and superblocks of 256 items. Returns the last
+  selection's ``float32[L, k]`` top values and the ``int32[L, k]`` blocks they
+  index; :func:`_decode_select` turns them into distances and indices (on the
+  host for concrete inputs: two fewer kernels to compile).
   """
   num_q, num_words = query_words.shape
   block_min, sb_min = block_min.reshape(-1, num_q), sb_min.reshape(-1, num_q)
@@ -339,11 +342,19 @@ def _select(query_words, db_words, block_min, sb_min, num_db, k):
   item_ids = blocks[:, :, None] * _BB + jnp.arange(_BB, dtype=jnp.int32)
   dist = jnp.where(item_ids < num_db, _popcount_sum(query_words, items), sentinel)
   scale = k * _BB
-  key, _ = jax.lax.top_k(_neg_f32(dist.reshape(num_q, scale) * scale + jnp.arange(scale, dtype=jnp.int32)), k)
-  key = (-key).astype(jnp.int32)
-  pos = jax.lax.rem(key, scale)
-  ids = jnp.take_along_axis(blocks, pos // _BB, axis=1, mode=_IN_BOUNDS) * _BB + (pos & (_BB - 1))
-  return jax.lax.div(key, scale), ids
+  top, _ = jax.lax.top_k(_neg_f32(dist.reshape(num_q, scale) * scale + jnp.arange(scale, dtype=jnp.int32)), k)
+  return top, blocks
+
+
+def _decode_select(top, blocks):
+  """``(distances, indices)``, ``int32[L, k]``, from :func:`_select`'s outputs: numpy if concrete, else jnp."""
+  xp = np if _checks.is_concrete(top) and _checks.is_concrete(blocks) else jnp
+  top, blocks = xp.asarray(top), xp.asarray(blocks)
+  scale = top.shape[1] * _BB
+  key = (-top).astype(xp.int32)  # exact: keys are integers below 2^24
+  pos = key % scale
+  ids = xp.take_along_axis(blocks, pos // _BB, axis=1) * _BB + (pos & (_BB - 1))
+  return key // scale, ids
 
 
 
@@ -422,17 +433,19 @@ def _knn_hierarchical(query_words, db_words, k, chunk_size, offset, ties=False):
   else:
     minima = tuple(jnp.zeros(shape, dtype) for shape in shapes)
   n = np.int32(num_db)
-  dists, ids, kept = [], [], []
+  tops, block_lists, kept = [], [], []
   for b in range(0, q_pad.shape[0], lanes):
     q_t = _device(q_bytes_t[:, b:b + lanes])
     for c, chunk in enumerate(chunks):
       minima = _chunk_minima(minima, q_t, chunk, np.int32(c))
-    d, i = _select(_device(q_pad[b:b + lanes]), db_pad, *minima, n, k)
-    dists.append(d)
-    ids.append(i)
+    top, blocks = _select(_device(q_pad[b:b + lanes]), db_pad, *minima, n, k)
+    tops.append(top)
+    block_lists.append(blocks)
     if ties:  # keep minima of blocks of 32 items to find the ties from
       kept.append(np.array(np.asarray(minima[0])[:num_chunks]).reshape(-1, lanes))
-  dists, ids = _gather_rows(dists, num_q, 0), _gather_rows(ids, num_q, offset)
+  dists, ids = _decode_select(_gather_rows(tops, num_q, 0), _gather_rows(block_lists, num_q, 0))
+  if offset:
+    ids = ids + offset
   if not ties:
     return dists, ids
   # Every item at distance <= t (the k-th distance) sits in a block of 32 whose

@@ -110,6 +110,21 @@ def _random_batch(rng, num_bits, rows, n, p_rel, levels=2):
 
 KS = [1, 2, 3, 4, 6, 100]
 
+#: Every formula runs on two paths: numpy on the host for concrete inputs, jax.numpy traced
+#: into the caller's program under jit. The contract tests run both against the references.
+PATHS = ["host", "traced"]
+
+
+def _on(path):
+  """``call(fn, *arrays, **options)`` -> numpy result of ``fn`` on the given path."""
+  def call(fn, *arrays, **options):
+    if path == "host":
+      out = fn(*arrays, **options)
+    else:
+      out = jax.jit(lambda *xs: fn(*xs, **options))(*arrays)
+    return jax.tree_util.tree_map(np.asarray, out)
+  return call
+
 
 def test_vectorized_references_agree_with_loops():
   rng = np.random.default_rng(12)
@@ -129,8 +144,9 @@ def test_vectorized_references_agree_with_loops():
 # Tie-aware metrics = mean over all tie orders.
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("max_distance", [1, 2, 4])
-def test_tie_aware_metrics_equal_mean_over_all_tie_orders(max_distance):
+def test_tie_aware_metrics_equal_mean_over_all_tie_orders(max_distance, path):
   # Few distinct distances = big ties. num_bits stays 7 (one compilation for all cases).
   num_bits = 7
   rng = np.random.default_rng(max_distance)
@@ -141,15 +157,21 @@ def test_tie_aware_metrics_equal_mean_over_all_tie_orders(max_distance):
   where[4, 5:] = False
   where[5, 1:] = False  # single item
   where[6, ::2] = False
+  def every_metric(d, rel, aff, where):
+    kw = dict(num_bits=num_bits, where=where)
+    return dict(
+        ap_t=metrics.tie_aware_ap(d, rel, **kw),
+        ap_k={k: metrics.tie_aware_ap(d, rel, k=k, **kw) for k in KS},
+        ndcg=metrics.tie_aware_ndcg(d, aff, num_levels=4, **kw),
+        ndcg_k={k: metrics.tie_aware_ndcg(d, aff, k=k, num_levels=4, **kw) for k in KS},
+        prec_k={k: metrics.tie_aware_precision_at_k(d, rel, k=k, **kw) for k in KS},
+        opt=metrics.optimistic_ap(d, rel, **kw),
+        pes=metrics.pessimistic_ap(d, rel, **kw))
+
   with jax.enable_x64(True):
-    ap_t = np.asarray(metrics.tie_aware_ap(d, rel, num_bits=num_bits, where=where))
-    ap_k = {k: np.asarray(metrics.tie_aware_ap(d, rel, num_bits=num_bits, k=k, where=where)) for k in KS}
-    ndcg = np.asarray(metrics.tie_aware_ndcg(d, aff, num_bits=num_bits, where=where))
-    ndcg_k = {k: np.asarray(metrics.tie_aware_ndcg(d, aff, num_bits=num_bits, k=k, where=where)) for k in KS}
-    prec_k = {k: np.asarray(metrics.tie_aware_precision_at_k(d, rel, num_bits=num_bits, k=k, where=where))
-              for k in KS}
-    opt = np.asarray(metrics.optimistic_ap(d, rel, num_bits=num_bits, where=where))
-    pes = np.asarray(metrics.pessimistic_ap(d, rel, num_bits=num_bits, where=where))
+    got = _on(path)(every_metric, d, rel, aff, where)  # traced: one program for every metric
+  ap_t, ap_k, ndcg, ndcg_k, prec_k, opt, pes = (got[key] for key in
+                                                ("ap_t", "ap_k", "ndcg", "ndcg_k", "prec_k", "opt", "pes"))
   assert ap_t.dtype == np.float64
   for q in range(12):
     dq, rq, aq = d[q][where[q]], rel[q][where[q]], aff[q][where[q]]
@@ -244,14 +266,16 @@ def _big_hists(rng, rows, num_bits, levels, max_count):
   return hist
 
 
-def test_large_ranks_match_eq3_and_eq4_summed_term_by_term():
+@pytest.mark.parametrize("path", PATHS)
+def test_large_ranks_match_eq3_and_eq4_summed_term_by_term(path):
   rng = np.random.default_rng(7)
   hist = _big_hists(rng, rows=16, num_bits=24, levels=3, max_count=3000)
+  on = _on(path)
   with jax.enable_x64(True):
-    ap_t = np.asarray(metrics.tie_aware_ap_from_histogram(hist))
-    ndcg = np.asarray(metrics.tie_aware_ndcg_from_histogram(hist))
-    ap_k = np.asarray(metrics.tie_aware_ap_from_histogram(hist, k=20000))
-    ndcg_k = np.asarray(metrics.tie_aware_ndcg_from_histogram(hist, k=20000))
+    ap_t = on(metrics.tie_aware_ap_from_histogram, hist)
+    ndcg = on(metrics.tie_aware_ndcg_from_histogram, hist)
+    ap_k = on(metrics.tie_aware_ap_from_histogram, hist, k=20000)
+    ndcg_k = on(metrics.tie_aware_ndcg_from_histogram, hist, k=20000)
   for q in range(16):
     assert _close(ap_t[q], _eq3_direct(hist[q])), q
     assert _close(ap_k[q], _eq3_direct(hist[q], 20000)), q
@@ -259,7 +283,8 @@ def test_large_ranks_match_eq3_and_eq4_summed_term_by_term():
     assert _close(ndcg_k[q], _eq4_direct(hist[q], 20000)), q
 
 
-def test_harmonic_and_discount_sums_match_fsum():
+@pytest.mark.parametrize("path", PATHS)
+def test_harmonic_and_discount_sums_match_fsum(path):
   rng = np.random.default_rng(0)
   a = np.concatenate([[0, 0, 31, 32, 33, 63, 64, 65, 1000, 99999], rng.integers(0, 300000, 30)])
   b = a + np.concatenate([[0, 5, 2, 1, 2, 3, 1, 40, 1, 1], rng.integers(0, 300000, 30)])
@@ -267,6 +292,9 @@ def test_harmonic_and_discount_sums_match_fsum():
   disc = 1.0 / np.log2(np.arange(2, b.max() + 2, dtype=np.float64))
   t_all = np.arange(1, b.max() + 1, dtype=np.float64)
   def sums(dtype):
+    if path == "host":
+      ai, bi = a.astype(np.int32), b.astype(np.int32)
+      return metrics._harmonic_pieces(ai, bi, dtype, np) + (metrics._discount_sum(ai, bi, dtype, np),)
     fn = jax.jit(lambda a, b: metrics._harmonic_pieces(a, b, dtype) + (metrics._discount_sum(a, b, dtype),))
     return map(np.asarray, fn(jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32)))
 
@@ -282,7 +310,8 @@ def test_harmonic_and_discount_sums_match_fsum():
       assert abs(got32 - want) <= 8 * 2.0 ** -24 * want, (a[i], b[i], got32, want)  # <= 8 ulp
 
 
-def test_float32_within_1e6_of_float64():
+@pytest.mark.parametrize("path", PATHS)
+def test_float32_within_1e6_of_float64(path):
   rng = np.random.default_rng(11)
   hist = _big_hists(rng, rows=16, num_bits=24, levels=3, max_count=40000)  # N up to ~1e6 per query
   hist[2, :, :] = rng.integers(0, 3, size=(25, 3))  # short rankings too
@@ -293,10 +322,11 @@ def test_float32_within_1e6_of_float64():
          lambda h, dt: metrics.optimistic_ap_from_histogram(h, dtype=dt),
          lambda h, dt: metrics.pessimistic_ap_from_histogram(h, dtype=dt),
          lambda h, dt: metrics.tie_aware_precision_at_k_from_histogram(h, k=100, dtype=dt)]
+  on = _on(path)
   for fn in fns:
-    f32 = np.asarray(fn(hist, np.float32))
+    f32 = on(fn, hist, dt=np.float32)
     with jax.enable_x64(True):
-      f64 = np.asarray(fn(hist, np.float64))
+      f64 = on(fn, hist, dt=np.float64)
     assert f32.dtype == np.float32 and f64.dtype == np.float64
     np.testing.assert_array_equal(np.isnan(f32), np.isnan(f64))
     ok = ~np.isnan(f64)
@@ -330,18 +360,20 @@ def test_index_order_ap_matches_loop_and_sklearn():
     assert _close(mine[q], want) and _close(tie[q], want)
 
 
-def test_radius_metrics_and_curve_match_loops():
+@pytest.mark.parametrize("path", PATHS)
+def test_radius_metrics_and_curve_match_loops(path):
   rng = np.random.default_rng(9)
   d = rng.integers(0, 6, size=(8, 25))
   d[0] = 5  # retrieves nothing below radius 5
   rel = (rng.random((8, 25)) < 0.4).astype(int)
   rel[1] = 0
+  on = _on(path)
   with jax.enable_x64(True):
-    prec_curve, rec_curve = map(np.asarray, metrics.precision_recall_curve(d, rel, num_bits=5))
+    prec_curve, rec_curve = on(metrics.precision_recall_curve, d, rel, num_bits=5)
     for radius in [0, 2, 5, 9]:
-      prec = np.asarray(metrics.precision_at_radius(d, rel, num_bits=5, radius=radius))
-      rec = np.asarray(metrics.recall_at_radius(d, rel, num_bits=5, radius=radius))
-      ret = np.asarray(metrics.retrieved_at_radius(d, num_bits=5, radius=radius))
+      prec = on(metrics.precision_at_radius, d, rel, num_bits=5, radius=radius)
+      rec = on(metrics.recall_at_radius, d, rel, num_bits=5, radius=radius)
+      ret = on(metrics.retrieved_at_radius, d, num_bits=5, radius=radius)
       for q in range(8):
         inside = [i for i in range(25) if d[q, i] <= radius]
         hits = sum(rel[q, i] for i in inside)
@@ -353,8 +385,9 @@ def test_radius_metrics_and_curve_match_loops():
   assert prec_curve.shape == (8, 6)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("threshold", ["relative", "absolute"])
-def test_knn_classify_matches_loop(threshold):
+def test_knn_classify_matches_loop(threshold, path):
   rng = np.random.default_rng(2)
   num_bits, n, c = 6, 40, 4
   d = rng.integers(0, num_bits + 1, size=(20, n))
@@ -365,8 +398,8 @@ def test_knn_classify_matches_loop(threshold):
   for k in [0, 1, 2, 3]:
     if threshold == "relative" and k == 0:
       continue
-    got = np.asarray(metrics.knn_classify(d, labels, num_classes=c, num_bits=num_bits, k=k,
-                                          threshold=threshold))
+    got = _on(path)(metrics.knn_classify, d, labels, num_classes=c, num_bits=num_bits, k=k,
+                    threshold=threshold)
     for q in range(20):
       if threshold == "relative":
         bins = sorted(set(d[q].tolist()))[:k]
@@ -601,3 +634,31 @@ _R = np.array([[1, 0, 1]])
 def test_bad_input_raises_naming_the_argument(call, argname):
   with pytest.raises(ValueError, match=argname):
     call()
+
+
+def test_formulas_on_concrete_histograms_compile_nothing():
+  # A histogram shape no other test uses: anything jitted would have to compile for it.
+  hist = np.random.default_rng(13).integers(0, 50, size=(7, 13, 3)).astype(np.int32)
+  compiled = []
+
+  def listener(event, duration, **kwargs):
+    del duration
+    if event.endswith("backend_compile_duration"):
+      compiled.append(kwargs.get("fun_name"))
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    outs = [metrics.tie_aware_ap_from_histogram(hist), metrics.tie_aware_ap_from_histogram(hist, k=5),
+            metrics.optimistic_ap_from_histogram(hist), metrics.pessimistic_ap_from_histogram(hist),
+            metrics.tie_aware_ndcg_from_histogram(hist), metrics.tie_aware_precision_at_k_from_histogram(hist, k=4),
+            metrics.precision_at_radius_from_histogram(hist, radius=3),
+            metrics.recall_at_radius_from_histogram(hist, radius=3),
+            metrics.retrieved_at_radius_from_histogram(hist, radius=3),
+            *metrics.precision_recall_curve_from_histogram(hist),
+            metrics.knn_classify_from_histogram(hist, k=2)]
+    outs += list(metrics.mean_and_count(outs[0]))
+    jax.block_until_ready(outs)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert compiled == []
+  assert all(isinstance(o, jax.Array) for o in outs)

@@ -1,0 +1,40 @@
+"""hashjax._compile: the kernels' jit wrapper (compiler options, nesting, fallback)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hashjax import _compile
+
+
+def test_top_level_and_nested_calls_give_jax_jit_results():
+  f = _compile.jit(lambda x, n: x * n, static_argnames="n")
+  x = np.arange(5, dtype=np.int32)
+  np.testing.assert_array_equal(np.asarray(f(x, n=3)), x * 3)
+  outer = jax.jit(lambda x: f(x, n=2) + 1)  # nested: inlined, no options of its own
+  np.testing.assert_array_equal(np.asarray(outer(x)), x * 2 + 1)
+  np.testing.assert_array_equal(np.asarray(jax.vmap(lambda v: f(v, n=4))(x)), x * 4)
+  assert f._cache_size() == 1
+  assert f.lower(x, n=3).compile()(x).tolist() == (x * 3).tolist()
+
+
+def test_a_jaxlib_rejecting_the_option_gets_plain_jit(monkeypatch):
+  monkeypatch.setattr(_compile, "_OPTIONS", {"xla_hashjax_no_such_option": True})
+  monkeypatch.setattr(_compile, "_rejected", [False])
+  f = _compile.jit(lambda x: x + 1)
+  assert f(jnp.int32(1)) == 2
+  assert _compile._rejected[0]
+  g = _compile.jit(lambda x: x - 1)  # later functions skip the option at once
+  assert g(jnp.int32(1)) == 0
+
+
+def test_other_errors_propagate(monkeypatch):
+  monkeypatch.setattr(_compile, "_rejected", [False])
+  f = _compile.jit(lambda x: x.reshape(7))
+  try:
+    f(jnp.zeros(3))
+  except TypeError as e:
+    assert "reshape" in str(e)
+  else:
+    raise AssertionError("expected the reshape error")
+  assert not _compile._rejected[0]
