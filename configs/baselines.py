@@ -1,6 +1,6 @@
 r"""Unsupervised baselines (LSH, PCA-sign, ITQ, SH) on the embedded MNIST-10k protocol.
 
-Run (about 20 s on a 2-core CPU, measured from a fresh clone):
+Run (about 16 s on a 2-core CPU, measured from a fresh clone):
 
   python -m experiments.evaluate --config=configs/baselines.py
 

@@ -23,8 +23,8 @@ def as_jax(x: Any) -> Any:
   """``x`` as a jax array, compiling nothing: jax arrays and tracers unchanged, others via ``device_put``.
 
   (``jnp.asarray`` of a numpy array compiles a small staging program for each
-  new shape in jax 0.10; ``device_put`` copies, or aliases aligned memory, and
-  canonicalises the dtype the same way.) ``None`` stays ``None``.
+  new shape in jax 0.10; ``device_put`` copies the data and canonicalises the
+  dtype the same way.) ``None`` stays ``None``.
   """
   if x is None or isinstance(x, (jax.Array, jax.core.Tracer)):
     return x

@@ -7,11 +7,13 @@ bit-sliced histogram kernel, the classic loop emitters
 as fast (measured on this project's 2-core machine, one process, the two
 variants alternating: knn at 32 / 64 / 128 bits 0.223 / 0.335 / 0.705 s against
 0.225 / 0.356 / 0.732 s best of 5; the bit-sliced histogram 0.047 against
-0.053 s; compilation of the knn selection 0.145 against 0.168 s and of the
-labelled histogram kernel 0.54 against 0.75 s). The option is per function, so
-nothing else in the caller's process changes. Other backends ignore it; a
-jaxlib that does not know it rejects the first compilation, after which every
-function here compiles without it. Only kernels measured both ways use it:
+0.053 s; compilation of the knn selection, before its key decode moved to the
+host, 0.145 against 0.168 s, and of the labelled histogram kernel 0.54 against
+0.75 s). The options are per function, so nothing else in the caller's process
+changes, and they apply only when jax's default backend is the CPU (other
+backends compile these functions with plain ``jax.jit``). A jaxlib that does
+not know them rejects the first compilation, after which every function here
+compiles without them. Only kernels measured both ways use them:
 the scatter-add histograms ran 2.3x slower with the classic emitters (5.2
 and 5.0 ns per pair against 2.0 and 2.2 in the next run with the default), so
 they keep ``jax.jit``.
@@ -37,8 +39,13 @@ def _is_rejection(error: Exception) -> bool:
   return "No such compile option" in str(error)
 
 
+def _options_apply() -> bool:
+  """The options are for XLA:CPU (``xla_backend_optimization_level`` would also reach a GPU's LLVM)."""
+  return not _rejected[0] and jax.default_backend() == "cpu"
+
+
 class _Jitted:
-  """A jitted function compiled with :data:`_OPTIONS` while the jaxlib accepts them."""
+  """A jitted function compiled with its options on XLA:CPU while the jaxlib accepts them."""
 
   def __init__(self, fun: Callable, jit_kwargs: dict, options: dict):
     self._fast = jax.jit(fun, compiler_options=options, **jit_kwargs)
@@ -46,14 +53,14 @@ class _Jitted:
     functools.update_wrapper(self, fun)
 
   def _active(self):
-    return self._plain if _rejected[0] else self._fast
+    return self._fast if _options_apply() else self._plain
 
   def __call__(self, *args, **kwargs):
     nested = (not _top_level() if _top_level is not None else
               any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))))
     if nested:  # inlined into the caller's program, compiled with the caller's options
       return self._plain(*args, **kwargs)
-    if not _rejected[0]:
+    if _options_apply():
       try:
         return self._fast(*args, **kwargs)
       except Exception as e:  # pylint: disable=broad-except

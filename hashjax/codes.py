@@ -704,7 +704,7 @@ def _remove_padding(counts: np.ndarray, query_words: np.ndarray, layout: _Layout
   padding of the query's own class segments in the relevant level, the rest in
   the other.
   """
-  bits = np.unpackbits(np.ascontiguousarray(query_words).view(np.uint8), axis=1, bitorder="little")
+  bits = np.unpackbits(np.ascontiguousarray(query_words, "<u4").view(np.uint8), axis=1, bitorder="little")
   at = bits[:, :num_bits].sum(1, dtype=np.int64)
   rows = np.arange(len(at))
   pad = int(layout.segment_pad.sum(dtype=np.int64))

@@ -38,3 +38,13 @@ def test_other_errors_propagate(monkeypatch):
   else:
     raise AssertionError("expected the reshape error")
   assert not _compile._rejected[0]
+
+
+def test_other_backends_compile_without_the_options(monkeypatch):
+  monkeypatch.setattr(_compile, "_rejected", [False])
+  f = _compile.jit(lambda x: x * 3, optimize=False)
+  assert f._active() is f._fast  # this machine: the CPU
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert f._active() is f._plain
+  assert f(jnp.int32(2)) == 6
+  assert f._fast._cache_size() == 0 and f._plain._cache_size() == 1
