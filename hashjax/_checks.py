@@ -73,6 +73,21 @@ def check_num_bits(num_bits: Any, *, words: Any = None, name: str = "num_bits",
   return int(num_bits)
 
 
+def check_padding_bits(name: str, words: Any, num_bits: int) -> None:
+  """The bits of ``words`` past ``num_bits`` (the top of the last word) must be 0, as
+  :func:`hashjax.codes.pack_bits` leaves them (checked when concrete)."""
+  spare = 32 * words.shape[-1] - num_bits
+  if spare <= 0 or not is_concrete(words):
+    return
+  bad = (np.asarray(words)[..., -1] >> np.uint32(32 - spare)) != 0
+  if bad.any():
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(
+        f"{name}: expected codes of {num_bits} bits, whose last word's top {spare} bit(s) are 0 "
+        f"(as pack_bits leaves them), got {int(bad.sum())} code(s) with bits set there "
+        f"(first at index {first})")
+
+
 def check_nonempty(name: str, x: Any, axis: int = 0, what: str = "item") -> None:
   if x.ndim == 0 or x.shape[axis] == 0:
     raise ValueError(f"{name}: expected at least one {what}, got shape {tuple(x.shape)}")

@@ -885,6 +885,8 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   """
   _check_pair(query_words, db_words)
   num_bits = _checks.check_num_bits(num_bits, words=query_words, words_name="query_words")
+  _checks.check_padding_bits("query_words", query_words, num_bits)
+  _checks.check_padding_bits("db_words", db_words, num_bits)
   if affinity is None:
     num_levels = 1
   else:

@@ -1253,6 +1253,8 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   """
   codes._check_pair(query_words, db_words)
   num_bits = _checks.check_num_bits(num_bits, words=query_words, words_name="query_words")
+  _checks.check_padding_bits("query_words", query_words, num_bits)
+  _checks.check_padding_bits("db_words", db_words, num_bits)
   num_q, num_db = query_words.shape[0], db_words.shape[0]
   labels_given = query_labels is not None or db_labels is not None
   given = [name for name, used in (("query_labels/db_labels", labels_given), ("relevance", relevance is not None),

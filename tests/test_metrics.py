@@ -617,6 +617,8 @@ _R = np.array([[1, 0, 1]])
     (lambda: metrics.tie_aware_ap_from_histogram(-np.ones((2, 2), int)), "hist"),
     (lambda: metrics.tie_aware_ndcg_from_histogram(np.full((2, 2), np.nan)), "hist"),
     (lambda: metrics.knn_classify_from_histogram(np.ones((3, 2), int), k=1, threshold="x"), "threshold"),
+    (lambda: metrics.evaluate_codes(codes.pack_bits(np.ones((2, 4))), np.full((3, 1), 255, np.uint32), num_bits=4,
+                                    query_labels=np.zeros(2, int), db_labels=np.zeros(3, int)), "db_words"),
     (lambda: metrics.evaluate_codes(codes.pack_bits(np.ones((2, 4))), codes.pack_bits(np.ones((3, 4))),
                                     num_bits=4), "relevance"),
     (lambda: metrics.evaluate_codes(codes.pack_bits(np.ones((2, 4))), codes.pack_bits(np.ones((3, 4))),
