@@ -759,13 +759,20 @@ def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None
     layout = _plain_layout(n) if query_labels is None else _label_layout(query_labels, db_labels)
   query_class = layout.query_class
   db_words = layout.place(db_words)  # on the host: N of a bucket share compilations
+  # Queries padded to a bucket of 16 sizes per octave too (zero codes of no class, cut off again).
+  num_q = query_words.shape[0]
+  queries = np.zeros((_round_words(num_q, _ROW_TILE), query_words.shape[1]), np.uint32)
+  queries[:num_q] = np.asarray(query_words)
+  if query_class is not None:
+    query_class = np.concatenate([query_class, np.full(len(queries) - num_q, -1, np.int32)])
   with jax.enable_x64(True):
     planes = _bit_planes(_checks.as_jax(db_words), num_bits=num_bits, num_words=layout.num_words,
                          segments=layout.segments)
-    counts = _sliced_counts(_checks.as_jax(query_words), planes,
+    counts = _sliced_counts(_checks.as_jax(queries), planes,
                             _checks.as_jax(None if query_class is None else layout.segment_class),
                             _checks.as_jax(query_class), num_bits=num_bits)
-  return _checks.as_jax(_remove_padding(np.array(counts), np.asarray(query_words), layout, num_bits))
+  counts = np.array(np.asarray(counts)[:num_q])  # sliced on the host: a jax slice would compile
+  return _checks.as_jax(_remove_padding(counts, np.asarray(query_words), layout, num_bits))
 
 
 def _sliced_layout(query_words, db_words, num_bits: int, labels=()) -> Optional[_Layout]:

@@ -173,6 +173,13 @@ def test_public_histograms_use_the_bit_sliced_kernel_when_large(monkeypatch):
   want = np.asarray(codes._stream_hamming_bucketed(q, x2, num_bits=20, num_levels=2, query_labels=ql, db_labels=xl2))
   np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x2, ql, xl2, num_bits=20)), want)
   assert codes._sliced_counts._cache_size() == before
+  # So does a new number of queries in the same bucket (queries padded to 16 sizes per octave, >= 8).
+  assert codes._round_words(6, codes._ROW_TILE) == codes._round_words(3, codes._ROW_TILE) == 8
+  before = codes._sliced_counts._cache_size()
+  want = np.asarray(codes._stream_hamming_bucketed(q[:3], x2, num_bits=20, num_levels=2, query_labels=ql[:3],
+                                                   db_labels=xl2))
+  np.testing.assert_array_equal(np.asarray(codes._label_histogram(q[:3], x2, ql[:3], xl2, num_bits=20)), want)
+  assert codes._sliced_counts._cache_size() == before
   # Longer codes, affinity matrices, traced labels and too many classes stay on the scatter-add.
   assert codes._sliced_layout(codes.pack_bits(np.ones((6, 129))), codes.pack_bits(np.ones((9, 129))), 129) is None
   monkeypatch.setattr(codes, "_SEGMENT_MAX_GROWTH", 0)
