@@ -361,10 +361,8 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 
 #: Defaults of the options a config leaves as None (or lacks), per method: Nair's fixed step
 #: for 1,000 steps on the original images. Overridden where :data:`SETTING_DEFAULTS` says.
-METHOD_DEFAULTS = {
-    "ranknet": {"augment_shift": 0, "lr_schedule": "constant", "warmup_steps": 0, "num_steps": 1000},
-    "lambdarank": {"augment_shift": 0, "lr_schedule": "constant", "warmup_steps": 0, "num_steps": 1000},
-}
+METHOD_DEFAULTS = {method: {"augment_shift": 0, "lr_schedule": "constant", "warmup_steps": 0, "num_steps": 1000}
+                   for method in METHODS}
 #: Overrides of :data:`METHOD_DEFAULTS` (and of the step size of :data:`LEARNING_RATES_BY_BITS`)
 #: by ``(dataset, task, model, method, bits)``, where they were chosen: MNIST-10k, kNN task,
 #: linear hash, 32 bits, on the held-out validation split (``--config.eval_split=validation_heldout``:

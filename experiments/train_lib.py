@@ -35,7 +35,7 @@ import numpy as np
 import optax
 
 from experiments import common
-from hashjax import data, io, mappings, metrics
+from hashjax import _checks, data, io, mappings, metrics
 from hashjax import train as train_lib
 from hashjax.objectives import talr
 
@@ -192,20 +192,21 @@ def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Arra
   >>> np.asarray(shift_images(x, np.array([[1, -1]]))).reshape(3, 3).tolist()
   [[0.0, 0.0, 0.0], [1.0, 2.0, 0.0], [4.0, 5.0, 0.0]]
   """
-  n, dim = images.shape
-  side = image_side(dim)
-  if max_shift is None or not isinstance(shifts, jax.core.Tracer):
-    largest = int(np.abs(np.asarray(shifts)).max(initial=0))
+  side = image_side(images.shape[1])
+  if max_shift is None or _checks.is_concrete(shifts):
+    shifts = np.asarray(shifts)
+    largest = int(np.abs(shifts).max(initial=0))
     if max_shift is not None and largest > max_shift:
       raise ValueError(f"shifts: expected offsets in [-{max_shift}, {max_shift}] (max_shift), got {largest}")
     max_shift = largest if max_shift is None else max_shift
-  return _shift_images(jnp.asarray(images), jnp.asarray(shifts, jnp.int32).reshape(n, 2), int(max_shift), side)
+  return _shift_images(images, shifts, int(max_shift), side)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _shift_images(images, shifts, pad: int, side: int):
   padded = jnp.pad(images.reshape(-1, side, side), ((0, 0), (pad, pad), (pad, pad)))
-  shifts = jnp.clip(shifts, -pad, pad)  # traced offsets beyond the bound: the bound, not a wrapped index
+  # Traced offsets beyond the bound become the bound, not a wrapped index.
+  shifts = jnp.clip(shifts.astype(jnp.int32).reshape(images.shape[0], 2), -pad, pad)
   window = lambda img, d: jax.lax.dynamic_slice(img, (pad - d[0], pad - d[1]), (side, side))
   return jax.vmap(window)(padded, shifts).reshape(images.shape)
 

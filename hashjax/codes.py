@@ -678,9 +678,6 @@ def _sliced_counts(query_words, planes, segment_class=None, query_class=None, *,
   qmask = jnp.zeros((), planes.dtype) - qbits  # 0 or all ones per query bit
   tile = _row_tile(q)
 
-  def mine(r0, size):  # [size, S]: the segments of each query's class
-    return segment_class[None, :] == jax.lax.dynamic_slice_in_dim(query_class, r0, size, 0)[:, None]
-
   def tile_counts(r0):
     qm = jax.lax.dynamic_slice_in_dim(qmask, r0, tile, 0)
     differ = [planes[j][None] ^ qm[:, j, None, None] for j in range(num_bits)]  # [tile, S, L] each
@@ -689,8 +686,9 @@ def _sliced_counts(query_words, planes, segment_class=None, query_class=None, *,
     sums = jax.lax.reduce(ops, [jnp.int32(0)] * len(ops), lambda a, b: [x + y for x, y in zip(a, b)], (2,))
     per_segment = jnp.stack(sums, -1)  # [tile, S, bins]
     counts = jnp.sum(per_segment, axis=1, dtype=jnp.int32)
-    if query_class is not None:
-      relevant = jnp.sum(jnp.where(mine(r0, tile)[..., None], per_segment, 0), axis=1, dtype=jnp.int32)
+    if query_class is not None:  # the segments of each query's class: [tile, S]
+      mine = segment_class[None, :] == jax.lax.dynamic_slice_in_dim(query_class, r0, tile, 0)[:, None]
+      relevant = jnp.sum(jnp.where(mine[..., None], per_segment, 0), axis=1, dtype=jnp.int32)
       counts = jnp.stack([counts - relevant, relevant], -1)
     return counts.reshape(tile, bins * num_levels)
 

@@ -330,26 +330,28 @@ def _relevance_histogram(distances, relevance, num_bits, where):
   return _histogram(distances, relevance, num_bits, 2, where)
 
 
+#: numpy's error handling on the host path, as XLA's: NaN and inf results, no warnings.
+_HOST_ERRSTATE = dict(divide="ignore", invalid="ignore", over="ignore")
+
+
 def _on_hist(kernel, hist, *args):
-  """``kernel(hist, *args, xp)``: with numpy on the host for a concrete ``hist``, else traced with jax.numpy.
+  """``kernel(hist, *args, xp)``: with numpy on the host when ``hist`` and the array ``args``
+  are concrete, else traced with jax.numpy.
 
   The host path returns jax arrays like the traced one, of the same dtypes.
   """
-  if not _checks.is_concrete(hist):
+  if not all(_checks.is_concrete(x) for x in (hist, *args)):
     return kernel(jnp.asarray(hist), *args, xp=jnp)
-  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # as XLA: NaN/inf, no warning
+  args = [np.asarray(a) if isinstance(a, jax.Array) else a for a in args]
+  with np.errstate(**_HOST_ERRSTATE):
     out = kernel(np.asarray(hist), *args, xp=np)
   return jax.tree_util.tree_map(_checks.as_jax, out)
 
 
 # --------------------------------------------------------------------------
-# Formulas on histograms.
-#
-# Each formula is written once against an array namespace ``xp``: numpy for
-# concrete histograms (a few thousand numbers per call, evaluated on the host
-# with nothing to compile; compiling them with XLA took 0.3 to 1.4 s per shape),
-# jax.numpy when traced (under jit, vmap or grad, the formula becomes part of
-# the caller's program).
+# Formulas on histograms, each written once against an array namespace ``xp``
+# (numpy on the host, jax.numpy traced: see the module notes; compiling them
+# with XLA took 0.3 to 1.4 s per shape).
 
 
 def _sum(x, axis: int, xp=jnp):
@@ -1190,11 +1192,7 @@ def mean_and_count(values: Array, *, where: Optional[Array] = None) -> MeanCount
     if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
       raise ValueError("where: expected a bool mask")
     _checks.check_shape("where", where, values.shape, like="values")
-  if not (_checks.is_concrete(values) and (where is None or _checks.is_concrete(where))):
-    return _mean_and_count(jnp.asarray(values), None if where is None else jnp.asarray(where))
-  with np.errstate(invalid="ignore"):
-    out = _mean_and_count(np.asarray(values), None if where is None else np.asarray(where), np)
-  return jax.tree_util.tree_map(_checks.as_jax, out)
+  return _on_hist(_mean_and_count, values, where)
 
 
 # --------------------------------------------------------------------------
@@ -1291,7 +1289,7 @@ def _evaluate_histogram(hist, *, radius: int, k: int, dtype, num_db: int) -> dic
   """Every summary of :func:`evaluate_codes` from a concrete ``hist[Q, B, V]``, on the host."""
   h = np.asarray(hist)
   no_cut = np.int32(_NO_CUTOFF)
-  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+  with np.errstate(**_HOST_ERRSTATE):
     tie, opt, pes = _ap_core(h, no_cut, dtype, ("tie", "opt", "pes"), np)
     ndcg = _tie_aware_ndcg(h, no_cut, dtype, np)
     precision, recall = _precision_recall(h, dtype, np)

@@ -221,11 +221,6 @@ def _pad_rows(x, rows: int, fill_last: bool, fill_rows: Optional[int] = None):
   return jnp.concatenate(parts, axis=0)
 
 
-def _device(x):
-  """A numpy array as a jax array (zero-copy when 64-byte aligned); jax unchanged."""
-  return jax.device_put(x) if isinstance(x, np.ndarray) else x
-
-
 def _as_bytes(words):
   """``uint32[n, W]`` to ``uint8[n, 4 W]`` (little-endian: the same Hamming distance)."""
   if isinstance(words, np.ndarray):
@@ -417,8 +412,8 @@ def _knn_hierarchical(query_words, db_words, k, chunk_size, offset, ties=False):
   block = _kernel_block(num_bytes)
   db_pad = _pad_rows(db_words, size * num_chunks_pad, fill_last=True, fill_rows=size * num_chunks)
   db_bytes = _as_bytes(db_pad).reshape(num_chunks_pad, size // block, block, num_bytes)
-  chunks = [_device(db_bytes[c]) for c in range(num_chunks)]
-  db_host, db_pad = db_pad, _device(db_pad)
+  chunks = [_checks.as_jax(db_bytes[c]) for c in range(num_chunks)]
+  db_host, db_pad = db_pad, _checks.as_jax(db_pad)
   lanes = _lanes(num_q)
   while lanes > 1 and lanes * k * _BB * num_words > _STAGE_ELEMS:
     lanes //= 2
@@ -435,10 +430,10 @@ def _knn_hierarchical(query_words, db_words, k, chunk_size, offset, ties=False):
   n = np.int32(num_db)
   tops, block_lists, kept = [], [], []
   for b in range(0, q_pad.shape[0], lanes):
-    q_t = _device(q_bytes_t[:, b:b + lanes])
+    q_t = _checks.as_jax(q_bytes_t[:, b:b + lanes])
     for c, chunk in enumerate(chunks):
       minima = _chunk_minima(minima, q_t, chunk, np.int32(c))
-    top, blocks = _select(_device(q_pad[b:b + lanes]), db_pad, *minima, n, k)
+    top, blocks = _select(_checks.as_jax(q_pad[b:b + lanes]), db_pad, *minima, n, k)
     tops.append(top)
     block_lists.append(blocks)
     if ties:  # keep minima of blocks of 32 items to find the ties from
@@ -475,11 +470,11 @@ def _knn_all(query_words, db_words, k, offset):
   num_q = query_words.shape[0]
   num_db = db_words.shape[0]
   num_pad = _SB * _bucket(-(-num_db // _SB))
-  db_pad = _device(_pad_rows(db_words, num_pad, fill_last=True))
+  db_pad = _checks.as_jax(_pad_rows(db_words, num_pad, fill_last=True))
   rows = _query_batches(num_q, num_pad)
   q_pad = _pad_rows(query_words, -(-num_q // rows) * rows, fill_last=False)
   n = np.int32(num_db)
-  out = [_select_all(_device(q_pad[b:b + rows]), db_pad, n, k) for b in range(0, q_pad.shape[0], rows)]
+  out = [_select_all(_checks.as_jax(q_pad[b:b + rows]), db_pad, n, k) for b in range(0, q_pad.shape[0], rows)]
   return _gather_rows([o[0] for o in out], num_q, 0), _gather_rows([o[1] for o in out], num_q, offset)
 
 
@@ -489,15 +484,15 @@ def _knn_sorted(query_words, db_words, k, chunk_size, offset):
   size = max(chunk_size, -(-k // _SB) * _SB)
   size, num_chunks, _ = _database_layout(num_db, size)
   db_pad = _pad_rows(db_words, size * num_chunks, fill_last=True)
-  chunks = [_device(db_pad[c * size:(c + 1) * size]) for c in range(num_chunks)]
+  chunks = [_checks.as_jax(db_pad[c * size:(c + 1) * size]) for c in range(num_chunks)]
   rows = _query_batches(num_q, size + k)
   q_pad = _pad_rows(query_words, -(-num_q // rows) * rows, fill_last=False)
   n = np.int32(num_db)
-  init_d = _device(np.full((rows, k), 32 * num_words + 2, np.int32))
-  init_i = _device(np.full((rows, k), np.iinfo(np.int32).max, np.int32))
+  init_d = _checks.as_jax(np.full((rows, k), 32 * num_words + 2, np.int32))
+  init_i = _checks.as_jax(np.full((rows, k), np.iinfo(np.int32).max, np.int32))
   dists, ids = [], []
   for b in range(0, q_pad.shape[0], rows):
-    q = _device(q_pad[b:b + rows])
+    q = _checks.as_jax(q_pad[b:b + rows])
     d, i = init_d, init_i
     for c, chunk in enumerate(chunks):
       d, i = _merge_chunk_sorted(q, chunk, np.int32(c * size), n, d, i, k)
@@ -615,7 +610,7 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
       d, i = d2, i2
     else:
       d, i = _merge_sorted(d, i, d2, i2, min(k, d.shape[1] + d2.shape[1]))
-  d, i = _device(d), _device(i)
+  d, i = _checks.as_jax(d), _checks.as_jax(i)
   if not return_ties:
     return d, i
   return radius_search(query_words, db_words, np.asarray(d[:, -1]), chunk_size=chunk_size)
@@ -727,11 +722,11 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
     view = db_bytes if filter_bytes == num_bytes else \
         _pad_rows(db_bytes[:, :filter_bytes], db_bytes.shape[0], fill_last=False)
     view = view.reshape(num_chunks, size // block, block, filter_bytes)
-    return [_device(chunk) for chunk in view], _SB // block
+    return [_checks.as_jax(chunk) for chunk in view], _SB // block
 
   def candidates(first_bytes, chunks, radii):
     """``uint8[NSB, L]``: 1 where a superblock's minimum over ``first_bytes`` is within the radii."""
-    first_bytes, radii = _device(first_bytes), _device(radii)
+    first_bytes, radii = _checks.as_jax(first_bytes), _checks.as_jax(radii)
     return np.concatenate([np.asarray(_superblock_hits(first_bytes, chunk, radii, group=chunks[1]))
                            for chunk in chunks[0]])
 
