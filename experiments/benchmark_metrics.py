@@ -349,31 +349,37 @@ def compile_times(data):
     rows.append((f"{name}, first call (host numpy; programs compiled: {programs})", sec))
     rows.append((f"{name}, traced: jit of the call", _compile_seconds(jax.jit(fn), hist)))
   n = data["xw"].shape[0]
-  # A query count in a new bucket (the bit-sliced path pads queries to 16 sizes per octave).
+  # A new number of queries: the bit-sliced kernel runs on chunks of 32 queries, so it compiles
+  # nothing; the scatter-add paths compile per shape.
   sub = int(np.asarray(data["qw"]).shape[0] * 0.7)
   qw, xw, ql, xl = np.asarray(data["qw"])[:sub], data["xw"], data["ql"][:sub], data["xl"]
   dist, rel = jax.block_until_ready((data["dist"][1:], data["rel"][1:]))  # sliced outside the measurement
+  half_x, half_l = np.asarray(data["xw"])[:n // 2], np.asarray(data["xl"])[:n // 2]
   for name, fn in (
-      ("evaluate_codes, first call: bit-sliced histogram + every metric", lambda: metrics.evaluate_codes(
+      ("evaluate_codes, first call with a new number of queries", lambda: metrics.evaluate_codes(
           qw, xw, num_bits=NUM_BITS, query_labels=ql, db_labels=xl)),
+      ("evaluate_codes, first call with a new database size bucket (N / 2): bit planes + kernel",
+       lambda: metrics.evaluate_codes(data["qw"], half_x, num_bits=NUM_BITS, query_labels=data["ql"],
+                                      db_labels=half_l)),
       ("distance histogram [Q, N], first call", lambda: codes.distance_histogram(
           dist, rel, num_bits=NUM_BITS, num_levels=2)),
       ("fused codes histogram (scatter-add kernel), first call", lambda: codes._stream_hamming_bucketed(
           qw, xw, num_bits=NUM_BITS, num_levels=2, query_labels=ql, db_labels=xl))):
     sec, programs = events.during(fn)
     rows.append((f"{name} (programs compiled: {programs})", sec))
-  # The bit-sliced path's two programs, each compiled alone.
+  # The bit-sliced path's two programs, each compiled alone for shapes not seen before.
   layout = codes._label_layout(data["ql"][2:], data["xl"])  # numpy: nothing to compile
   placed = layout.place(data["xw"])
   with jax.enable_x64(True):  # the kernel's planes are uint64 words
     planes = codes._bit_planes(placed, num_bits=NUM_BITS, num_words=layout.num_words, segments=layout.segments)
+    masks = codes._query_masks(np.asarray(data["qw"])[:16], NUM_BITS)  # a chunk of 16: a new shape
     rows += [
         ("  of which: bit planes of the database", _compile_seconds(
             codes._bit_planes, placed[1:], num_bits=NUM_BITS, num_words=layout.num_words,
             segments=layout.segments)),
-        ("  of which: bit-sliced histogram kernel (32 bits, labels)", _compile_seconds(
-            codes._sliced_counts, data["qw"][2:], planes,
-            jnp.asarray(layout.segment_class), jnp.asarray(layout.query_class), num_bits=NUM_BITS)),
+        ("  of which: bit-sliced histogram kernel (32 bits, labels, a chunk of 16 queries)", _compile_seconds(
+            codes._sliced_counts, masks, planes, jnp.asarray(layout.segment_class),
+            jnp.asarray(layout.query_class[:16]), num_bits=NUM_BITS)),
     ]
   # A new database size reuses the bucketed compilations of the codes paths (sliced on the host:
   # slicing a jax array would compile a program of its own).

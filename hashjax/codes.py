@@ -19,7 +19,7 @@ code length takes ``num_bits=`` explicitly.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -463,10 +463,10 @@ def _stream_hamming(query_words, db_words, num_valid, affinity, query_labels, db
 # ---------------------------------------------------------------------------
 # Bit-sliced counting: the histogram as pure bitwise work, no scatter.
 
-#: Codes up to this many bits can use the bit-sliced kernel. Its program grows with the bits:
-#: compiling it (with labels) took 0.8 s at 8 bits, 2.1 s at 32, 4.2 s at 64 and 9.0 s at 128
-#: on this project's loaded 2-core machine. At 128 bits it still beat the scatter-add (5.2 against
-#: 8.2 ns per pair, measured with 32-bit plane words).
+#: Codes up to this many bits can use the bit-sliced kernel (longer ones: the scatter-add). Its
+#: earlier version, one unrolled program per code length, already beat the scatter-add at 128 bits
+#: (5.2 against 8.2 ns per pair); the present one counted 1,000 x 100,000 labelled pairs of
+#: 128-bit codes in 0.15 to 0.17 s, its 32-bit time 0.03 to 0.05 s (experiments/benchmark_metrics.py).
 _SLICED_MAX_BITS = 128
 
 #: Below this many (query, item) pairs the streamed scatter-add is used: it compiles faster,
@@ -474,8 +474,8 @@ _SLICED_MAX_BITS = 128
 _SLICED_MIN_PAIRS = 1 << 22
 
 #: With labels, the database is laid out in class segments (:func:`_class_layout`) of this many
-#: plane words (512 items). The counting loop runs along a segment: 1,000 queries x 1,600 words
-#: took about 0.04 s on one core for segments of 4 to 1,600 words, 0.12 s for 2 and 0.53 s for 1.
+#: plane words (512 items). The kernel counts along all words and attributes each word to the
+#: class of its segment, so the length sets only the padding (less than a segment per class).
 #: A fixed length makes the number of segments the only shape, bucketed like the words.
 _SEGMENT_WORDS = 8
 
@@ -505,6 +505,11 @@ def _sliced_num_words(n: int) -> int:
   return _round_words(-(-int(n) // _PLANE_ITEMS), 8)
 
 
+# The adders below use lax's bitwise primitives on arrays of one shape: jax.numpy's operators
+# would each trace a nested jit, which made tracing and lowering the kernel twice as slow.
+_xor, _and, _or, _not = jax.lax.bitwise_xor, jax.lax.bitwise_and, jax.lax.bitwise_or, jax.lax.bitwise_not
+
+
 def _bitsliced_sum(planes: list) -> list:
   """Bit-sliced sum of 1-bit planes by carry-save adders: the planes of the sum, LSB first.
 
@@ -520,14 +525,14 @@ def _bitsliced_sum(planes: list) -> list:
       if len(col) >= 3:  # full adder: 3 bits of weight 2^w -> sum (2^w) + carry (2^(w+1))
         a, b, c = col[:3]
         del col[:3]
-        t = a ^ b
-        col.append(t ^ c)
-        carry = (a & b) | (t & c)
+        t = _xor(a, b)
+        col.append(_xor(t, c))
+        carry = _or(_and(a, b), _and(t, c))
       else:  # half adder
         a, b = col
         del col[:2]
-        col.append(a ^ b)
-        carry = a & b
+        col.append(_xor(a, b))
+        carry = _and(a, b)
       if w + 1 == len(columns):
         columns.append([])
       columns[w + 1].append(carry)
@@ -535,29 +540,30 @@ def _bitsliced_sum(planes: list) -> list:
   return [col[0] for col in columns]
 
 
+def _ripple_add(a: list, b: list) -> list:
+  """Bit-sliced sum of two numbers of ``len(a) == len(b)`` planes (LSB first), modulo ``2^len(a)``."""
+  out, carry = [], None
+  for x, y in zip(a, b):
+    t = _xor(x, y)
+    out.append(t if carry is None else _xor(t, carry))
+    carry = _and(x, y) if carry is None else _or(_and(x, y), _and(t, carry))
+  return out
+
+
 def _value_masks(planes: list, count: int) -> list:
   """``masks[v]``: the items whose bit-sliced value (``planes``, LSB first) equals ``v``, ``v < count``.
 
-  A decoding tree over the low half and the high half of the planes, so each
-  mask costs one AND of two shared partial masks.
+  A decoding tree: each mask is one AND of a shared partial mask.
   """
-  def tree(ps, n):
-    masks = {0: None}
-    for j, p in enumerate(ps):
-      grown = {}
-      for v, m in masks.items():
-        grown[v] = ~p if m is None else m & ~p
-        if v | (1 << j) < n:
-          grown[v | (1 << j)] = p if m is None else m & p
-      masks = grown
-    return [masks[v] for v in range(n)]
-
-  lo = (len(planes) + 1) // 2
-  low = tree(planes[:lo], min(1 << lo, count))
-  if len(planes) == lo:
-    return low[:count]
-  high = tree(planes[lo:], -(-count // (1 << lo)))
-  return [high[v >> lo] & low[v & ((1 << lo) - 1)] for v in range(count)]
+  masks = {0: None}
+  for j, p in enumerate(planes):
+    grown, off = {}, _not(p)
+    for v, m in masks.items():
+      grown[v] = off if m is None else _and(m, off)
+      if v | (1 << j) < count:
+        grown[v | (1 << j)] = p if m is None else _and(m, p)
+    masks = grown
+  return [masks[v] for v in range(count)]
 
 
 def _pack_planes(bits):
@@ -568,23 +574,27 @@ def _pack_planes(bits):
 
 @_compile.jit(static_argnames=("num_bits", "num_words", "segments"))
 def _bit_planes(db_words, *, num_bits, num_words, segments=1):
-  """``uint64[num_bits, segments, num_words / segments]``: word ``m`` (counted across the segments) of
+  """``uint64[P, segments, num_words / segments]``: word ``m`` (counted across the segments) of
   plane ``j`` holds bit ``j`` of items ``64 m .. 64 m + 63``.
 
-  Items past ``N`` are zero codes (the histogram subtracts them again). Run with x64 enabled.
-  Blocks of at most ``64 * 1024`` items at a time, so the unpacked bits (8
-  bytes each) stay within ``num_bits`` x 512 KB whatever ``N``.
+  ``P = groups * planes per group`` (:func:`_group_shape`) is at least
+  ``num_bits``; planes past ``num_bits`` are zero. Items past ``N`` are zero
+  codes (the histogram subtracts them again). Run with x64 enabled. Blocks of
+  at most ``64 * 1024`` items at a time, so the unpacked bits (8 bytes each)
+  stay within ``P`` x 512 KB whatever ``N``.
   """
   words = jnp.pad(db_words, ((0, _PLANE_ITEMS * num_words - db_words.shape[0]), (0, 0)))
   block = min(num_words & -num_words, 1024)  # the largest power of two dividing num_words, capped
-  j = np.arange(num_bits)
+  groups, per_group = _group_shape(num_bits)
+  j = np.minimum(np.arange(groups * per_group), num_bits - 1)
+  keep = (np.arange(groups * per_group) < num_bits).astype(np.uint32)
 
-  def planes_of(w):  # [64 block, W] -> [b, block]
-    bits = (w[:, j // 32] >> jnp.asarray(j % 32, jnp.uint32)[None, :]) & jnp.uint32(1)  # [64 block, b]
+  def planes_of(w):  # [64 block, W] -> [P, block]
+    bits = (w[:, j // 32] >> jnp.asarray(j % 32, jnp.uint32)[None, :]) & jnp.asarray(keep)[None, :]
     return _pack_planes(bits.T)
 
   out = jax.lax.map(planes_of, words.reshape(num_words // block, _PLANE_ITEMS * block, words.shape[1]))
-  return out.transpose(1, 0, 2).reshape(num_bits, segments, num_words // segments)
+  return out.transpose(1, 0, 2).reshape(groups * per_group, segments, num_words // segments)
 
 
 class _Layout(NamedTuple):
@@ -654,45 +664,125 @@ def _class_layout(db_class: np.ndarray) -> _Layout:
   return _Layout(slot, segment_class, segment_pad, _SEGMENT_WORDS)
 
 
+#: The bit-sliced kernel adds the planes in groups of at most this many with an unrolled
+#: carry-save tree, then sums the groups pairwise. Its program does not grow with the bits: only
+#: the number of groups (a power of two, at least 2) and of pairwise levels do.
+_GROUP_PLANES = 16
+
+#: Queries per call of the bit-sliced kernel (fewer queries: the next power of two). Its program
+#: has no loop, so a new number of queries compiles nothing; a loop over tiles of queries inside
+#: the program cost 0.05 s more to compile (XLA's while loop) and ran no faster.
+_QUERY_CHUNK = 32
+
+#: Plane words (64 items each) per call of the bit-sliced kernel: its distance planes, about
+#: 100 bytes per query and word, stay near 6 MB per call whatever ``N``.
+_BLOCK_WORDS = 2048
+
+#: The distances are decoded as ``8 * high + low``: a fixed tree decodes the low 3 count planes
+#: into 8 masks, and each of the ``ceil((num_bits + 1) / 8)`` high values is one row of a reduction.
+_LOW_PLANES = 3
+
+
+def _group_shape(num_bits: int) -> Tuple[int, int]:
+  """``(groups, planes per group)``: a power of two (at least 2) of balanced groups of at most
+  :data:`_GROUP_PLANES` planes, e.g. 32 bits: ``(2, 16)``, 48 bits: ``(4, 12)``."""
+  groups = max(2, _next_pow2(-(-num_bits // _GROUP_PLANES)))
+  return groups, -(-num_bits // groups)
+
+
+def _query_masks(query_words: np.ndarray, num_bits: int) -> np.ndarray:
+  """``uint64[Q, P]`` on the host: each query bit as a word of zeros or ones, zero past ``num_bits``
+  (``P`` planes as in :func:`_bit_planes`)."""
+  groups, per_group = _group_shape(num_bits)
+  bits = np.unpackbits(np.ascontiguousarray(query_words, "<u4").view(np.uint8), axis=1, bitorder="little")
+  masks = np.zeros((bits.shape[0], groups * per_group), np.uint64)
+  masks[:, :num_bits] = bits[:, :num_bits]
+  return np.negative(masks)  # 0 or 2^64 - 1
+
+
 @_compile.jit(static_argnames=("num_bits",))
-def _sliced_counts(query_words, planes, segment_class=None, query_class=None, *, num_bits):
+def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *, num_bits):
   """Bit-sliced Hamming histogram: ``int32[Q, num_bits + 1, V]``, ``V = 1``, or 2 with classes.
 
-  ``planes`` is ``uint64[num_bits, S, L]``: ``S`` segments (:class:`_Layout`)
-  of ``L`` words of 64 items. For a tile of queries and every word: XOR each
-  plane with the query bit broadcast to a word, add the ``num_bits`` planes
-  with carry-save adders into ``bit_length(num_bits)`` distance planes, decode
-  one mask per distance and popcount it. The popcounts of all distances are
-  one variadic reduction along each segment, so XLA keeps the adder tree in
-  registers once per word instead of recomputing it per distance. With
-  ``query_class``, a query's relevant counts are the sums over the segments
-  of its class (``segment_class``) and the rest are the other level; no mask
-  per relevance level is popcounted. The counts include the layout's padding
-  items (zero codes, at distance ``popcount(q)``);
-  :func:`_sliced_histogram` subtracts them on the host.
+  ``planes`` is ``uint64[P, S, L]`` (:func:`_bit_planes`): ``S`` segments
+  (:class:`_Layout`) of ``L`` words of 64 items; ``query_masks`` is
+  ``uint64[Q, P]`` (:func:`_query_masks`); ``Q`` is a chunk of at most
+  :data:`_QUERY_CHUNK` queries and ``S * L`` at most :data:`_BLOCK_WORDS`
+  words (:func:`_sliced_histogram` loops over them). Three stages, each a
+  program whose size does not depend on ``num_bits``:
+
+  1. every group of planes (:func:`_group_shape`), XORed with the query's bits
+     broadcast to words, is added by carry-save adders into the bit-sliced
+     distance of each item to the query over the group's bits;
+  2. the groups are summed pairwise by ripple-carry adders, one level per
+     halving, into the ``bit_length(num_bits)`` planes of each item's distance;
+  3. the distances are decoded as ``8 * high + low`` (:data:`_LOW_PLANES`): per
+     high value, a mask of its items is ANDed with each of the 8 low-value masks
+     and popcounted, summed along the words.
+
+  Each stage is a reduction (the first two over pairs of groups, the third along
+  the words), so XLA keeps its adders in registers, vectorised over words, and
+  materialises only the distance planes between stages. The previous kernel, the
+  whole adder tree and ``num_bits + 1`` decoders unrolled in one loop, took
+  0.9 s to compile at 64 bits and 3.1 s at 128, and ran 1.3x to 1.9x slower. With
+  ``query_class``, a query's relevant counts are those in the segments of its
+  class (``segment_class``), accumulated in the high 32 bits of the same sums,
+  and the rest are the other level. The counts include the layout's padding
+  items (zero codes, at distance ``popcount(q)``); :func:`_sliced_histogram`
+  subtracts them on the host.
   """
-  q = query_words.shape[0]
+  q = query_masks.shape[0]
   bins = num_bits + 1
-  num_levels = 1 if query_class is None else 2
-  qbits = _unpack(query_words)[:, :num_bits].astype(planes.dtype)
-  qmask = jnp.zeros((), planes.dtype) - qbits  # 0 or all ones per query bit
-  tile = _row_tile(q)
+  width = num_bits.bit_length()  # planes of a distance
+  groups, per_group = _group_shape(num_bits)
+  segments, length = planes.shape[1:]
+  words = segments * length  # the adders run along all words, the decoder along each segment
+  zero = jnp.zeros((), planes.dtype)
 
-  def tile_counts(r0):
-    qm = jax.lax.dynamic_slice_in_dim(qmask, r0, tile, 0)
-    differ = [planes[j][None] ^ qm[:, j, None, None] for j in range(num_bits)]  # [tile, S, L] each
-    at = _value_masks(_bitsliced_sum(differ), bins)
-    ops = [jax.lax.population_count(m).astype(jnp.int32) for m in at]
-    sums = jax.lax.reduce(ops, [jnp.int32(0)] * len(ops), lambda a, b: [x + y for x, y in zip(a, b)], (2,))
-    per_segment = jnp.stack(sums, -1)  # [tile, S, bins]
-    counts = jnp.sum(per_segment, axis=1, dtype=jnp.int32)
-    if query_class is not None:  # the segments of each query's class: [tile, S]
-      mine = segment_class[None, :] == jax.lax.dynamic_slice_in_dim(query_class, r0, tile, 0)[:, None]
-      relevant = jnp.sum(jnp.where(mine[..., None], per_segment, 0), axis=1, dtype=jnp.int32)
-      counts = jnp.stack([counts - relevant, relevant], -1)
-    return counts.reshape(tile, bins * num_levels)
+  def add_pairs(parts):  # one level: [Q, n, 2, words] -> [Q, n, words], one more plane
+    parts = parts + [jnp.zeros_like(parts[0])] * (min(len(parts) + 1, width) - len(parts))
+    return list(jax.lax.reduce(parts, [zero] * len(parts), _ripple_add, (2,)))
 
-  return _over_row_tiles(q, tile, tile_counts, bins * num_levels).reshape(q, bins, num_levels)
+  # 1. Carry-save adders per group: lax's primitives throughout (jax.numpy's indexing and
+  #    operators would each trace a nested jit: twice the tracing and lowering time).
+  grouped = planes.reshape(groups // 2, 2, per_group, words)  # zero planes past num_bits add nothing
+  qmask = query_masks.reshape(q, groups // 2, 2, per_group)
+  shape = (q, groups // 2, 2, words)
+  differ = [_xor(jax.lax.broadcast_in_dim(jax.lax.index_in_dim(grouped, j, 2, False), shape, (1, 2, 3)),
+                 jax.lax.broadcast_in_dim(jax.lax.index_in_dim(qmask, j, 3, False), shape, (0, 1, 2)))
+            for j in range(per_group)]
+  dist = add_pairs(_bitsliced_sum(differ))  # planes of [Q, groups / 2, words]
+  # 2. Pairwise sums of the groups.
+  n = groups // 2
+  while n > 1:
+    n //= 2
+    dist = add_pairs([p.reshape(q, n, 2, words) for p in dist])
+  # 3. Decoding: [Q, num_high, words] masks of each high value, ANDed with the low-value masks.
+  low = min(_LOW_PLANES, width)
+  num_high = -(-bins // (1 << low))
+  shape = (q, num_high, words)
+  dist = [jax.lax.broadcast_in_dim(p.reshape(q, words), shape, (0, 2)) for p in dist]
+  dist += [jnp.zeros(shape, planes.dtype)] * (width - len(dist))
+  rows = None
+  for k in range(width - low):  # XORed with all ones where bit k of the high value is 0
+    select = np.where((np.arange(num_high) >> k) & 1, np.uint64(0), ~np.uint64(0))
+    m = _xor(dist[low + k], jax.lax.broadcast_in_dim(select, shape, (1,)))
+    rows = m if rows is None else _and(rows, m)
+  cells = [m if rows is None else _and(rows, m) for m in _value_masks(dist[:low], 1 << low)]
+  ops = [jax.lax.population_count(m) for m in cells]  # uint64: no narrowing in the loop
+  if query_class is not None:  # the counts in the segments of the query's class, in the high half
+    mine = segment_class[None, :] == query_class[:, None]
+    mine = jax.lax.broadcast_in_dim(mine, (q, num_high, segments, length), (0, 2)).reshape(shape)
+    high_half = jax.lax.select(mine, jnp.full(shape, 32, planes.dtype), jnp.full(shape, 64, planes.dtype))
+    ops = [_or(op, jax.lax.shift_left(op, high_half)) for op in ops]  # a shift by 64 gives 0
+  # One reduction along the words (long rows vectorise; one per segment would not).
+  sums = jax.lax.reduce(ops, [zero] * len(ops), lambda a, b: list(map(jax.lax.add, a, b)), (2,))
+  both = jnp.stack(sums, -1).reshape(q, -1)[:, :bins]  # value 8 high + low
+  if query_class is None:
+    return both.astype(jnp.int32)[..., None]
+  total = (both & jnp.uint64(0xFFFFFFFF)).astype(jnp.int32)
+  relevant = (both >> jnp.uint64(32)).astype(jnp.int32)
+  return jnp.stack([total - relevant, relevant], -1)
 
 
 def _remove_padding(counts: np.ndarray, query_words: np.ndarray, layout: _Layout, num_bits: int) -> np.ndarray:
@@ -755,21 +845,30 @@ def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None
   n = db_words.shape[0]
   if layout is None:
     layout = _plain_layout(n) if query_labels is None else _label_layout(query_labels, db_labels)
-  query_class = layout.query_class
-  db_words = layout.place(db_words)  # on the host: N of a bucket share compilations
-  # Queries padded to a bucket of 16 sizes per octave too (zero codes of no class, cut off again).
+  placed = layout.place(db_words)  # on the host: N of a bucket share compilations
+  # Queries in chunks of a power of two (zero codes of no class pad the last one, cut off again).
   num_q = query_words.shape[0]
-  queries = np.zeros((_round_words(num_q, _ROW_TILE), query_words.shape[1]), np.uint32)
-  queries[:num_q] = np.asarray(query_words)
-  if query_class is not None:
-    query_class = np.concatenate([query_class, np.full(len(queries) - num_q, -1, np.int32)])
+  chunk = min(_QUERY_CHUNK, _next_pow2(num_q))
+  masks = np.zeros((-(-num_q // chunk) * chunk, _query_masks(query_words[:1], num_bits).shape[1]), np.uint64)
+  masks[:num_q] = _query_masks(np.asarray(query_words), num_bits)
+  classes = None if layout.query_class is None else np.full(len(masks), -1, np.int32)
+  if classes is not None:
+    classes[:num_q] = layout.query_class
+  starts = range(0, len(masks), chunk)
+  segment = layout.words if classes is not None else None  # words per class segment
+  blocks = []
   with jax.enable_x64(True):
-    planes = _bit_planes(_checks.as_jax(db_words), num_bits=num_bits, num_words=layout.num_words,
-                         segments=layout.segments)
-    counts = _sliced_counts(_checks.as_jax(queries), planes,
-                            _checks.as_jax(None if query_class is None else layout.segment_class),
-                            _checks.as_jax(query_class), num_bits=num_bits)
-  counts = np.array(np.asarray(counts)[:num_q])  # sliced on the host: a jax slice would compile
+    chunks = [(_checks.as_jax(masks[c:c + chunk]), _checks.as_jax(None if classes is None else classes[c:c + chunk]))
+              for c in starts]
+    for w0 in range(0, layout.num_words, _BLOCK_WORDS):  # database blocks (host slices: no compilation)
+      w1 = min(w0 + _BLOCK_WORDS, layout.num_words)
+      planes = _bit_planes(_checks.as_jax(placed[_PLANE_ITEMS * w0:_PLANE_ITEMS * w1]), num_bits=num_bits,
+                           num_words=w1 - w0, segments=1 if segment is None else (w1 - w0) // segment)
+      block_class = None if segment is None else _checks.as_jax(layout.segment_class[w0 // segment:w1 // segment])
+      blocks.append([_sliced_counts(m, planes, block_class, c, num_bits=num_bits) for m, c in chunks])
+  # Gathered once every call is dispatched; summed over the blocks on the host.
+  counts = sum(np.concatenate([np.asarray(part) for part in parts]).astype(np.int64) for parts in blocks)
+  counts = counts[:num_q].astype(np.int32)
   return _checks.as_jax(_remove_padding(counts, np.asarray(query_words), layout, num_bits))
 
 

@@ -86,22 +86,47 @@ def test_hamming_histogram_matches_loop(num_bits, num_db, chunk):
   np.testing.assert_array_equal(no_aff[..., 0], want.sum(-1))
 
 
-@pytest.mark.parametrize("num_bits,num_q,num_db", [(1, 3, 5), (3, 9, 64), (31, 10, 1000), (32, 11, 3001),
-                                                   (33, 5, 777), (65, 4, 129), (128, 7, 500)])
+@pytest.mark.parametrize("num_bits,num_q,num_db", [(1, 3, 5), (2, 4, 70), (3, 9, 64), (7, 5, 300), (8, 3, 65),
+                                                   (17, 6, 200), (31, 10, 1000), (32, 11, 3001), (33, 5, 777),
+                                                   (48, 3, 100), (65, 4, 129), (100, 3, 90), (128, 7, 500)])
 def test_bit_sliced_histogram_matches_bincount(num_bits, num_q, num_db):
-  # Every code length class (1 bit, < 32, 32, word boundaries, the 128-bit maximum), N not a
-  # multiple of 32 (zero-code padding subtracted again), labels absent from the queries.
+  # Every code length class (1 bit, < 32, 32, word boundaries, the 128-bit maximum), every shape
+  # of the kernel's stages (no high distance planes below 8 bits, 2, 4 and 8 groups of planes,
+  # groups of 9, 12 and 13 planes), N not a multiple of 64 (zero-code padding subtracted again),
+  # labels absent from the queries.
   rng = np.random.default_rng(num_bits)
   q = rng.integers(0, 2, size=(num_q, num_bits))
   x = rng.integers(0, 2, size=(num_db, num_bits))
   x[:3] = q[0]  # distance 0 (and padding-like zero codes) occur
   x[3] = 0
+  x[4] = 1 - q[0]  # and the largest distance, num_bits
   ql = rng.integers(0, 3, num_q) * 7 - 5
   xl = rng.integers(0, 4, num_db) * 7 - 5
   qw, xw = codes.pack_bits(q), codes.pack_bits(x)
   plain = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits))
   labelled = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl))
   assert plain.shape == (num_q, num_bits + 1, 1) and labelled.shape == (num_q, num_bits + 1, 2)
+  d = (q[:, None, :] != x[None, :, :]).sum(-1)
+  for i in range(num_q):
+    np.testing.assert_array_equal(plain[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
+    keys = d[i] * 2 + (xl == ql[i])
+    np.testing.assert_array_equal(labelled[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
+
+
+@pytest.mark.parametrize("block_words", [8, 16, 24])
+def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words):
+  # Databases of more than _BLOCK_WORDS plane words are counted block by block (forced small
+  # here: 8 to 24 words of 64 items, a remainder block, class segments of 8 words) and queries
+  # in chunks of 32 with a padded last chunk; the sums match a brute-force bincount.
+  monkeypatch.setattr(codes, "_BLOCK_WORDS", block_words)
+  rng = np.random.default_rng(block_words)
+  num_bits, num_q, num_db = 33, 45, 3001
+  q = rng.integers(0, 2, size=(num_q, num_bits))
+  x = rng.integers(0, 2, size=(num_db, num_bits))
+  ql, xl = rng.integers(0, 4, num_q), rng.integers(0, 5, num_db)
+  qw, xw = codes.pack_bits(q), codes.pack_bits(x)
+  plain = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits))
+  labelled = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl))
   d = (q[:, None, :] != x[None, :, :]).sum(-1)
   for i in range(num_q):
     np.testing.assert_array_equal(plain[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
@@ -173,12 +198,22 @@ def test_public_histograms_use_the_bit_sliced_kernel_when_large(monkeypatch):
   want = np.asarray(codes._stream_hamming_bucketed(q, x2, num_bits=20, num_levels=2, query_labels=ql, db_labels=xl2))
   np.testing.assert_array_equal(np.asarray(codes._label_histogram(q, x2, ql, xl2, num_bits=20)), want)
   assert codes._sliced_counts._cache_size() == before
-  # So does a new number of queries in the same bucket (queries padded to 16 sizes per octave, >= 8).
-  assert codes._round_words(6, codes._ROW_TILE) == codes._round_words(3, codes._ROW_TILE) == 8
+  # So does a new number of queries of the same chunk (chunks of 32, or the next power of two).
+  assert codes._QUERY_CHUNK == 32
   before = codes._sliced_counts._cache_size()
-  want = np.asarray(codes._stream_hamming_bucketed(q[:3], x2, num_bits=20, num_levels=2, query_labels=ql[:3],
+  want = np.asarray(codes._stream_hamming_bucketed(q[:5], x2, num_bits=20, num_levels=2, query_labels=ql[:5],
                                                    db_labels=xl2))
-  np.testing.assert_array_equal(np.asarray(codes._label_histogram(q[:3], x2, ql[:3], xl2, num_bits=20)), want)
+  np.testing.assert_array_equal(np.asarray(codes._label_histogram(q[:5], x2, ql[:5], xl2, num_bits=20)), want)
+  assert codes._sliced_counts._cache_size() == before
+  many = codes.pack_bits(rng.integers(0, 2, size=(75, 20)))
+  many_labels = rng.integers(0, 3, 75)
+  for count in (40, 75):  # 2 and 3 chunks of 32
+    want = np.asarray(codes._stream_hamming_bucketed(many[:count], x2, num_bits=20, num_levels=2,
+                                                     query_labels=many_labels[:count], db_labels=xl2))
+    np.testing.assert_array_equal(
+        np.asarray(codes._label_histogram(many[:count], x2, many_labels[:count], xl2, num_bits=20)), want)
+    if count == 40:
+      before = codes._sliced_counts._cache_size()
   assert codes._sliced_counts._cache_size() == before
   # Longer codes, affinity matrices, traced labels and too many classes stay on the scatter-add.
   assert codes._sliced_layout(codes.pack_bits(np.ones((6, 129))), codes.pack_bits(np.ones((9, 129))), 129) is None
