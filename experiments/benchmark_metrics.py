@@ -21,8 +21,8 @@ Every method gets the same inputs, built before any timer starts:
   a scatter-add; the public two-call path).
 
 Threads: numpy and scikit-learn run on one thread; XLA uses every CPU the
-process may run on (``--threads`` pins it; the bit-sliced reduction splits
-over 2 threads here). Each table row says its thread count, and unless the
+process may run on (``--threads`` pins it; XLA may split a large kernel over
+its threads). Each table row says its thread count, and unless the
 run is already single-threaded a child process repeats the headline rows on
 one thread (``part=single_thread``), so both ratios are printed.
 
@@ -381,6 +381,21 @@ def compile_times(data):
             codes._sliced_counts, masks, planes, jnp.asarray(layout.segment_class),
             jnp.asarray(layout.query_class[:16]), num_bits=NUM_BITS)),
     ]
+    # Its program does not grow with the code length: the kernel at 8 to 128 bits, compiled at nine
+    # query chunks of new sizes each (the median says more than one sample on a shared machine).
+    rng = np.random.default_rng(1)
+    yardstick = [_compile_seconds(jax.jit(lambda a, b: a * b + 1), np.ones(c + 100), np.ones(c + 100))
+                 for c in range(3, 12)]
+    rows.append(("  yardstick jit(lambda a, b: a * b + 1), median of 9 shapes", float(np.median(yardstick))))
+    for bits in (8, 32, 64, 128):
+      codes_x = rng.integers(0, 2**32, size=(placed.shape[0], -(-bits // 32)), dtype=np.uint32)
+      codes_x[:, -1] &= np.uint32(0xFFFFFFFF >> (-bits % 32))
+      planes_b = codes._bit_planes(codes_x, num_bits=bits, num_words=layout.num_words, segments=layout.segments)
+      seconds = [_compile_seconds(codes._sliced_counts, codes._query_masks(codes_x[:c], bits), planes_b,
+                                  jnp.asarray(layout.segment_class), jnp.asarray(layout.query_class[:c]),
+                                  num_bits=bits) for c in range(3, 12)]
+      rows.append((f"  the kernel at {bits} bits (labels), median of 9 query chunk sizes", float(np.median(seconds))))
+      rows.append((f"  the kernel at {bits} bits (labels), maximum of the 9", float(np.max(seconds))))
   # A new database size reuses the bucketed compilations of the codes paths (sliced on the host:
   # slicing a jax array would compile a program of its own).
   xw_np, xl_np = np.asarray(data["xw"]), np.asarray(data["xl"])

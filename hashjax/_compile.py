@@ -3,20 +3,22 @@
 XLA:CPU emits each fused kernel with its MLIR fusion emitters by default. For
 the knn scan and selection, the radius prefilter, the bit planes and the
 bit-sliced histogram kernel, the classic loop emitters
-(``xla_cpu_use_fusion_emitters=False``) compile in 15 to 40% less time and ran
-as fast (measured on this project's 2-core machine, one process, the two
-variants alternating: knn at 32 / 64 / 128 bits 0.223 / 0.335 / 0.705 s against
-0.225 / 0.356 / 0.732 s best of 5; the bit-sliced histogram 0.047 against
-0.053 s; compilation of the knn selection, before its key decode moved to the
-host, 0.145 against 0.168 s, and of the labelled histogram kernel 0.54 against
-0.75 s). The options are per function, so nothing else in the caller's process
-changes, and they apply only when jax's default backend is the CPU (other
-backends compile these functions with plain ``jax.jit``). A jaxlib that does
-not know them rejects the first compilation, after which every function here
-compiles without them. Only kernels measured both ways use them:
-the scatter-add histograms ran 2.3x slower with the classic emitters (5.2
-and 5.0 ns per pair against 2.0 and 2.2 in the next run with the default), so
-they keep ``jax.jit``.
+(``xla_cpu_use_fusion_emitters=False``) compile in less time (measured on this
+project's 2-core machine, one process, the two variants alternating: knn at 32
+/ 64 / 128 bits ran in 0.223 / 0.335 / 0.705 s against 0.225 / 0.356 / 0.732 s
+best of 5, and compiling its selection took 0.145 against 0.168 s). The
+bit-sliced histogram kernel (a chunk of 32 queries against 100,000 labelled
+items) compiled in 0.18 / 0.25 / 0.25 s against 0.25 / 0.25 / 0.33 s at 32 /
+64 / 128 bits, and 1,024 queries ran 1.0x to 1.3x slower (33 / 94 / 181 ms
+against 26 / 90 / 139 ms): a trade taken for the compile-time target. The
+options are per function, so nothing else in the caller's process changes,
+and they apply only when jax's default backend is the CPU (other backends
+compile these functions with plain ``jax.jit``). A jaxlib that does not know
+them rejects the first compilation, after which every function here compiles
+without them. Only kernels measured both ways use them: the scatter-add
+histograms ran 2.3x slower with the classic emitters (5.2 and 5.0 ns per pair
+against 2.0 and 2.2 in the next run with the default), so they keep
+``jax.jit``.
 """
 
 from __future__ import annotations

@@ -465,12 +465,13 @@ def _stream_hamming(query_words, db_words, num_valid, affinity, query_labels, db
 
 #: Codes up to this many bits can use the bit-sliced kernel (longer ones: the scatter-add). Its
 #: earlier version, one unrolled program per code length, already beat the scatter-add at 128 bits
-#: (5.2 against 8.2 ns per pair); the present one counted 1,000 x 100,000 labelled pairs of
-#: 128-bit codes in 0.15 to 0.17 s, its 32-bit time 0.03 to 0.05 s (experiments/benchmark_metrics.py).
+#: (5.2 against 8.2 ns per pair); the present one counted 1,000 queries x 100,000 labelled items
+#: of 128 bits in 0.15 to 0.18 s, against 0.03 to 0.05 s at 32 bits (development measurements).
 _SLICED_MAX_BITS = 128
 
-#: Below this many (query, item) pairs the streamed scatter-add is used: it compiles faster,
-#: and at such sizes compilation, not counting, is what a call costs.
+#: Below this many (query, item) pairs the streamed scatter-add is used: at such sizes compilation,
+#: not counting, is what a call costs, and its one program (shapes bucketed by powers of two) is
+#: shared by more shapes than the bit-sliced path's two (bit planes, kernel).
 _SLICED_MIN_PAIRS = 1 << 22
 
 #: With labels, the database is laid out in class segments (:func:`_class_layout`) of this many
@@ -674,8 +675,9 @@ _GROUP_PLANES = 16
 #: the program cost 0.05 s more to compile (XLA's while loop) and ran no faster.
 _QUERY_CHUNK = 32
 
-#: Plane words (64 items each) per call of the bit-sliced kernel: its distance planes, about
-#: 100 bytes per query and word, stay near 6 MB per call whatever ``N``.
+#: Plane words (64 items each) per call of the bit-sliced kernel: the distance planes it keeps
+#: between stages, [32 queries, groups / 2, words] x 5 to 7 planes of 8 bytes, stay within about
+#: 3 MB (32 bits) to 17 MB (128 bits) per call whatever ``N``.
 _BLOCK_WORDS = 2048
 
 #: The distances are decoded as ``8 * high + low``: a fixed tree decodes the low 3 count planes
@@ -736,7 +738,7 @@ def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *,
   width = num_bits.bit_length()  # planes of a distance
   groups, per_group = _group_shape(num_bits)
   segments, length = planes.shape[1:]
-  words = segments * length  # the adders run along all words, the decoder along each segment
+  words = segments * length  # every stage runs along all the words; segments only name classes
   zero = jnp.zeros((), planes.dtype)
 
   def add_pairs(parts):  # one level: [Q, n, 2, words] -> [Q, n, words], one more plane
@@ -932,8 +934,8 @@ def _label_histogram(query_words, db_words, query_labels, db_labels, *, num_bits
 
   No ``[Q, N]`` relevance matrix on either path: the bit-sliced kernel counts
   the database laid out in runs of one class each (:func:`_class_layout`) and
-  sums a query's relevant counts over its class's runs; the scatter-add forms
-  relevance per streamed block.
+  adds a query's counts in its class's runs into a second sum; the
+  scatter-add forms relevance per streamed block.
   """
   layout = _sliced_layout(query_words, db_words, num_bits, (query_labels, db_labels))
   if layout is not None:
@@ -952,18 +954,21 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
 
   * bit-sliced (no ``affinity``, at most 128 bits, concrete inputs with at
     least ``2^22`` query-item pairs): the database is transposed once into
-    ``num_bits`` bit planes (one ``uint64`` word holds one bit of 64 items);
-    per query each plane is XORed with the query bit, the planes are added
-    with carry-save adders into ``bit_length(num_bits)`` distance planes, and
-    each distance value is decoded with ANDs and counted with popcounts. Pure
-    bitwise work: about 0.8 ns per (query, item) pair at 32 bits on one core
-    of this project's machine, against 2.3 to 6 ns for the scatter-add
-    (``experiments/benchmark_metrics.py``);
-  * streamed scatter-add (affinity matrices, longer codes, small calls, which
-    it compiles faster): each step computes the distances of a cache-sized
-    block of database items (XOR + popcount) and scatter-adds them into the
-    counts, so memory is ``O(Q * step)`` beside the inputs and ``N = 10^7``
-    fits.
+    bit planes (one ``uint64`` word holds one bit of 64 items); per query the
+    planes, XORed with the query's bits, are added by carry-save adders in
+    groups of 16 and the groups summed pairwise into ``bit_length(num_bits)``
+    distance planes, which are decoded with ANDs and counted with popcounts.
+    Pure bitwise work, in programs whose size does not depend on the code
+    length (a new code length or shape compiles in about 0.15 to 0.3 s on this
+    project's machine): 0.3 to 1 ns per (query, item) pair at 32 bits (the
+    kernel over 1,024 queries; a whole call of 200), against 2.3 to 6 ns for
+    the scatter-add
+    (``experiments/benchmark_metrics.py``). Queries run in chunks of 32, the
+    database in blocks of 131,072 items, so memory stays bounded;
+  * streamed scatter-add (affinity matrices, longer codes, small calls, traced
+    inputs): each step computes the distances of a cache-sized block of
+    database items (XOR + popcount) and scatter-adds them into the counts, so
+    memory is ``O(Q * step)`` beside the inputs and ``N = 10^7`` fits.
 
   .. math:: n_{q,d,v} = |\\{ i : d(q, i) = d, a_{q,i} = v \\}|
 
@@ -975,8 +980,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     num_levels: ``V`` (see :func:`distance_histogram`).
     chunk_size: at most this many database items per streamed step of the
       scatter-add (the step is also capped near ``2^16 / (Q W)`` items to stay
-      in cache); the bit-sliced kernel reads whole planes (about
-      ``num_bits * N / 8`` bytes).
+      in cache); the bit-sliced kernel reads blocks of 131,072 items.
 
   Returns:
     ``int32[Q, num_bits + 1, V]`` counts.

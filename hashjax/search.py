@@ -79,7 +79,7 @@ _STAGE_ELEMS = 1 << 23  # budget for the [queries, k * 32, W] words of the last 
 _SORT_ELEMS = 1 << 22  # budget for [queries, candidates] arrays of the fallbacks
 _PREFIX_MAX_RADIUS = 5  # radius search: try the 32-bit prefix filter up to this radius
 _PREFIX_MAX_FRACTION = 0.01  # ...and keep it when at most this share of superblocks pass
-_IN_BOUNDS = "promise_in_bounds"  # gathers whose indices are in bounds by construction
+_IN_BOUNDS = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS  # gathers in bounds by construction
 
 
 class RaggedNeighbors(NamedTuple):
@@ -251,24 +251,32 @@ def _block_minima(query_bytes_t: Array, chunk_bytes: Array) -> Array:
   ``B * F = 32`` measured fastest (fewer register spills than 64 or 128); at
   about 256 LLVM stops vectorising the loop.
   """
-  num_bytes = query_bytes_t.shape[0]
+  num_bytes, lanes = query_bytes_t.shape
+  num_blocks, block = chunk_bytes.shape[:2]
+  shape = (num_blocks, block, lanes)
   wide = 8 * num_bytes > 254
+  # lax primitives: jax.numpy's indexing and operators would each trace a nested jit (this loop
+  # body is unrolled B * F = 32 times, so tracing and lowering took twice as long).
   dist = None
   for w in range(num_bytes):
-    x = jax.lax.population_count(query_bytes_t[w][None, None, :] ^ chunk_bytes[:, :, w][:, :, None])
+    q = jax.lax.broadcast_in_dim(jax.lax.index_in_dim(query_bytes_t, w, 0, False), shape, (2,))
+    x = jax.lax.broadcast_in_dim(jax.lax.index_in_dim(chunk_bytes, w, 2, False), shape, (0, 1))
+    x = jax.lax.population_count(jax.lax.bitwise_xor(q, x))
     if wide:
-      x = x.astype(jnp.uint16)
-    dist = x if dist is None else dist + x  # [NB, B, L]
-  minimum = dist[:, 0]
-  for i in range(1, chunk_bytes.shape[1]):
-    # A select, not jnp.minimum: XLA hands elementwise minima next to a
+      x = jax.lax.convert_element_type(x, jnp.uint16)
+    dist = x if dist is None else jax.lax.add(dist, x)  # [NB, B, L]
+  minimum = jax.lax.index_in_dim(dist, 0, 1, False)
+  for i in range(1, block):
+    # A select, not a minimum: XLA hands elementwise minima next to a
     # reduction to its library fusion, which splits the kernel (4x slower).
-    minimum = jnp.where(dist[:, i] < minimum, dist[:, i], minimum)
+    d = jax.lax.index_in_dim(dist, i, 1, False)
+    minimum = jax.lax.select(jax.lax.lt(d, minimum), d, minimum)
   return minimum
 
 
 def _min_over_groups(x: Array, group: int) -> Array:
-  return jnp.min(x.reshape(x.shape[0] // group, group, x.shape[-1]), axis=1)
+  grouped = jax.lax.reshape(x, (x.shape[0] // group, group, x.shape[-1]))
+  return jax.lax.reduce(grouped, np.array(np.iinfo(x.dtype).max, x.dtype), jax.lax.min, (1,))
 
 
 @_compile.jit(donate_argnums=0)
@@ -292,12 +300,13 @@ def _superblock_hits(query_bytes_t: Array, chunk_bytes: Array, radius: Array, gr
 
 def _popcount_sum(query_words: Array, items: Array) -> Array:
   """Distances of ``query_words[L, W]`` to ``items[L, ..., W]``: ``int32[L, ...]``."""
-  q = query_words.reshape((query_words.shape[0],) + (1,) * (items.ndim - 2) + (items.shape[-1],))
-  return jnp.sum(jax.lax.population_count(q ^ items).astype(jnp.int32), axis=-1)
+  q = jax.lax.broadcast_in_dim(query_words, items.shape, (0, items.ndim - 1))
+  bits = jax.lax.convert_element_type(jax.lax.population_count(jax.lax.bitwise_xor(q, items)), jnp.int32)
+  return jax.lax.reduce(bits, np.int32(0), jax.lax.add, (items.ndim - 1,))
 
 
 def _neg_f32(key: Array) -> Array:
-  return -(key.astype(jnp.float32))
+  return jax.lax.neg(jax.lax.convert_element_type(key, jnp.float32))
 
 
 @_compile.jit(static_argnames="k", optimize=False)
@@ -313,31 +322,46 @@ def _select(query_words, db_words, block_min, sb_min, num_db, k):
   index; :func:`_decode_select` turns them into distances and indices (on the
   host for concrete inputs: two fewer kernels to compile).
   """
+  # lax primitives throughout: each jax.numpy operator or indexing would trace a nested jit,
+  # which took more time than XLA's compilation of this program.
+  lax, i32 = jax.lax, jnp.int32
   num_q, num_words = query_words.shape
   block_min, sb_min = block_min.reshape(-1, num_q), sb_min.reshape(-1, num_q)
   num_blk, num_sb = block_min.shape[0], sb_min.shape[0]
   sentinel = 32 * num_words + 1
   nb = _SB // _BB
+  n = lax.convert_element_type(num_db, i32)
+  full = lambda value, shape: lax.full(shape, value, i32)
+  real = lambda ids, size: lax.lt(lax.mul(ids, full(size, ids.shape)), lax.broadcast_in_dim(n, ids.shape, ()))
+  # (Groups starting past num_db, padding or garbage, get the sentinel: real minima are at most 32 W.)
+  key = lambda values, ids, length: _neg_f32(lax.add(lax.mul(values, full(length, values.shape)), ids))
   # Level 1: top k superblocks by (minimum, index).
-  # (Real minima are at most 32 W; groups past num_db, padding or garbage, get
-  # the sentinel.)
-  sb_ids = jnp.arange(num_sb, dtype=jnp.int32)
-  sb_key = jnp.where((sb_ids * _SB < num_db)[:, None], sb_min.astype(jnp.int32), sentinel).T * num_sb + sb_ids
-  _, sb_sel = jax.lax.top_k(_neg_f32(sb_key), k)  # [L, k]
+  sb_ids = lax.broadcasted_iota(i32, (num_q, num_sb), 1)
+  sb_val = lax.select(real(sb_ids, _SB), lax.convert_element_type(lax.transpose(sb_min, (1, 0)), i32),
+                      full(sentinel, sb_ids.shape))
+  _, sb_sel = lax.top_k(key(sb_val, sb_ids, num_sb), k)  # [L, k]
   # Level 2: top k blocks of 32 among those superblocks, by (minimum, index),
   # read from the scan's block minima; then in index order.
-  blk = (sb_sel[:, :, None] * nb + jnp.arange(nb, dtype=jnp.int32)).reshape(num_q, k * nb)
-  lane = jnp.arange(num_q, dtype=jnp.int32)[:, None]
-  blk_val = block_min.at[blk, lane].get(mode=_IN_BOUNDS).astype(jnp.int32)
-  blk_key = jnp.where(blk * _BB < num_db, blk_val, sentinel) * num_blk + blk
-  key, _ = jax.lax.top_k(_neg_f32(blk_key), k)
-  blocks = jnp.sort(jax.lax.rem((-key).astype(jnp.int32), num_blk), axis=1)  # [L, k]
+  shape = (num_q, k, nb)
+  blk = lax.add(lax.mul(lax.broadcast_in_dim(sb_sel, shape, (0, 1)), full(nb, shape)), lax.broadcasted_iota(i32, shape, 2))
+  blk = lax.reshape(blk, (num_q, k * nb))
+  lane = lax.broadcasted_iota(i32, blk.shape, 0)
+  at = lax.concatenate([lax.expand_dims(blk, (2,)), lax.expand_dims(lane, (2,))], 2)  # block_min[blk, lane]
+  blk_val = lax.gather(block_min, at, lax.GatherDimensionNumbers((), (0, 1), (0, 1)), (1, 1),
+                       mode=_IN_BOUNDS)
+  blk_val = lax.select(real(blk, _BB), lax.convert_element_type(blk_val, i32), full(sentinel, blk.shape))
+  top_blk, _ = lax.top_k(key(blk_val, blk, num_blk), k)
+  blocks = lax.sort(lax.rem(lax.convert_element_type(lax.neg(top_blk), i32), full(num_blk, top_blk.shape)), dimension=1)
   # Level 3: top k items among those blocks, by (distance, position).
-  items = db_words.reshape(num_blk, _BB, num_words).at[blocks].get(mode=_IN_BOUNDS)  # [L,k,BB,W]
-  item_ids = blocks[:, :, None] * _BB + jnp.arange(_BB, dtype=jnp.int32)
-  dist = jnp.where(item_ids < num_db, _popcount_sum(query_words, items), sentinel)
+  items = lax.gather(db_words.reshape(num_blk, _BB, num_words), lax.expand_dims(blocks, (2,)),
+                     lax.GatherDimensionNumbers((2, 3), (0,), (0,)), (1, _BB, num_words),
+                     mode=_IN_BOUNDS)  # [L, k, BB, W]
+  shape = (num_q, k, _BB)
+  item_ids = lax.add(lax.mul(lax.broadcast_in_dim(blocks, shape, (0, 1)), full(_BB, shape)),
+                     lax.broadcasted_iota(i32, shape, 2))
+  dist = lax.select(real(item_ids, 1), _popcount_sum(query_words, items), full(sentinel, shape))
   scale = k * _BB
-  top, _ = jax.lax.top_k(_neg_f32(dist.reshape(num_q, scale) * scale + jnp.arange(scale, dtype=jnp.int32)), k)
+  top, _ = lax.top_k(key(lax.reshape(dist, (num_q, scale)), lax.broadcasted_iota(i32, (num_q, scale), 1), scale), k)
   return top, blocks
 
 
