@@ -349,8 +349,8 @@ def compile_times(data):
     rows.append((f"{name}, first call (host numpy; programs compiled: {programs})", sec))
     rows.append((f"{name}, traced: jit of the call", _compile_seconds(jax.jit(fn), hist)))
   n = data["xw"].shape[0]
-  # A new number of queries: the bit-sliced kernel runs on chunks of 32 queries, so it compiles
-  # nothing; the scatter-add paths compile per shape.
+  # A new number of queries (above 16): the bit-sliced kernel runs on chunks of 32 queries, so it
+  # compiles nothing; the scatter-add paths compile per shape.
   sub = int(np.asarray(data["qw"]).shape[0] * 0.7)
   qw, xw, ql, xl = np.asarray(data["qw"])[:sub], data["xw"], data["ql"][:sub], data["xl"]
   dist, rel = jax.block_until_ready((data["dist"][1:], data["rel"][1:]))  # sliced outside the measurement
@@ -371,12 +371,11 @@ def compile_times(data):
   layout = codes._label_layout(data["ql"][2:], data["xl"])  # numpy: nothing to compile
   placed = layout.place(data["xw"])
   with jax.enable_x64(True):  # the kernel's planes are uint64 words
-    planes = codes._bit_planes(placed, num_bits=NUM_BITS, num_words=layout.num_words, segments=layout.segments)
+    planes = codes._bit_planes(placed, num_bits=NUM_BITS, num_words=layout.num_words)
     masks = codes._query_masks(np.asarray(data["qw"])[:16], NUM_BITS)  # a chunk of 16: a new shape
     rows += [
         ("  of which: bit planes of the database", _compile_seconds(
-            codes._bit_planes, placed[1:], num_bits=NUM_BITS, num_words=layout.num_words,
-            segments=layout.segments)),
+            codes._bit_planes, placed[1:], num_bits=NUM_BITS, num_words=layout.num_words)),
         ("  of which: bit-sliced histogram kernel (32 bits, labels, a chunk of 16 queries)", _compile_seconds(
             codes._sliced_counts, masks, planes, jnp.asarray(layout.segment_class),
             jnp.asarray(layout.query_class[:16]), num_bits=NUM_BITS)),
@@ -390,7 +389,7 @@ def compile_times(data):
     for bits in (8, 32, 64, 128):
       codes_x = rng.integers(0, 2**32, size=(placed.shape[0], -(-bits // 32)), dtype=np.uint32)
       codes_x[:, -1] &= np.uint32(0xFFFFFFFF >> (-bits % 32))
-      planes_b = codes._bit_planes(codes_x, num_bits=bits, num_words=layout.num_words, segments=layout.segments)
+      planes_b = codes._bit_planes(codes_x, num_bits=bits, num_words=layout.num_words)
       seconds = [_compile_seconds(codes._sliced_counts, codes._query_masks(codes_x[:c], bits), planes_b,
                                   jnp.asarray(layout.segment_class), jnp.asarray(layout.query_class[:c]),
                                   num_bits=bits) for c in range(3, 12)]

@@ -471,7 +471,7 @@ _SLICED_MAX_BITS = 128
 
 #: Below this many (query, item) pairs the streamed scatter-add is used: at such sizes compilation,
 #: not counting, is what a call costs, and its one program (shapes bucketed by powers of two) is
-#: shared by more shapes than the bit-sliced path's two (bit planes, kernel).
+#: shared by more shapes than the bit-sliced path's (bit planes and kernel, per block shape).
 _SLICED_MIN_PAIRS = 1 << 22
 
 #: With labels, the database is laid out in class segments (:func:`_class_layout`) of this many
@@ -573,10 +573,9 @@ def _pack_planes(bits):
   return jnp.sum(b << jnp.arange(_PLANE_ITEMS, dtype=jnp.uint64), axis=-1, dtype=jnp.uint64)
 
 
-@_compile.jit(static_argnames=("num_bits", "num_words", "segments"))
-def _bit_planes(db_words, *, num_bits, num_words, segments=1):
-  """``uint64[P, segments, num_words / segments]``: word ``m`` (counted across the segments) of
-  plane ``j`` holds bit ``j`` of items ``64 m .. 64 m + 63``.
+@_compile.jit(static_argnames=("num_bits", "num_words"))
+def _bit_planes(db_words, *, num_bits, num_words):
+  """``uint64[P, num_words]``: word ``m`` of plane ``j`` holds bit ``j`` of items ``64 m .. 64 m + 63``.
 
   ``P = groups * planes per group`` (:func:`_group_shape`) is at least
   ``num_bits``; planes past ``num_bits`` are zero. Items past ``N`` are zero
@@ -595,7 +594,7 @@ def _bit_planes(db_words, *, num_bits, num_words, segments=1):
     return _pack_planes(bits.T)
 
   out = jax.lax.map(planes_of, words.reshape(num_words // block, _PLANE_ITEMS * block, words.shape[1]))
-  return out.transpose(1, 0, 2).reshape(groups * per_group, segments, num_words // segments)
+  return out.transpose(1, 0, 2).reshape(groups * per_group, num_words)
 
 
 class _Layout(NamedTuple):
@@ -671,13 +670,15 @@ def _class_layout(db_class: np.ndarray) -> _Layout:
 _GROUP_PLANES = 16
 
 #: Queries per call of the bit-sliced kernel (fewer queries: the next power of two). Its program
-#: has no loop, so a new number of queries compiles nothing; a loop over tiles of queries inside
-#: the program cost 0.05 s more to compile (XLA's while loop) and ran no faster.
+#: has no loop, so every number of queries above 16 shares one compilation (fewer compile once
+#: per power of two); a loop over tiles of queries inside the program cost 0.05 s more to compile
+#: (XLA's while loop) and ran no faster.
 _QUERY_CHUNK = 32
 
-#: Plane words (64 items each) per call of the bit-sliced kernel: the distance planes it keeps
-#: between stages, [32 queries, groups / 2, words] x 5 to 7 planes of 8 bytes, stay within about
-#: 3 MB (32 bits) to 17 MB (128 bits) per call whatever ``N``.
+#: Plane words (64 items each) per call of the bit-sliced kernel (rounded down to whole class
+#: segments): the distance planes it keeps between stages, [32 queries, groups / 2, words] x 5 to
+#: 7 planes of 8 bytes, stay within a few MB at 32 bits and under 20 MB at 128 whatever ``N``.
+#: A database of more words runs in full blocks and a last, smaller one: two shapes.
 _BLOCK_WORDS = 2048
 
 #: The distances are decoded as ``8 * high + low``: a fixed tree decodes the low 3 count planes
@@ -706,11 +707,12 @@ def _query_masks(query_words: np.ndarray, num_bits: int) -> np.ndarray:
 def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *, num_bits):
   """Bit-sliced Hamming histogram: ``int32[Q, num_bits + 1, V]``, ``V = 1``, or 2 with classes.
 
-  ``planes`` is ``uint64[P, S, L]`` (:func:`_bit_planes`): ``S`` segments
-  (:class:`_Layout`) of ``L`` words of 64 items; ``query_masks`` is
-  ``uint64[Q, P]`` (:func:`_query_masks`); ``Q`` is a chunk of at most
-  :data:`_QUERY_CHUNK` queries and ``S * L`` at most :data:`_BLOCK_WORDS`
-  words (:func:`_sliced_histogram` loops over them). Three stages, each a
+  ``planes`` is ``uint64[P, words]`` (:func:`_bit_planes`), 64 items per
+  word; ``query_masks`` is ``uint64[Q, P]`` (:func:`_query_masks`); ``Q`` is
+  a chunk of at most :data:`_QUERY_CHUNK` queries and ``words`` at most
+  :data:`_BLOCK_WORDS` (:func:`_sliced_histogram` loops over them). With
+  classes, ``segment_class[S]`` names the class of each of ``S`` equal
+  segments of the words (:class:`_Layout`). Three stages, each a
   program whose size does not depend on ``num_bits``:
 
   1. every group of planes (:func:`_group_shape`), XORed with the query's bits
@@ -737,8 +739,7 @@ def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *,
   bins = num_bits + 1
   width = num_bits.bit_length()  # planes of a distance
   groups, per_group = _group_shape(num_bits)
-  segments, length = planes.shape[1:]
-  words = segments * length  # every stage runs along all the words; segments only name classes
+  words = planes.shape[1]  # every stage runs along all the words; segments only name classes
   zero = jnp.zeros((), planes.dtype)
 
   def add_pairs(parts):  # one level: [Q, n, 2, words] -> [Q, n, words], one more plane
@@ -773,8 +774,9 @@ def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *,
   cells = [m if rows is None else _and(rows, m) for m in _value_masks(dist[:low], 1 << low)]
   ops = [jax.lax.population_count(m) for m in cells]  # uint64: no narrowing in the loop
   if query_class is not None:  # the counts in the segments of the query's class, in the high half
+    segments = segment_class.shape[0]
     mine = segment_class[None, :] == query_class[:, None]
-    mine = jax.lax.broadcast_in_dim(mine, (q, num_high, segments, length), (0, 2)).reshape(shape)
+    mine = jax.lax.broadcast_in_dim(mine, (q, num_high, segments, words // segments), (0, 2)).reshape(shape)
     high_half = jax.lax.select(mine, jnp.full(shape, 32, planes.dtype), jnp.full(shape, 64, planes.dtype))
     ops = [_or(op, jax.lax.shift_left(op, high_half)) for op in ops]  # a shift by 64 gives 0
   # One reduction along the words (long rows vectorise; one per segment would not).
@@ -787,15 +789,13 @@ def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *,
   return jnp.stack([total - relevant, relevant], -1)
 
 
-def _remove_padding(counts: np.ndarray, query_words: np.ndarray, layout: _Layout, num_bits: int) -> np.ndarray:
+def _remove_padding(counts: np.ndarray, at: np.ndarray, layout: _Layout) -> np.ndarray:
   """Subtracts the layout's zero-code padding items from :func:`_sliced_counts`' ``counts`` (in place).
 
-  They sit at distance ``popcount(q)`` from query ``q``: with classes, the
-  padding of the query's own class segments in the relevant level, the rest in
-  the other.
+  They sit at distance ``at[q] = popcount(q)`` from query ``q``: with classes,
+  the padding of the query's own class segments in the relevant level, the
+  rest in the other.
   """
-  bits = np.unpackbits(np.ascontiguousarray(query_words, "<u4").view(np.uint8), axis=1, bitorder="little")
-  at = bits[:, :num_bits].sum(1, dtype=np.int64)
   rows = np.arange(len(at))
   pad = int(layout.segment_pad.sum(dtype=np.int64))
   if layout.query_class is None:
@@ -851,27 +851,28 @@ def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None
   # Queries in chunks of a power of two (zero codes of no class pad the last one, cut off again).
   num_q = query_words.shape[0]
   chunk = min(_QUERY_CHUNK, _next_pow2(num_q))
-  masks = np.zeros((-(-num_q // chunk) * chunk, _query_masks(query_words[:1], num_bits).shape[1]), np.uint64)
-  masks[:num_q] = _query_masks(np.asarray(query_words), num_bits)
+  masks = _query_masks(np.asarray(query_words), num_bits)
+  masks = np.concatenate([masks, np.zeros((-num_q % chunk, masks.shape[1]), np.uint64)])
   classes = None if layout.query_class is None else np.full(len(masks), -1, np.int32)
   if classes is not None:
     classes[:num_q] = layout.query_class
-  starts = range(0, len(masks), chunk)
-  segment = layout.words if classes is not None else None  # words per class segment
+  segment = layout.words if classes is not None else 1  # words per class segment
+  step = max(segment, _BLOCK_WORDS - _BLOCK_WORDS % segment)  # blocks of whole segments
   blocks = []
   with jax.enable_x64(True):
     chunks = [(_checks.as_jax(masks[c:c + chunk]), _checks.as_jax(None if classes is None else classes[c:c + chunk]))
-              for c in starts]
-    for w0 in range(0, layout.num_words, _BLOCK_WORDS):  # database blocks (host slices: no compilation)
-      w1 = min(w0 + _BLOCK_WORDS, layout.num_words)
+              for c in range(0, len(masks), chunk)]
+    for w0 in range(0, layout.num_words, step):  # database blocks (host slices: no compilation)
+      w1 = min(w0 + step, layout.num_words)
       planes = _bit_planes(_checks.as_jax(placed[_PLANE_ITEMS * w0:_PLANE_ITEMS * w1]), num_bits=num_bits,
-                           num_words=w1 - w0, segments=1 if segment is None else (w1 - w0) // segment)
-      block_class = None if segment is None else _checks.as_jax(layout.segment_class[w0 // segment:w1 // segment])
+                           num_words=w1 - w0)
+      block_class = None if classes is None else _checks.as_jax(layout.segment_class[w0 // segment:w1 // segment])
       blocks.append([_sliced_counts(m, planes, block_class, c, num_bits=num_bits) for m, c in chunks])
   # Gathered once every call is dispatched; summed over the blocks on the host.
   counts = sum(np.concatenate([np.asarray(part) for part in parts]).astype(np.int64) for parts in blocks)
   counts = counts[:num_q].astype(np.int32)
-  return _checks.as_jax(_remove_padding(counts, np.asarray(query_words), layout, num_bits))
+  # The zero-code padding items sit at distance popcount(q): the query's number of all-ones masks.
+  return _checks.as_jax(_remove_padding(counts, np.count_nonzero(masks[:num_q], axis=1), layout))
 
 
 def _sliced_layout(query_words, db_words, num_bits: int, labels=()) -> Optional[_Layout]:
@@ -963,8 +964,9 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     project's machine): 0.3 to 1 ns per (query, item) pair at 32 bits (the
     kernel over 1,024 queries; a whole call of 200), against 2.3 to 6 ns for
     the scatter-add
-    (``experiments/benchmark_metrics.py``). Queries run in chunks of 32, the
-    database in blocks of 131,072 items, so memory stays bounded;
+    (``experiments/benchmark_metrics.py``). Queries run in chunks of 32 (so a
+    new number of queries above 16 compiles nothing), the database in blocks
+    of 131,072 items, so memory stays bounded;
   * streamed scatter-add (affinity matrices, longer codes, small calls, traced
     inputs): each step computes the distances of a cache-sized block of
     database items (XOR + popcount) and scatter-adds them into the counts, so

@@ -1,5 +1,6 @@
 """hashjax.codes against brute-force references (python loops over bits/pairs)."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -111,6 +112,36 @@ def test_bit_sliced_histogram_matches_bincount(num_bits, num_q, num_db):
     np.testing.assert_array_equal(plain[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
     keys = d[i] * 2 + (xl == ql[i])
     np.testing.assert_array_equal(labelled[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
+
+
+def test_bit_sliced_histogram_of_a_new_query_count_compiles_nothing(monkeypatch):
+  # Chunks of 32 queries: after one call, any other count above 16 (jax or numpy queries, with or
+  # without labels) compiles no program at all, not even a slice of its inputs.
+  monkeypatch.setattr(codes, "_SLICED_MIN_PAIRS", 0)
+  rng = np.random.default_rng(8)
+  x = codes.pack_bits(rng.integers(0, 2, size=(700, 24)))
+  xl = rng.integers(0, 3, 700)
+  queries = [codes.pack_bits(rng.integers(0, 2, size=(count, 24))) for count in (40, 17, 33, 100)]
+  labels = [rng.integers(0, 3, len(q)) for q in queries]
+  codes.hamming_histogram(queries[0], x, num_bits=24)
+  codes._label_histogram(queries[0], x, labels[0], xl, num_bits=24)
+  xb = np.asarray(codes.unpack_bits(x, 24))
+  dists = [(np.asarray(codes.unpack_bits(q, 24))[:, None] != xb[None]).sum(-1) for q in queries]
+  compiled, got = [], []
+  listener = lambda event, duration, **kwargs: compiled.append(event) if event.endswith(
+      "backend_compile_duration") else None
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    for q, ql in zip(queries[1:], labels[1:]):
+      for query in (q, np.asarray(q)):
+        got.append((codes.hamming_histogram(query, x, num_bits=24), codes._label_histogram(query, x, ql, xl, num_bits=24)))
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  for (plain, labelled), d, ql in zip(got, [d for d in dists[1:] for _ in range(2)], [l for l in labels[1:] for _ in range(2)]):
+    for i in range(len(ql)):
+      np.testing.assert_array_equal(np.asarray(plain)[i, :, 0], np.bincount(d[i], minlength=25))
+      np.testing.assert_array_equal(np.asarray(labelled)[i].reshape(-1), np.bincount(d[i] * 2 + (xl == ql[i]), minlength=50))
+  assert compiled == []
 
 
 @pytest.mark.parametrize("block_words", [8, 16, 24])
