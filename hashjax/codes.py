@@ -503,7 +503,15 @@ def _sliced_num_words(n: int) -> int:
 
   New database sizes mostly share a compilation, at most 1/16 of the work is padding.
   """
-  return _round_words(-(-int(n) // _PLANE_ITEMS), 8)
+  return _off_power_of_two(_round_words(-(-int(n) // _PLANE_ITEMS), 8), 8)
+
+
+def _off_power_of_two(words: int, step: int) -> int:
+  """``words``, plus ``step`` if it is a multiple of 256: planes ``2 KB * 2^i`` apart map to the same
+  cache sets, and the kernel, which reads 16 planes at once, ran 1.3x to 1.5x slower at 2,048
+  words than at 1,600 or 2,040 (0.64 against 0.45 ns per pair at 32 bits, 1.73 against 1.30 at 64;
+  256 queries x 1,310,720 items, development measurements)."""
+  return words + step if words % 256 == 0 else words
 
 
 # The adders below use lax's bitwise primitives on arrays of one shape: jax.numpy's operators
@@ -657,7 +665,8 @@ def _class_layout(db_class: np.ndarray) -> _Layout:
   slot = np.empty(len(keys), np.int64)  # a class's segments are consecutive: its items fill them in order
   slot[order] = (first * capacity - (np.cumsum(sizes) - sizes))[keys[order]] + np.arange(len(keys))
   class_of_key = np.where(np.arange(len(sizes)) > top, -1, np.arange(len(sizes)))
-  segment_class = np.full(_round_words(num_segments), -1, np.int32)
+  segment_class = np.full(_off_power_of_two(_round_words(num_segments) * _SEGMENT_WORDS, _SEGMENT_WORDS)
+                          // _SEGMENT_WORDS, -1, np.int32)
   segment_class[:num_segments] = np.repeat(class_of_key, per_class)
   segment_pad = np.full(len(segment_class), capacity, np.int32)
   segment_pad[:num_segments] -= np.bincount(slot // capacity, minlength=num_segments).astype(np.int32)
@@ -676,10 +685,10 @@ _GROUP_PLANES = 16
 _QUERY_CHUNK = 32
 
 #: Plane words (64 items each) per call of the bit-sliced kernel (rounded down to whole class
-#: segments): the distance planes it keeps between stages, [32 queries, groups / 2, words] x 5 to
+#: segments; not a power of two, see :func:`_off_power_of_two`): the distance planes it keeps between stages, [32 queries, groups / 2, words] x 5 to
 #: 7 planes of 8 bytes, stay within a few MB at 32 bits and under 20 MB at 128 whatever ``N``.
 #: A database of more words runs in full blocks and a last, smaller one: two shapes.
-_BLOCK_WORDS = 2048
+_BLOCK_WORDS = 1960
 
 #: The distances are decoded as ``8 * high + low``: a fixed tree decodes the low 3 count planes
 #: into 8 masks, and each of the ``ceil((num_bits + 1) / 8)`` high values is one row of a reduction.
@@ -966,7 +975,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     the scatter-add
     (``experiments/benchmark_metrics.py``). Queries run in chunks of 32 (so a
     new number of queries above 16 compiles nothing), the database in blocks
-    of 131,072 items, so memory stays bounded;
+    of 125,440 items, so memory stays bounded;
   * streamed scatter-add (affinity matrices, longer codes, small calls, traced
     inputs): each step computes the distances of a cache-sized block of
     database items (XOR + popcount) and scatter-adds them into the counts, so
@@ -982,7 +991,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     num_levels: ``V`` (see :func:`distance_histogram`).
     chunk_size: at most this many database items per streamed step of the
       scatter-add (the step is also capped near ``2^16 / (Q W)`` items to stay
-      in cache); the bit-sliced kernel reads blocks of 131,072 items.
+      in cache); the bit-sliced kernel reads blocks of 125,440 items.
 
   Returns:
     ``int32[Q, num_bits + 1, V]`` counts.
