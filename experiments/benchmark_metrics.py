@@ -235,7 +235,7 @@ def _sort_searchsorted(dist, rel):
 
 
 @jax.jit
-def _unstreamed_scatter(dist, rel):  # the original codes._bin_counts: one [Q, N] key matrix
+def _unstreamed_scatter(dist, rel):  # the original histogram: one [Q, N] key matrix
   keys = dist * 2 + rel.astype(jnp.int32)
   return jax.vmap(lambda k: jnp.zeros((2 * (NUM_BITS + 1),), jnp.int32).at[k].add(1))(keys)
 

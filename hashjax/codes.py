@@ -264,21 +264,6 @@ def _over_row_tiles(rows: int, tile: int, tile_counts, width: int):
   return jax.lax.fori_loop(0, -(-rows // tile), body, jnp.zeros((rows, width), jnp.int32))
 
 
-def _bin_counts(keys: Array, length: int) -> Array:
-  """Counts of each key in ``[0, length)`` along the last axis; others dropped."""
-  flat = keys.reshape(-1, keys.shape[-1])
-  rows, n = flat.shape
-  step = _step_size(rows, n)
-
-  def block_keys(start, valid):
-    k = jax.lax.dynamic_slice_in_dim(flat, start, step, 1).astype(jnp.int32)
-    ok = (k >= 0) & (k < length)
-    return jnp.where(ok if valid is None else ok & valid[None, :], k, length)
-
-  counts = _stream_blocks(n, n, step, block_keys, jnp.zeros((rows, length + 1), jnp.int32))
-  return counts[:, :length].reshape(keys.shape[:-1] + (length,))
-
-
 @functools.partial(jax.jit, static_argnames=("num_bits", "num_levels"))
 def _distance_histogram(distances, affinity, num_bits, num_levels, where=None):
   """Jitted core of :func:`distance_histogram`, streamed over the last axis.
