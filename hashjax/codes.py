@@ -669,10 +669,11 @@ _GROUP_PLANES = 16
 #: (XLA's while loop) and ran no faster.
 _QUERY_CHUNK = 32
 
-#: Plane words (64 items each) per call of the bit-sliced kernel (rounded down to whole class
-#: segments; not a power of two, see :func:`_off_power_of_two`): the distance planes it keeps between stages, [32 queries, groups / 2, words] x 5 to
-#: 7 planes of 8 bytes, stay within a few MB at 32 bits and under 20 MB at 128 whatever ``N``.
-#: A database of more words runs in full blocks and a last, smaller one: two shapes.
+#: Plane words (64 items each) per call of the bit-sliced kernel, rounded down to whole class
+#: segments, and not a multiple of 256 (see :func:`_off_power_of_two`). The distance planes the
+#: kernel keeps between stages, [32 queries, groups / 2, words] x 5 to 7 planes of 8 bytes, stay
+#: within a few MB at 32 bits and under 20 MB at 128 whatever ``N``. A database of more words
+#: runs in full blocks and a last, smaller one: two shapes.
 _BLOCK_WORDS = 1960
 
 #: The distances are decoded as ``8 * high + low``: a fixed tree decodes the low 3 count planes
@@ -957,10 +958,9 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     length (a new code length or shape compiles in about 0.15 to 0.3 s on this
     project's machine): 0.3 to 1 ns per (query, item) pair at 32 bits (the
     kernel over 1,024 queries; a whole call of 200), against 2.3 to 6 ns for
-    the scatter-add
-    (``experiments/benchmark_metrics.py``). Queries run in chunks of 32 (so a
-    new number of queries above 16 compiles nothing), the database in blocks
-    of 125,440 items, so memory stays bounded;
+    the scatter-add (``experiments/benchmark_metrics.py``). Queries run in
+    chunks of 32 (so a new number of queries above 16 compiles nothing), the
+    database in blocks of 125,440 items, so memory stays bounded;
   * streamed scatter-add (affinity matrices, longer codes, small calls, traced
     inputs): each step computes the distances of a cache-sized block of
     database items (XOR + popcount) and scatter-adds them into the counts, so
