@@ -189,13 +189,20 @@ _STEP_ELEMENTS = 1 << 16
 _BUCKET_ELEMENTS = 1 << 18
 
 
-def _step_size(elements_per_item: int, n: int, cap: Optional[int] = None, *, fit: bool = True) -> int:
-  """Items per streamed step: a power of two near ``_STEP_ELEMENTS / elements_per_item``.
+#: Database words per streamed step of the codes scatter-add (one query against a block of this
+#: many words at a time). One query per step ran 2 to 3x faster than 8 (1.0 to 1.4 against 2.8 to
+#: 3.5 ns per pair, 32 bits), and blocks of 2^13 to 2^15 words beat 2^11 and 2^17 (development
+#: measurements, one process).
+_STEP_WORDS = 1 << 15
+
+
+def _step_size(num_words: int, n: int, cap: Optional[int] = None, *, fit: bool = True) -> int:
+  """Database items per streamed step: a power of two near ``_STEP_WORDS / num_words``.
 
   At most ``n`` when ``fit`` (the input is not padded), else at most the
   power of two above ``n`` (the input is padded to a multiple of the step).
   """
-  step = max(8, _STEP_ELEMENTS // max(int(elements_per_item), 1))
+  step = max(8, _STEP_WORDS // max(int(num_words), 1))
   step = 1 << (step.bit_length() - 1)
   if cap is not None:
     step = min(step, int(cap))
@@ -206,62 +213,91 @@ def _next_pow2(n: int) -> int:
   return 1 << max(int(n) - 1, 0).bit_length()
 
 
-def _scatter_rows(total: Array, keys: Array, length: int) -> Array:
-  """Adds one count per key: ``total[r, keys[r, j]] += 1`` for ``total[R, length + 1]``.
+_COUNT_DIMS = jax.lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+                                              scatter_dims_to_operand_dims=(0,))
 
-  Keys must lie in ``[0, length]``; callers send the items they drop to the
-  spare last column ``length``. One flat scatter (row offsets folded into the
-  index, no bounds checks) was the fastest variant measured on XLA:CPU (see
-  experiments/benchmark_metrics.py).
+
+def _count_blocks(block_keys, *, rows: int, items: int, tile: int, step: int, length: int,
+                  num_valid=None, dropping: bool = False) -> Array:
+  """``int32[rows, length]`` counts of the keys ``block_keys`` returns, over every row tile and item block.
+
+  ``block_keys(r0, c0)`` returns ``(keys, keep)``: the ``int32[tile, step]``
+  keys in ``[0, length)`` of rows ``r0 ..`` and items ``c0 ..``, and ``None``
+  or a ``bool`` mask of the items to count (only if ``dropping``). One loop
+  over (row tile, item block) pairs scatter-adds them straight into the
+  counts (one flat scatter, row offsets folded into the keys, no bounds
+  checks: the fastest variant measured on XLA:CPU). The last tile and block
+  are shifted back to end at ``rows`` and ``items`` (``>= tile``, ``>=
+  step``), so no input needs padding; the rows and items they repeat, items
+  at or past ``num_valid`` (``None`` or a traced ``int32``) and dropped ones
+  go to a spare column, which exists only when something can be dropped.
+  This is few XLA kernels, and their number is what compilation costs (about
+  20 ms each with XLA:CPU's fusion emitters): a loop over row tiles around a
+  loop over blocks with a masked last block compiled a ``[1000, 10^5]``
+  histogram in 0.47 to 0.69 s against 0.19 to 0.33 s, and ran no faster
+  (development measurement, both in one process).
   """
-  rows = keys.shape[0]
-  flat = keys + (jnp.arange(rows, dtype=jnp.int32) * (length + 1))[:, None]
-  out = total.reshape(-1).at[flat.reshape(-1)].add(1, mode="promise_in_bounds")
-  return out.reshape(rows, length + 1)
+  i32 = np.int32
+  ragged_rows, ragged_items = rows % tile != 0, items % step != 0
+  masked = ragged_rows or ragged_items or num_valid is not None or dropping
+  width = length + masked
+  lax = jax.lax
+  if num_valid is None:
+    blocks = i32(-(-items // step))
+  else:
+    blocks = lax.div(lax.add(_int32(num_valid), i32(step - 1)), i32(step))
+  row = lax.broadcasted_iota(i32, (tile, 1), 0)
+  col = lax.broadcasted_iota(i32, (1, step), 1)
+
+  def body(i, total):
+    r_start = lax.mul(lax.div(i, blocks), i32(tile))
+    c_start = lax.mul(lax.rem(i, blocks), i32(step))
+    r0, c0 = lax.min(r_start, i32(rows - tile)), lax.min(c_start, i32(items - step))
+    key, keep = block_keys(r0, c0)
+    conds = [] if keep is None else [keep]
+    at_least = lambda x, lo: _spread(lax.ge(x, _spread(lo, x.shape)), key.shape)
+    if ragged_rows:  # rows the last tile repeats
+      conds.append(at_least(row, lax.sub(r_start, r0)))
+    if ragged_items:  # items the last block repeats
+      conds.append(at_least(col, lax.sub(c_start, c0)))
+    if num_valid is not None:
+      conds.append(lax.bitwise_not(at_least(col, lax.sub(_int32(num_valid), c0))))
+    if conds:
+      key = lax.select(functools.reduce(lax.bitwise_and, conds), key, _spread(i32(length), key.shape))
+    key = lax.add(key, _spread(lax.mul(lax.add(row, _spread(r0, row.shape)), _spread(i32(width), row.shape)),
+                               key.shape))
+    return lax.scatter_add(total, lax.reshape(key, (key.size, 1)), _spread(i32(1), (key.size,)), _COUNT_DIMS,
+                           indices_are_sorted=False, unique_indices=False,
+                           mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+  trips = lax.mul(i32(-(-rows // tile)), blocks)
+  total = lax.reshape(lax.fori_loop(i32(0), trips, body, _spread(i32(0), (rows * width,))), (rows, width))
+  return lax.slice(total, (0, 0), (rows, length)) if masked else total
 
 
-def _stream_blocks(num_valid, size: int, step: int, block_keys, total):
-  """Scatter-adds ``block_keys(start, valid)`` over items ``[0, num_valid)`` in blocks of ``step``.
+def _spread(x, shape):
+  """``x`` (a scalar, or an array whose axes are 1 or as in ``shape``) broadcast to ``shape``.
 
-  ``block_keys(start, valid)`` returns the ``int32[R, step]`` keys of items
-  ``start .. start + step - 1``; ``valid`` is ``None`` or a ``bool[step]``
-  mask whose ``False`` items it must send to the spare column. Full blocks
-  run unmasked in a loop; the last, partial block is shifted back to end
-  inside ``size`` (the input length, ``>= step``) and masked, so no input
-  needs padding.
+  In ``lax`` terms: each ``jax.numpy`` operator traces a nested jit, which
+  made tracing and lowering a large part of a small program's compilation.
   """
-  length = total.shape[-1] - 1
-  i32 = lambda x: jnp.asarray(x, jnp.int32)  # one index type, also under x64
-  full = i32(num_valid) // step
-  total = jax.lax.fori_loop(0, full, lambda i, t: _scatter_rows(t, block_keys(i32(i * step), None), length),
-                            total)
-  start = full * step
-  s0 = jnp.minimum(start, size - step)
-  idx = s0 + jnp.arange(step, dtype=jnp.int32)
-  valid = (idx >= start) & (idx < num_valid)
-  return _scatter_rows(total, block_keys(s0, valid), length)
+  return jax.lax.broadcast_in_dim(x, shape, tuple(range(np.ndim(x))))
 
 
-#: Rows (queries) per tile of a streamed histogram: each tile streams long contiguous runs of
-#: its rows into a few cache-resident histogram rows (2.3x faster than all rows at once).
-_ROW_TILE = 8
+def _int32(x):
+  return jax.lax.convert_element_type(x, np.int32)
 
 
-def _row_tile(rows: int) -> int:
-  return 1 << (min(int(rows), _ROW_TILE).bit_length() - 1)
+def _blocking(rows: int, n: int) -> Tuple[int, int]:
+  """``(tile, step)`` of a streamed ``[rows, n]`` histogram: blocks of about ``_STEP_ELEMENTS`` elements.
 
-
-def _over_row_tiles(rows: int, tile: int, tile_counts, width: int):
-  """Stacks ``tile_counts(r0) -> int32[tile, width]`` for row tiles covering ``[0, rows)``.
-
-  The last tile is shifted back to end at ``rows``; its overlap is recomputed
-  to the same values, so nothing needs padding.
+  Long rows are cut into equal blocks of one row each (a long contiguous run
+  into one cache-resident histogram row); short rows go whole, several at a
+  time.
   """
-  def body(t, out):
-    r0 = jnp.minimum(jnp.asarray(t * tile, jnp.int32), rows - tile)
-    return jax.lax.dynamic_update_slice(out, tile_counts(r0), (r0, jnp.int32(0)))
-
-  return jax.lax.fori_loop(0, -(-rows // tile), body, jnp.zeros((rows, width), jnp.int32))
+  if n >= _STEP_ELEMENTS // 2:
+    return 1, -(-n // -(-n // _STEP_ELEMENTS))
+  return max(1, min(rows, _STEP_ELEMENTS // n)), n
 
 
 @functools.partial(jax.jit, static_argnames=("num_bits", "num_levels"))
@@ -273,31 +309,24 @@ def _distance_histogram(distances, affinity, num_bits, num_levels, where=None):
   last axis only (``[N]``, shared by every row). Values must be in range.
   """
   n = distances.shape[-1]
-  d = distances.reshape(-1, n)
-  rows = d.shape[0]
-  length = (num_bits + 1) * num_levels
-  tile = _row_tile(rows)
-  step = _step_size(tile, n)
+  rows = int(np.prod(distances.shape[:-1], dtype=np.int64))
+  d = jax.lax.reshape(distances, (rows, n))
+  tile, step = _blocking(rows, n)
 
-  def tile_counts(r0):
-    def piece(x, start):
-      if x.ndim == 1:
-        return jax.lax.dynamic_slice_in_dim(x, start, step, 0)[None, :]
-      return jax.lax.dynamic_slice(x.reshape(-1, n), (r0, start), (tile, step))
+  def piece(x, r0, c0):
+    if x.ndim == 1:
+      return jax.lax.broadcast_in_dim(jax.lax.dynamic_slice(x, (c0,), (step,)), (tile, step), (1,))
+    return jax.lax.dynamic_slice(jax.lax.reshape(x, (rows, n)), (r0, c0), (tile, step))
 
-    def block_keys(start, valid):
-      key = piece(d, start).astype(jnp.int32) * num_levels
-      if affinity is not None:
-        key = key + piece(affinity, start).astype(jnp.int32)
-      keep = None if valid is None else valid[None, :]
-      if where is not None:
-        keep = piece(where, start) if keep is None else keep & piece(where, start)
-      return key if keep is None else jnp.where(keep, key, length)
+  def block_keys(r0, c0):
+    key = jax.lax.mul(_int32(piece(d, r0, c0)), _spread(np.int32(num_levels), (tile, step)))
+    if affinity is not None:
+      key = jax.lax.add(key, _int32(piece(affinity, r0, c0)))
+    return key, None if where is None else piece(where, r0, c0)
 
-    return _stream_blocks(n, n, step, block_keys, jnp.zeros((tile, length + 1), jnp.int32))
-
-  counts = _over_row_tiles(rows, tile, tile_counts, length + 1)
-  return counts[:, :length].reshape(distances.shape[:-1] + (num_bits + 1, num_levels))
+  counts = _count_blocks(block_keys, rows=rows, items=n, tile=tile, step=step,
+                         length=(num_bits + 1) * num_levels, dropping=where is not None)
+  return counts.reshape(distances.shape[:-1] + (num_bits + 1, num_levels))
 
 
 #: Elements per host-to-device tile when a large numpy input is streamed.
@@ -410,39 +439,37 @@ def _stream_hamming(query_words, db_words, num_valid, affinity, query_labels, db
                     num_bits, num_levels, step):
   """Histogram of ``d(q, i) * num_levels + level(q, i)``, streamed over ``db_words``.
 
-  Fuses XOR/popcount with the scatter-add: for a tile of a few queries, each
-  step computes a ``[tile, step]`` block of distances in cache and counts it;
-  the ``[Q, N]`` distance matrix never exists. Items at or after ``num_valid`` (a traced
+  Fuses XOR/popcount with the scatter-add: each step computes the distances
+  of one query to a block of ``step`` items in cache and counts them; the
+  ``[Q, N]`` distance matrix never exists. Items at or after ``num_valid`` (a traced
   scalar, so padded databases of one capacity share a compilation) are
   dropped. The level is ``affinity[q, i]``, or ``[query_labels[q] ==
   db_labels[i]]`` (then ``num_levels = 2``), or 0.
   """
-  q = query_words.shape[0]
-  length = (num_bits + 1) * num_levels
-  tile = _row_tile(q)
+  q, num_words = query_words.shape
+  shape = (1, step)
 
-  def tile_counts(r0):
-    qw = jax.lax.dynamic_slice_in_dim(query_words, r0, tile, 0)
-    ql = None if query_labels is None else jax.lax.dynamic_slice_in_dim(query_labels, r0, tile, 0)
+  def block_keys(r0, c0):
+    qw = jax.lax.dynamic_slice(query_words, (r0, np.int32(0)), (1, num_words))
+    blk = jax.lax.dynamic_slice(db_words, (c0, np.int32(0)), (step, num_words))
+    # Words summed with explicit adds (a size-W reduce fused badly on XLA:CPU).
+    d = functools.reduce(jax.lax.add, [
+        _int32(jax.lax.population_count(jax.lax.bitwise_xor(
+            jax.lax.broadcast_in_dim(qw[:, w], shape, (0,)), jax.lax.broadcast_in_dim(blk[:, w], shape, (1,)))))
+        for w in range(num_words)])
+    key = jax.lax.mul(d, _spread(np.int32(num_levels), shape))
+    if affinity is not None:
+      key = jax.lax.add(key, _int32(jax.lax.dynamic_slice(affinity, (r0, c0), shape)))
+    elif db_labels is not None:
+      ql = jax.lax.dynamic_slice(query_labels, (r0,), (1,))
+      lab = jax.lax.dynamic_slice(db_labels, (c0,), (step,))
+      key = jax.lax.add(key, _int32(jax.lax.eq(jax.lax.broadcast_in_dim(ql, shape, (0,)),
+                                               jax.lax.broadcast_in_dim(lab, shape, (1,)))))
+    return key, None
 
-    def block_keys(start, valid):
-      blk = jax.lax.dynamic_slice_in_dim(db_words, start, step, 0)
-      # Words summed with explicit adds (a size-W reduce fused badly on XLA:CPU).
-      d = sum(jax.lax.population_count(qw[:, w, None] ^ blk[None, :, w]).astype(jnp.int32)
-              for w in range(qw.shape[-1]))
-      key = d * num_levels
-      if affinity is not None:
-        key = key + jax.lax.dynamic_slice(affinity, (r0, start), (tile, step)).astype(jnp.int32)
-      elif db_labels is not None:
-        lab = jax.lax.dynamic_slice_in_dim(db_labels, start, step, 0)
-        key = key + (ql[:, None] == lab[None, :]).astype(jnp.int32)
-      return key if valid is None else jnp.where(valid[None, :], key, length)
-
-    return _stream_blocks(num_valid, db_words.shape[0], step, block_keys,
-                          jnp.zeros((tile, length + 1), jnp.int32))
-
-  total = _over_row_tiles(q, tile, tile_counts, length + 1)
-  return total[:, :length].reshape(q, num_bits + 1, num_levels)
+  counts = _count_blocks(block_keys, rows=q, items=db_words.shape[0], tile=1, step=step,
+                         length=(num_bits + 1) * num_levels, num_valid=num_valid)
+  return counts.reshape(q, num_bits + 1, num_levels)
 
 
 # ---------------------------------------------------------------------------
@@ -897,7 +924,7 @@ def _stream_hamming_bucketed(query_words, db_words, *, num_bits: int, num_levels
   n = db_words.shape[0]
   padded = affinity is None and _checks.is_concrete(db_words) and (db_labels is None or
                                                                    _checks.is_concrete(db_labels))
-  step = _step_size(_row_tile(query_words.shape[0]) * query_words.shape[-1], n, chunk_size, fit=not padded)
+  step = _step_size(query_words.shape[-1], n, chunk_size, fit=not padded)
   if padded:
     cap = step * _next_pow2(-(-n // step))
     if cap > n:

@@ -477,6 +477,25 @@ def test_histogram_paths_match_bincount():
     np.testing.assert_array_equal(hist[i].reshape(-1), np.bincount(dist * 2 + (xl == ql[i]), minlength=82))
 
 
+@pytest.mark.parametrize("shape", [(1000, 100), (7, 3), (5, 40000), (2, 131073), (2, 131075), (3, 2, 9)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_streamed_distance_histogram_blocks_match_bincount(shape, shared):
+  # The jitted core on device arrays (no bucketing): row tiles that do not divide the rows
+  # (1000 x 100: tiles of 655 rows), blocks that do not divide the items (131,075 = 3 blocks of
+  # 43,692 minus 1), exact ones, and an [N] affinity and mask shared by every row.
+  rng = np.random.default_rng(sum(shape))
+  d = rng.integers(0, 9, size=shape).astype(np.int32)
+  a = rng.integers(0, 3, size=shape[-1:] if shared else shape)
+  where = rng.random(shape[-1:] if shared else shape) < 0.8
+  got = np.asarray(codes._distance_histogram(jnp.asarray(d), jnp.asarray(a), 8, 3, jnp.asarray(where)))
+  plain = np.asarray(codes._distance_histogram(jnp.asarray(d), None, 8, 1))
+  assert got.shape == shape[:-1] + (9, 3) and plain.shape == shape[:-1] + (9, 1)
+  for idx in np.ndindex(*shape[:-1]):
+    ai, wi = (a, where) if shared else (a[idx], where[idx])
+    np.testing.assert_array_equal(got[idx].reshape(-1), np.bincount((d[idx] * 3 + ai)[wi], minlength=27))
+    np.testing.assert_array_equal(plain[idx].reshape(-1), np.bincount(d[idx], minlength=9))
+
+
 def test_new_database_sizes_share_compilations():
   rng = np.random.default_rng(0)
   q = codes.pack_bits(rng.integers(0, 2, size=(4, 16)))
