@@ -253,7 +253,7 @@ def histogram_variants(data, num_queries: int, reps: int):
       "bit-sliced from codes + labels (chosen for codes <= 128 bits)": lambda: codes._sliced_histogram(
           data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, query_labels=data["ql"][:num_queries],
           db_labels=data["xl"]),
-      "from distances (chosen for [Q, N] inputs): tiles of 8 rows x long column runs, flat scatter-add":
+      "from distances (chosen for [Q, N] inputs): one row per block (long column runs), flat scatter-add":
           lambda: codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2),
       "library on uint8 distances": lambda: codes.distance_histogram(dist8, rel, num_bits=NUM_BITS, num_levels=2),
       "all rows per block [Q, 65536/Q], flat scatter-add": functools.partial(_streamed(_flat_scatter, step),
@@ -262,9 +262,9 @@ def histogram_variants(data, num_queries: int, reps: int):
       "all rows per block, 4 interleaved histogram copies": functools.partial(
           _streamed(_interleaved_scatter, step), dist, rel),
       "unstreamed scatter ([Q, N] keys at once)": functools.partial(_unstreamed_scatter, dist, rel),
-      "fused XOR/popcount + scatter-add from codes + labels": lambda: codes._stream_hamming_bucketed(
-          data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, num_levels=2,
-          query_labels=data["ql"][:num_queries], db_labels=data["xl"]),
+      "fused XOR/popcount + scatter-add from codes + labels, one query per block": lambda: (
+          codes._stream_hamming_bucketed(data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, num_levels=2,
+                                         query_labels=data["ql"][:num_queries], db_labels=data["xl"])),
   }
   slow = {  # orders of magnitude slower on XLA:CPU: measured on fewer queries
       "all rows per block, one-hot compare-and-sum (66 bins)": _streamed(_onehot, step),

@@ -234,8 +234,8 @@ def _count_blocks(block_keys, *, rows: int, items: int, tile: int, step: int, le
   This is few XLA kernels, and their number is what compilation costs (about
   20 ms each with XLA:CPU's fusion emitters): a loop over row tiles around a
   loop over blocks with a masked last block compiled a ``[1000, 10^5]``
-  histogram in 0.47 to 0.69 s against 0.19 to 0.33 s, and ran no faster
-  (development measurement, both in one process).
+  histogram in 0.47 to 0.69 s against 0.19 to 0.33 s (``lower().compile()``,
+  both in one process), and ran no faster.
   """
   i32 = np.int32
   ragged_rows, ragged_items = rows % tile != 0, items % step != 0
@@ -984,14 +984,14 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     Pure bitwise work, in programs whose size does not depend on the code
     length (a new code length or shape compiles in about 0.15 to 0.3 s on this
     project's machine): 0.3 to 1 ns per (query, item) pair at 32 bits (the
-    kernel over 1,024 queries; a whole call of 200), against 2.3 to 6 ns for
+    kernel over 1,024 queries; a whole call of 200), against 1.5 to 3 ns for
     the scatter-add (``experiments/benchmark_metrics.py``). Queries run in
     chunks of 32 (so a new number of queries above 16 compiles nothing), the
     database in blocks of 125,440 items, so memory stays bounded;
   * streamed scatter-add (affinity matrices, longer codes, small calls, traced
-    inputs): each step computes the distances of a cache-sized block of
-    database items (XOR + popcount) and scatter-adds them into the counts, so
-    memory is ``O(Q * step)`` beside the inputs and ``N = 10^7`` fits.
+    inputs): each step computes the distances of one query to a cache-sized
+    block of database items (XOR + popcount) and scatter-adds them into the
+    counts, so memory is ``O(step)`` beside the inputs and ``N = 10^7`` fits.
 
   .. math:: n_{q,d,v} = |\\{ i : d(q, i) = d, a_{q,i} = v \\}|
 
@@ -1002,8 +1002,8 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     num_bits: the code length; must match ``W``.
     num_levels: ``V`` (see :func:`distance_histogram`).
     chunk_size: at most this many database items per streamed step of the
-      scatter-add (the step is also capped near ``2^16 / (Q W)`` items to stay
-      in cache); the bit-sliced kernel reads blocks of 125,440 items.
+      scatter-add (the step is also capped near ``2^15 / W`` items to stay in
+      cache); the bit-sliced kernel reads blocks of 125,440 items.
 
   Returns:
     ``int32[Q, num_bits + 1, V]`` counts.

@@ -475,6 +475,13 @@ def test_histogram_paths_match_bincount():
   for i in range(5):
     dist = (q[i] != x).sum(1)
     np.testing.assert_array_equal(hist[i].reshape(-1), np.bincount(dist * 2 + (xl == ql[i]), minlength=82))
+  # An affinity matrix is not padded: blocks of 64 items, the last one shifted back over 777.
+  aff = rng.integers(0, 3, size=(5, 777))
+  hist = np.asarray(codes.hamming_histogram(codes.pack_bits(q), codes.pack_bits(x), aff, num_bits=40,
+                                            chunk_size=100))
+  for i in range(5):
+    dist = (q[i] != x).sum(1)
+    np.testing.assert_array_equal(hist[i].reshape(-1), np.bincount(dist * 3 + aff[i], minlength=123))
 
 
 @pytest.mark.parametrize("shape", [(1000, 100), (7, 3), (5, 40000), (2, 131073), (2, 131075), (3, 2, 9)])
