@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import common
 from hashjax import codes
 from hashjax import metrics
 
@@ -338,7 +339,10 @@ def compile_times(data):
   and compiles during the call: the histogram kernels, and nothing for the
   formulas, which run on the host for concrete histograms. The formulas'
   traced path (what a caller's ``jit`` compiles them into) is timed on its own.
+  Python's full garbage collections are kept out of the figures
+  (:func:`experiments.common.freeze_gc`).
   """
+  common.freeze_gc()
   events = _CompileEvents()
   num_q = data["dist"].shape[0] + 1  # fresh shapes: nothing cached
   hist = np.random.default_rng(0).integers(0, 100, size=(num_q, NUM_BITS + 1, 2)).astype(np.int32)

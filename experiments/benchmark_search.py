@@ -116,6 +116,7 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from hashjax import search  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
 
   faiss.omp_set_num_threads(threads)
   compile_seconds = [0.0]
@@ -137,6 +138,7 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
   jax.block_until_ready(search.radius_search(warm_q, warm_db, 1))
   print(f"process warm-up (knn and radius search at 160 bits, N = 5000): {time.perf_counter() - t:.3f} s, "
         f"of which compile {compile_seconds[0]:.3f} s", flush=True)
+  common.freeze_gc()  # full garbage collections would otherwise land inside some first calls
   rows = []
   for num_bits in bits:
     if num_bits % 32:
