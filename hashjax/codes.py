@@ -191,8 +191,8 @@ _BUCKET_ELEMENTS = 1 << 18
 
 #: Database words per streamed step of the codes scatter-add (one query against a block of this
 #: many words at a time). One query per step ran 2 to 3x faster than 8 (1.0 to 1.4 against 2.8 to
-#: 3.5 ns per pair, 32 bits), and blocks of 2^13 to 2^15 words beat 2^11 and 2^17 (development
-#: measurements, one process).
+#: 3.5 ns per pair, 32 bits), and blocks of 2^15 words ran fastest, ahead of 2^11, 2^13 and 2^17
+#: (development measurements, one process).
 _STEP_WORDS = 1 << 15
 
 
@@ -231,8 +231,8 @@ def _count_blocks(block_keys, *, rows: int, items: int, tile: int, step: int, le
   step``), so no input needs padding; the rows and items they repeat, items
   at or past ``num_valid`` (``None`` or a traced ``int32``) and dropped ones
   go to a spare column, which exists only when something can be dropped.
-  This is few XLA kernels, and their number is what compilation costs (about
-  20 ms each with XLA:CPU's fusion emitters): a loop over row tiles around a
+  This is few XLA kernels, and their number is what compilation costs (20 to
+  30 ms each with XLA:CPU's fusion emitters): a loop over row tiles around a
   loop over blocks with a masked last block compiled a ``[1000, 10^5]``
   histogram in 0.47 to 0.69 s against 0.19 to 0.33 s (``lower().compile()``,
   both in one process), and ran no faster.
@@ -727,7 +727,7 @@ def _query_masks(query_words: np.ndarray, num_bits: int) -> np.ndarray:
 
 @_compile.jit(static_argnames=("num_bits",))
 def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *, num_bits):
-  """Bit-sliced Hamming histogram: ``int32[Q, num_bits + 1, V]``, ``V = 1``, or 2 with classes.
+  """Bit-sliced Hamming histogram, as ``uint64[Q, H]`` sums that :func:`_decode_sums` unpacks on the host.
 
   ``planes`` is ``uint64[P, words]`` (:func:`_bit_planes`), 64 items per
   word; ``query_masks`` is ``uint64[Q, P]`` (:func:`_query_masks`); ``Q`` is
@@ -801,14 +801,27 @@ def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *,
     mine = jax.lax.broadcast_in_dim(mine, (q, num_high, segments, words // segments), (0, 2)).reshape(shape)
     high_half = jax.lax.select(mine, jnp.full(shape, 32, planes.dtype), jnp.full(shape, 64, planes.dtype))
     ops = [_or(op, jax.lax.shift_left(op, high_half)) for op in ops]  # a shift by 64 gives 0
-  # One reduction along the words (long rows vectorise; one per segment would not).
-  sums = jax.lax.reduce(ops, [zero] * len(ops), lambda a, b: list(map(jax.lax.add, a, b)), (2,))
-  both = jnp.stack(sums, -1).reshape(q, -1)[:, :bins]  # value 8 high + low
-  if query_class is None:
-    return both.astype(jnp.int32)[..., None]
-  total = (both & jnp.uint64(0xFFFFFFFF)).astype(jnp.int32)
-  relevant = (both >> jnp.uint64(32)).astype(jnp.int32)
-  return jnp.stack([total - relevant, relevant], -1)
+  # One reduction along the words (long rows vectorise; one per segment would not). The sums
+  # leave as they are: unpacking them on the host saved the program two kernels (0.14 against
+  # 0.15 s to compile at 8 bits, 0.19 against 0.23 at 32 and 0.26 against 0.29 at 128, medians of
+  # 6 shapes; 0.24 against 0.23 at 64; development measurement, one process).
+  return tuple(jax.lax.reduce(ops, [zero] * len(ops), lambda a, b: list(map(jax.lax.add, a, b)), (2,)))
+
+
+def _decode_sums(sums, *, num_bits: int, labelled: bool) -> np.ndarray:
+  """``int64[Q, num_bits + 1, V]`` counts (on the host) from :func:`_sliced_counts`' sums.
+
+  Sum ``l`` of the ``L`` (8, fewer below 4 bits) holds, at ``[q, h]``, the
+  count at distance ``L h + l``; with classes, the relevant count in its high
+  32 bits (``V = 2``: irrelevant, relevant), else ``V = 1``.
+  """
+  both = np.stack([np.asarray(s) for s in sums], -1)
+  both = both.reshape(both.shape[0], -1)[:, :num_bits + 1]
+  if not labelled:
+    return both.astype(np.int64)[..., None]
+  total = (both & np.uint64(0xFFFFFFFF)).astype(np.int64)
+  relevant = (both >> np.uint64(32)).astype(np.int64)
+  return np.stack([total - relevant, relevant], -1)
 
 
 def _remove_padding(counts: np.ndarray, at: np.ndarray, layout: _Layout) -> np.ndarray:
@@ -891,7 +904,9 @@ def _sliced_histogram(query_words, db_words, *, num_bits: int, query_labels=None
       block_class = None if classes is None else _checks.as_jax(layout.segment_class[w0 // segment:w1 // segment])
       blocks.append([_sliced_counts(m, planes, block_class, c, num_bits=num_bits) for m, c in chunks])
   # Gathered once every call is dispatched; summed over the blocks on the host.
-  counts = sum(np.concatenate([np.asarray(part) for part in parts]).astype(np.int64) for parts in blocks)
+  labelled = classes is not None
+  counts = sum(np.concatenate([_decode_sums(part, num_bits=num_bits, labelled=labelled) for part in parts])
+               for parts in blocks)
   counts = counts[:num_q].astype(np.int32)
   # The zero-code padding items sit at distance popcount(q): the query's number of all-ones masks.
   return _checks.as_jax(_remove_padding(counts, np.count_nonzero(masks[:num_q], axis=1), layout))
