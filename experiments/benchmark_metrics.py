@@ -254,7 +254,7 @@ def histogram_variants(data, num_queries: int, reps: int):
       "bit-sliced from codes + labels (chosen for codes <= 128 bits)": lambda: codes._sliced_histogram(
           data["qw"][:num_queries], data["xw"], num_bits=NUM_BITS, query_labels=data["ql"][:num_queries],
           db_labels=data["xl"]),
-      "from distances (chosen for [Q, N] inputs): one row per block (long column runs), flat scatter-add":
+      "from distances (chosen for [Q, N] inputs): long rows one per block, flat scatter-add":
           lambda: codes.distance_histogram(dist, rel, num_bits=NUM_BITS, num_levels=2),
       "library on uint8 distances": lambda: codes.distance_histogram(dist8, rel, num_bits=NUM_BITS, num_levels=2),
       "all rows per block [Q, 65536/Q], flat scatter-add": functools.partial(_streamed(_flat_scatter, step),

@@ -177,7 +177,8 @@ def hamming_distance(query_words: Array, db_words: Array) -> Array:
   return _hamming(_checks.as_jax(query_words), _checks.as_jax(db_words))
 
 
-#: Elements of one ``[rows, step]`` block of keys in a streamed histogram. XLA:CPU
+#: Elements of one ``[tile, step]`` block of keys in a streamed histogram of
+#: distances (:func:`_blocking`; the codes path has :data:`_STEP_WORDS`). XLA:CPU
 #: pays a page fault per fresh page of a large temporary, so the histograms
 #: never build a ``[Q, N]`` intermediate: they stream blocks of about this size
 #: (cache resident, reused every step) and scatter-add them into the counts.
@@ -197,10 +198,11 @@ _STEP_WORDS = 1 << 15
 
 
 def _step_size(num_words: int, n: int, cap: Optional[int] = None, *, fit: bool = True) -> int:
-  """Database items per streamed step: a power of two near ``_STEP_WORDS / num_words``.
+  """Database items per streamed step: a power of two near ``_STEP_WORDS / num_words``, or ``cap``.
 
-  At most ``n`` when ``fit`` (the input is not padded), else at most the
-  power of two above ``n`` (the input is padded to a multiple of the step).
+  At most ``cap`` (any size), and at most ``n`` when ``fit`` (the input is not
+  padded), else at most the power of two above ``n`` (the input is padded to a
+  multiple of the step).
   """
   step = max(8, _STEP_WORDS // max(int(num_words), 1))
   step = 1 << (step.bit_length() - 1)
@@ -241,6 +243,9 @@ def _count_blocks(block_keys, *, rows: int, items: int, tile: int, step: int, le
   ragged_rows, ragged_items = rows % tile != 0, items % step != 0
   masked = ragged_rows or ragged_items or num_valid is not None or dropping
   width = length + masked
+  if rows * width >= 1 << 31:  # the flat int32 keys would wrap
+    raise ValueError(f"distances or query_words: expected fewer than 2^31 histogram counts per call "
+                     f"(rows x (num_bits + 1) x levels), got {rows} x {width}; split the rows into several calls")
   lax = jax.lax
   if num_valid is None:
     blocks = i32(-(-items // step))
@@ -254,6 +259,7 @@ def _count_blocks(block_keys, *, rows: int, items: int, tile: int, step: int, le
     c_start = lax.mul(lax.rem(i, blocks), i32(step))
     r0, c0 = lax.min(r_start, i32(rows - tile)), lax.min(c_start, i32(items - step))
     key, keep = block_keys(r0, c0)
+    assert keep is None or dropping, "block_keys returned a mask: pass dropping=True"
     conds = [] if keep is None else [keep]
     at_least = lambda x, lo: _spread(lax.ge(x, _spread(lo, x.shape)), key.shape)
     if ragged_rows:  # rows the last tile repeats
@@ -285,6 +291,7 @@ def _spread(x, shape):
 
 
 def _int32(x):
+  """``x`` as ``int32`` (``lax``: no nested jit), the one index and key type, also under x64."""
   return jax.lax.convert_element_type(x, np.int32)
 
 
@@ -293,11 +300,12 @@ def _blocking(rows: int, n: int) -> Tuple[int, int]:
 
   Long rows are cut into equal blocks of one row each (a long contiguous run
   into one cache-resident histogram row); short rows go whole, several at a
-  time.
+  time. Requires ``rows, n >= 1``.
   """
   if n >= _STEP_ELEMENTS // 2:
     return 1, -(-n // -(-n // _STEP_ELEMENTS))
-  return max(1, min(rows, _STEP_ELEMENTS // n)), n
+  cap = max(1, _STEP_ELEMENTS // n)
+  return -(-rows // -(-rows // cap)), n  # balanced: the shifted last tile repeats few rows
 
 
 @functools.partial(jax.jit, static_argnames=("num_bits", "num_levels"))
@@ -310,6 +318,8 @@ def _distance_histogram(distances, affinity, num_bits, num_levels, where=None):
   """
   n = distances.shape[-1]
   rows = int(np.prod(distances.shape[:-1], dtype=np.int64))
+  if rows == 0 or n == 0:  # nothing to count
+    return jax.lax.full(distances.shape[:-1] + (num_bits + 1, num_levels), 0, np.int32)
   d = jax.lax.reshape(distances, (rows, n))
   tile, step = _blocking(rows, n)
 
@@ -352,6 +362,8 @@ def _bucketed_distance_histogram(distances, affinity, num_bits: int, num_levels:
   concrete = all(_checks.is_concrete(x) for x in inputs)
   on_host = concrete and any(isinstance(x, np.ndarray) for x in inputs)
   small = rows * n <= _BUCKET_ELEMENTS
+  if concrete and rows == 0:  # no rows: nothing to count (and no program to compile)
+    return _checks.as_jax(np.zeros(shape[:-1] + (num_bits + 1, num_levels), np.int32))
   if not concrete or distances.ndim < 1 or not (small or on_host):
     return _distance_histogram(_checks.as_jax(distances), _checks.as_jax(affinity), num_bits, num_levels,
                                _checks.as_jax(where))
@@ -453,16 +465,18 @@ def _stream_hamming(query_words, db_words, num_valid, affinity, query_labels, db
     qw = jax.lax.dynamic_slice(query_words, (r0, np.int32(0)), (1, num_words))
     blk = jax.lax.dynamic_slice(db_words, (c0, np.int32(0)), (step, num_words))
     # Words summed with explicit adds (a size-W reduce fused badly on XLA:CPU).
+    word = lambda x, w: jax.lax.index_in_dim(x, w, 1, False)
     d = functools.reduce(jax.lax.add, [
         _int32(jax.lax.population_count(jax.lax.bitwise_xor(
-            jax.lax.broadcast_in_dim(qw[:, w], shape, (0,)), jax.lax.broadcast_in_dim(blk[:, w], shape, (1,)))))
+            jax.lax.broadcast_in_dim(word(qw, w), shape, (0,)), jax.lax.broadcast_in_dim(word(blk, w), shape, (1,)))))
         for w in range(num_words)])
     key = jax.lax.mul(d, _spread(np.int32(num_levels), shape))
     if affinity is not None:
       key = jax.lax.add(key, _int32(jax.lax.dynamic_slice(affinity, (r0, c0), shape)))
     elif db_labels is not None:
-      ql = jax.lax.dynamic_slice(query_labels, (r0,), (1,))
-      lab = jax.lax.dynamic_slice(db_labels, (c0,), (step,))
+      # Labels may come in two integer dtypes (validated to int32's range): compared as int32.
+      ql = _int32(jax.lax.dynamic_slice(query_labels, (r0,), (1,)))
+      lab = _int32(jax.lax.dynamic_slice(db_labels, (c0,), (step,)))
       key = jax.lax.add(key, _int32(jax.lax.eq(jax.lax.broadcast_in_dim(ql, shape, (0,)),
                                                jax.lax.broadcast_in_dim(lab, shape, (1,)))))
     return key, None
@@ -727,7 +741,9 @@ def _query_masks(query_words: np.ndarray, num_bits: int) -> np.ndarray:
 
 @_compile.jit(static_argnames=("num_bits",))
 def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *, num_bits):
-  """Bit-sliced Hamming histogram, as ``uint64[Q, H]`` sums that :func:`_decode_sums` unpacks on the host.
+  """Bit-sliced Hamming histogram, as a tuple of ``L`` sums ``uint64[Q, H]`` that :func:`_decode_sums` unpacks.
+
+  ``L = 8`` (fewer below 4 bits) and ``H = ceil((num_bits + 1) / L)``.
 
   ``planes`` is ``uint64[P, words]`` (:func:`_bit_planes`), 64 items per
   word; ``query_masks`` is ``uint64[Q, P]`` (:func:`_query_masks`); ``Q`` is

@@ -468,14 +468,15 @@ def test_histogram_paths_match_bincount():
   # Label-streamed Hamming histogram (no [Q, N] relevance matrix).
   q = rng.integers(0, 2, size=(5, 40))
   x = rng.integers(0, 2, size=(777, 40))
-  ql, xl = rng.integers(0, 3, 5), rng.integers(0, 3, 777)
+  # Labels of two integer dtypes (compared as int32 in the kernel).
+  ql, xl = rng.integers(0, 3, 5).astype(np.int8), rng.integers(0, 3, 777).astype(np.uint16)
   hist = np.asarray(codes._stream_hamming_bucketed(codes.pack_bits(q), codes.pack_bits(x), num_bits=40,
                                                    num_levels=2, chunk_size=100, query_labels=ql,
                                                    db_labels=xl))
   for i in range(5):
     dist = (q[i] != x).sum(1)
     np.testing.assert_array_equal(hist[i].reshape(-1), np.bincount(dist * 2 + (xl == ql[i]), minlength=82))
-  # An affinity matrix is not padded: blocks of 64 items, the last one shifted back over 777.
+  # An affinity matrix is not padded: blocks of 100 items (chunk_size), the last one shifted back over 777.
   aff = rng.integers(0, 3, size=(5, 777))
   hist = np.asarray(codes.hamming_histogram(codes.pack_bits(q), codes.pack_bits(x), aff, num_bits=40,
                                             chunk_size=100))
@@ -484,11 +485,11 @@ def test_histogram_paths_match_bincount():
     np.testing.assert_array_equal(hist[i].reshape(-1), np.bincount(dist * 3 + aff[i], minlength=123))
 
 
-@pytest.mark.parametrize("shape", [(1000, 100), (7, 3), (5, 40000), (2, 131073), (2, 131075), (3, 2, 9)])
+@pytest.mark.parametrize("shape", [(1001, 100), (7, 3), (5, 40000), (2, 131073), (2, 131075), (3, 2, 9)])
 @pytest.mark.parametrize("shared", [False, True])
 def test_streamed_distance_histogram_blocks_match_bincount(shape, shared):
   # The jitted core on device arrays (no bucketing): row tiles that do not divide the rows
-  # (1000 x 100: tiles of 655 rows), blocks that do not divide the items (131,075 = 3 blocks of
+  # (1001 x 100: two tiles of 501 rows), blocks that do not divide the items (131,075 = 3 blocks of
   # 43,692 minus 1), exact ones, and an [N] affinity and mask shared by every row.
   rng = np.random.default_rng(sum(shape))
   d = rng.integers(0, 9, size=shape).astype(np.int32)
@@ -685,3 +686,12 @@ def test_formulas_on_concrete_histograms_compile_nothing():
     jax.monitoring.unregister_event_duration_listener(listener)
   assert compiled == []
   assert all(isinstance(o, jax.Array) for o in outs)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (2, 0, 4)])
+def test_distance_histogram_of_nothing_is_zero(shape):
+  d = np.zeros(shape, np.int32)
+  want = np.zeros(shape[:-1] + (4, 1), np.int32)
+  np.testing.assert_array_equal(np.asarray(codes.distance_histogram(d, num_bits=3)), want)
+  traced = jax.jit(lambda x: codes.distance_histogram(x, num_bits=3))(jnp.asarray(d))
+  np.testing.assert_array_equal(np.asarray(traced), want)
