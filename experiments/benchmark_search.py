@@ -24,7 +24,8 @@ Each timing is the best of ``--repeats`` runs, hashjax and faiss alternating,
 so a busy machine slows both alike; compare the ratios. ``compile_s`` is the
 wall time jax spent tracing, lowering and compiling during hashjax's first
 call (measured with ``jax.monitoring``), after a warm-up search at another
-code length has paid jax's once-per-process start (printed first); on a loaded machine it stretches
+code length has paid jax's once-per-process start (printed first; the garbage collector is then
+frozen, :func:`experiments.common.freeze_gc`); on a loaded machine it stretches
 with the wait for a core, so ``first_cpu_s`` gives the CPU time the first call
 spent beyond the fastest later call (compilation plus one-off work), which
 waiting does not inflate. ``N-777`` is the compile time of a call on a

@@ -695,3 +695,9 @@ def test_distance_histogram_of_nothing_is_zero(shape):
   np.testing.assert_array_equal(np.asarray(codes.distance_histogram(d, num_bits=3)), want)
   traced = jax.jit(lambda x: codes.distance_histogram(x, num_bits=3))(jnp.asarray(d))
   np.testing.assert_array_equal(np.asarray(traced), want)
+
+
+def test_histogram_too_large_for_int32_keys_is_refused():
+  # 2^21 rows x 1,024 bins: the flat int32 keys would wrap; traced only (no memory is allocated).
+  with pytest.raises(ValueError, match="2\\^31"):
+    codes._distance_histogram.lower(jax.ShapeDtypeStruct((1 << 21, 1), np.int32), None, 1023, 1)
