@@ -320,7 +320,6 @@ def _distance_histogram(distances, affinity, num_bits, num_levels, where=None):
   rows = int(np.prod(distances.shape[:-1], dtype=np.int64))
   if rows == 0 or n == 0:  # nothing to count
     return jax.lax.full(distances.shape[:-1] + (num_bits + 1, num_levels), 0, np.int32)
-  d = jax.lax.reshape(distances, (rows, n))
   tile, step = _blocking(rows, n)
 
   def piece(x, r0, c0):
@@ -329,7 +328,7 @@ def _distance_histogram(distances, affinity, num_bits, num_levels, where=None):
     return jax.lax.dynamic_slice(jax.lax.reshape(x, (rows, n)), (r0, c0), (tile, step))
 
   def block_keys(r0, c0):
-    key = jax.lax.mul(_int32(piece(d, r0, c0)), _spread(np.int32(num_levels), (tile, step)))
+    key = jax.lax.mul(_int32(piece(distances, r0, c0)), _spread(np.int32(num_levels), (tile, step)))
     if affinity is not None:
       key = jax.lax.add(key, _int32(piece(affinity, r0, c0)))
     return key, None if where is None else piece(where, r0, c0)
@@ -362,9 +361,7 @@ def _bucketed_distance_histogram(distances, affinity, num_bits: int, num_levels:
   concrete = all(_checks.is_concrete(x) for x in inputs)
   on_host = concrete and any(isinstance(x, np.ndarray) for x in inputs)
   small = rows * n <= _BUCKET_ELEMENTS
-  if concrete and rows == 0:  # no rows: nothing to count (and no program to compile)
-    return _checks.as_jax(np.zeros(shape[:-1] + (num_bits + 1, num_levels), np.int32))
-  if not concrete or distances.ndim < 1 or not (small or on_host):
+  if not concrete or distances.ndim < 1 or rows == 0 or not (small or on_host):
     return _distance_histogram(_checks.as_jax(distances), _checks.as_jax(affinity), num_bits, num_levels,
                                _checks.as_jax(where))
   shared = lambda x: x is not None and x.ndim == 1 and len(shape) != 1  # one [N] row for all
