@@ -144,12 +144,15 @@ def test_bit_sliced_histogram_of_a_new_query_count_compiles_nothing(monkeypatch)
   assert compiled == []
 
 
-@pytest.mark.parametrize("block_words", [8, 16, 24])
-def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words):
+@pytest.mark.parametrize("block_words,plane_block_words", [(8, 16), (16, 32), (24, 1024)])
+def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words, plane_block_words):
   # Databases of more than _BLOCK_WORDS plane words are counted block by block (forced small
   # here: 8 to 24 words of 64 items, a remainder block, class segments of 8 words) and queries
-  # in chunks of 32 with a padded last chunk; the sums match a brute-force bincount.
+  # in chunks of 32 with a padded last chunk; the bit planes are computed in blocks of
+  # _PLANE_BLOCK_WORDS (16 and 32: a last block overlapping the one before; 1024: one padded
+  # block). The sums match a brute-force bincount.
   monkeypatch.setattr(codes, "_BLOCK_WORDS", block_words)
+  monkeypatch.setattr(codes, "_PLANE_BLOCK_WORDS", plane_block_words)
   rng = np.random.default_rng(block_words)
   num_bits, num_q, num_db = 33, 45, 3001
   q = rng.integers(0, 2, size=(num_q, num_bits))
