@@ -29,8 +29,10 @@ frozen, :func:`experiments.common.freeze_gc`); on a loaded machine it stretches
 with the wait for a core, so ``first_cpu_s`` gives the CPU time the first call
 spent beyond the fastest later call (compilation plus one-off work), which
 waiting does not inflate. ``N-777`` is the compile time of a call on a
-database 777 items smaller (the same shape bucket, so it should be 0). The
-load average is printed with each row. Results are checked: faiss's distances
+database 777 items smaller (the same shape bucket, so it should be 0). For
+knn, the last column gives the compile time of first calls at the other query
+buckets (32, 64, 128 or 256 queries per kernel call; each a new shape of both
+programs). The load average is printed with each row. Results are checked: faiss's distances
 must equal hashjax's, and hashjax's indices must follow the tie rule
 (ascending distance, then ascending index), checked against a numpy
 brute-force scan for ``--check_queries`` queries. At the end, if
@@ -193,11 +195,21 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
       else:
         jax.block_until_ready(search.radius_search(q, db[:-777], radius))
       recompiled = compile_seconds[0]
+      # knn's first calls at the other query buckets (32 to 256 queries per kernel call): each
+      # compiles both programs anew, more samples of what a new shape costs.
+      others = []
+      if name == "knn":
+        for count in (32, 64, 128, 256):
+          if count <= num_queries and search._lanes(count) != search._lanes(num_queries):
+            compile_seconds[0] = 0.0
+            search.knn(q[:count], db, k)[0].block_until_ready()
+            others.append(compile_seconds[0])
       hj_qps = num_queries / min(hj_times)
       fs_qps = num_queries / min(fs_times)
       rows.append(dict(bits=num_bits, op=name, hashjax_qps=hj_qps, faiss_qps=fs_qps,
                        ratio=hj_qps / fs_qps, compile_s=compiled, first_call_s=first,
                        first_cpu_s=max(0.0, first_cpu - min(hj_cpu)), recompile_s=recompiled,
+                       other_shapes_compile_s=others,
                        load=os.getloadavg()[0],
                        check=check))
       print(_format_row(rows[-1]), flush=True)
@@ -205,13 +217,16 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
 
 
 _HEADER = (f"{'bits':>5} {'op':<11}{'hashjax q/s':>13}{'faiss q/s':>12}{'ratio':>8}"
-           f"{'compile_s':>11}{'first_s':>9}{'first_cpu_s':>13}{'N-777':>7}{'load':>6}  check")
+           f"{'compile_s':>11}{'first_s':>9}{'first_cpu_s':>13}{'N-777':>7}{'load':>6}  check"
+           "  compile_s at other query buckets")
 
 
 def _format_row(row: Dict) -> str:
+  others = " ".join(f"{s:.3f}" for s in row["other_shapes_compile_s"])
   return (f"{row['bits']:>5} {row['op']:<11}{row['hashjax_qps']:>13.0f}{row['faiss_qps']:>12.0f}"
           f"{row['ratio']:>8.2f}{row['compile_s']:>11.3f}{row['first_call_s']:>9.3f}"
-          f"{row['first_cpu_s']:>13.3f}{row['recompile_s']:>7.3f}{row['load']:>6.1f}  {row['check']}")
+          f"{row['first_cpu_s']:>13.3f}{row['recompile_s']:>7.3f}{row['load']:>6.1f}  {row['check']}"
+          f"{'  ' + others if others else ''}")
 
 
 def _run_metrics_benchmark(small: bool) -> None:
