@@ -73,6 +73,28 @@ class _Jitted:
         _rejected[0] = True
     return self._plain(*args, **kwargs)
 
+  def precompile(self, *args, **kwargs) -> None:
+    """Compiles for these arguments now, as their first call would, without running anything.
+
+    jax shares the compilation with later calls. A caller that dispatches other
+    work before its first call can compile first, so that the compilation does
+    not compete for the CPU with that work (see :func:`hashjax.search.knn`).
+    Inside a trace it does nothing: the function is inlined into the caller's
+    program.
+    """
+    if not (_top_level() if _top_level is not None else
+            not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))):
+      return
+    if _options_apply():
+      try:
+        self._fast.lower(*args, **kwargs).compile()
+        return
+      except Exception as e:  # pylint: disable=broad-except
+        if not _is_rejection(e):
+          raise
+        _rejected[0] = True
+    self._plain.lower(*args, **kwargs).compile()
+
   def lower(self, *args, **kwargs):
     return self._active().lower(*args, **kwargs)
 

@@ -130,6 +130,25 @@ def test_a_database_in_the_same_bucket_compiles_nothing():
   assert compiled == []
 
 
+def test_a_first_knn_call_compiles_each_program_once():
+  # The selection is compiled before the scan runs (_Jitted.precompile); the call itself must
+  # reuse that compilation, not compile the selection a second time.
+  names = []
+  listener = lambda event, duration, **kwargs: names.append(kwargs.get("fun_name")) if event.endswith(
+      "backend_compile_duration") else None
+  rng = np.random.default_rng(23)
+  x = _codes(rng, 20000, 96)
+  q = _codes(rng, 41, 96)
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    dist, ids = search.knn(q, x, 13, chunk_size=2048)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  np.testing.assert_array_equal(np.asarray(ids), _ref_knn(q, x, 13)[1])
+  assert len(names) == len(set(names)), names
+  assert set(names) <= {"jit(_chunk_minima)", "jit(_select)"}, names
+
+
 def test_knn_wide_codes_use_uint16_minima():
   # 288 bits: distances above 255 need the uint16 kernel.
   rng = np.random.default_rng(3)
