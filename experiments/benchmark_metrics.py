@@ -351,7 +351,13 @@ def compile_times(data):
                    ("tie_aware_ndcg_from_histogram", metrics.tie_aware_ndcg_from_histogram)):
     sec, programs = events.during(lambda: fn(hist))
     rows.append((f"{name}, first call (host numpy; programs compiled: {programs})", sec))
-    rows.append((f"{name}, traced: jit of the call", _compile_seconds(jax.jit(fn), hist)))
+    rows.append((f"{name}, traced: jit of the call (CPU: a host callback)", _compile_seconds(jax.jit(fn), hist)))
+    saved, metrics._HOST_CALLBACK_BACKENDS = metrics._HOST_CALLBACK_BACKENDS, ()
+    try:  # what other backends compile: the formula itself (a new shape: nothing cached)
+      rows.append((f"{name}, traced and compiled with jax.numpy (other backends; forced here)",
+                   _compile_seconds(jax.jit(fn), hist[1:])))
+    finally:
+      metrics._HOST_CALLBACK_BACKENDS = saved
   n = data["xw"].shape[0]
   # A new number of queries (above 16): the bit-sliced kernel runs on chunks of 32 queries, so it
   # compiles nothing; the scatter-add paths compile per shape.
@@ -374,12 +380,13 @@ def compile_times(data):
   # The bit-sliced path's two programs, each compiled alone for shapes not seen before.
   layout = codes._label_layout(data["ql"][2:], data["xl"])  # numpy: nothing to compile
   placed = layout.place(data["xw"])
-  block = placed[:codes._PLANE_ITEMS * min(codes._PLANE_BLOCK_WORDS, layout.num_words)]
+  block_rows = codes._PLANE_ITEMS * codes._plane_block_words(layout.num_words)  # one block, as _planes has it
+  block = np.pad(placed[:block_rows], ((0, max(0, block_rows - placed.shape[0])), (0, 0)))
   with jax.enable_x64(True):  # the kernel's planes are uint64 words
     planes = jnp.asarray(codes._planes(placed, num_bits=NUM_BITS))
     masks = codes._query_masks(np.asarray(data["qw"])[:16], NUM_BITS)  # a chunk of 16: a new shape
     rows += [
-        (f"  the bit planes, once per code length (a block at {NUM_BITS - 1} bits)", _compile_seconds(
+        (f"  the bit planes (one block shape per code length; a block at {NUM_BITS - 1} bits)", _compile_seconds(
             codes._bit_planes, block, num_bits=NUM_BITS - 1)),
         ("  the bit-sliced histogram kernel alone (32 bits, labels, a chunk of 16 queries)", _compile_seconds(
             codes._sliced_counts, masks, planes, jnp.asarray(layout.segment_class),

@@ -39,6 +39,13 @@ _OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 _rejected = [False]  # set once a jaxlib refuses the option
 
 
+def _nested(args, kwargs) -> bool:
+  """True inside a trace (a caller's ``jit``, ``vmap``, ...)."""
+  if _top_level is not None:
+    return not _top_level()
+  return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
+
+
 def _is_rejection(error: Exception) -> bool:
   return "No such compile option" in str(error)
 
@@ -59,41 +66,36 @@ class _Jitted:
   def _active(self):
     return self._fast if _options_apply() else self._plain
 
-  def __call__(self, *args, **kwargs):
-    nested = (not _top_level() if _top_level is not None else
-              any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))))
-    if nested:  # inlined into the caller's program, compiled with the caller's options
-      return self._plain(*args, **kwargs)
+  def _with_options(self, use: Callable[[Any], Any]):
+    """``use(jitted)`` with the options while the jaxlib accepts them, else with plain ``jax.jit``."""
     if _options_apply():
       try:
-        return self._fast(*args, **kwargs)
+        return use(self._fast)
       except Exception as e:  # pylint: disable=broad-except
         if not _is_rejection(e):
           raise
         _rejected[0] = True
-    return self._plain(*args, **kwargs)
+    return use(self._plain)
+
+  def __call__(self, *args, **kwargs):
+    if _nested(args, kwargs):  # inlined into the caller's program, compiled with the caller's options
+      return self._plain(*args, **kwargs)
+    return self._with_options(lambda f: f(*args, **kwargs))
 
   def precompile(self, *args, **kwargs) -> None:
     """Compiles for these arguments now, as their first call would, without running anything.
 
-    jax shares the compilation with later calls. A caller that dispatches other
-    work before its first call can compile first, so that the compilation does
-    not compete for the CPU with that work (see :func:`hashjax.search.knn`).
-    Inside a trace it does nothing: the function is inlined into the caller's
-    program.
+    jax shares the compilation with a later call whose arguments match exactly:
+    the same shapes and dtypes, weak types (a Python ``int`` is not an
+    ``np.int32``), committed placement (``jax.device_put(x, device)`` is not
+    ``jax.device_put(x)`` or a numpy array) and x64 mode; otherwise that call
+    compiles again. A caller that dispatches other work before its first call
+    can compile first, so that the compilation does not compete for the CPU
+    with that work (see :func:`hashjax.search.knn`). Inside a trace it does
+    nothing: the function is inlined into the caller's program.
     """
-    if not (_top_level() if _top_level is not None else
-            not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))):
-      return
-    if _options_apply():
-      try:
-        self._fast.lower(*args, **kwargs).compile()
-        return
-      except Exception as e:  # pylint: disable=broad-except
-        if not _is_rejection(e):
-          raise
-        _rejected[0] = True
-    self._plain.lower(*args, **kwargs).compile()
+    if not _nested(args, kwargs):
+      self._with_options(lambda f: f.lower(*args, **kwargs).compile())
 
   def lower(self, *args, **kwargs):
     return self._active().lower(*args, **kwargs)

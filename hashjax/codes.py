@@ -495,7 +495,8 @@ _SLICED_MAX_BITS = 128
 
 #: Below this many (query, item) pairs the streamed scatter-add is used: at such sizes compilation,
 #: not counting, is what a call costs, and its one program (shapes bucketed by powers of two) is
-#: shared by more shapes than the bit-sliced path's (the kernel per block shape, the bit planes per code length).
+#: shared by more shapes than the bit-sliced path's (the kernel per block shape, the bit planes in
+#: two shapes per code length).
 _SLICED_MIN_PAIRS = 1 << 22
 
 #: With labels, the database is laid out in class segments (:func:`_class_layout`) of this many
@@ -605,22 +606,34 @@ def _pack_planes(bits):
   return jnp.sum(b << jnp.arange(_PLANE_ITEMS, dtype=jnp.uint64), axis=-1, dtype=jnp.uint64)
 
 
-#: Plane words (64 items each) per call of :func:`_bit_planes` (fewer for a smaller database: the
-#: next power of two). One block shape per code length: a new database size compiles no planes
-#: program (the planes took 0.08 to 0.13 s to compile per shape), and the host assembles the
-#: blocks. At 10^6 items the blocks ran as fast as one program per shape: 0.018 against 0.017 s at
-#: 32 bits, 0.068 against 0.074 s at 128 (development measurements, one process).
+#: Plane words (64 items each) per call of :func:`_bit_planes`: blocks of 1,024 words, or of
+#: 128 for a database of fewer than 1,024 words (65,536 items), so that a small one computes
+#: at most 127 words of padding. Two block shapes per code length: a new database size compiles
+#: no planes program (the planes took 0.08 to 0.13 s to compile per shape), and the host
+#: assembles the blocks. At 10^6 items the blocks ran as fast as one program per shape: 0.018
+#: against 0.017 s at 32 bits, 0.068 against 0.074 s at 128 (development measurements, one
+#: process).
 _PLANE_BLOCK_WORDS = 1024
+_PLANE_SMALL_BLOCK_WORDS = 128
+
+#: Plane words unpacked at a time inside :func:`_bit_planes`, at most: times ``P`` planes, 1,024.
+_PLANE_UNPACK_WORDS = 1024
+
+
+def _plane_block_words(num_words: int) -> int:
+  """Words per :func:`_bit_planes` call for a database of ``num_words`` plane words."""
+  return _PLANE_BLOCK_WORDS if num_words >= _PLANE_BLOCK_WORDS else _PLANE_SMALL_BLOCK_WORDS
 
 
 @_compile.jit(static_argnames=("num_bits",))
 def _bit_planes(db_words, *, num_bits):
   """``uint64[P, M]``: word ``m`` of plane ``j`` holds bit ``j`` of items ``64 m .. 64 m + 63``.
 
-  ``db_words`` is ``uint32[64 M, W]``; ``P = groups * planes per group``
-  (:func:`_group_shape`) is at least ``num_bits``, and planes past
-  ``num_bits`` are zero. Run with x64 enabled. Items are unpacked ``2^16 / P``
-  at a time (a loop), so that their bits (8 bytes each) stay within 512 KB, in
+  ``db_words`` is ``uint32[64 M, W]``, ``M`` a power of two; ``P = groups *
+  planes per group`` (:func:`_group_shape`) is at least ``num_bits``, and
+  planes past ``num_bits`` are zero. Run with x64 enabled. The items of ``B``
+  words are unpacked at a time (a loop), ``B`` the largest power of two with
+  ``B * P <= 1,024``, so that their bits (8 bytes each) stay within 512 KB, in
   the cache (10^6 items in blocks of 1,024 words: 32 words at a time at 32 bits
   took 0.018 s against 0.036 s for all 1,024 at once, 8 at a time at 128 bits
   0.068 s against 0.64 s; development measurements).
@@ -629,7 +642,7 @@ def _bit_planes(db_words, *, num_bits):
   groups, per_group = _group_shape(num_bits)
   j = np.minimum(np.arange(groups * per_group), num_bits - 1)
   keep = (np.arange(groups * per_group) < num_bits).astype(np.uint32)
-  block = math.gcd(num_words, max(1, 1024 // (groups * per_group)))
+  block = min(num_words, 1 << (max(1, _PLANE_UNPACK_WORDS // (groups * per_group)).bit_length() - 1))
 
   def planes_of(w):  # [64 block, W] -> [P, block]
     bits = (w[:, j // 32] >> jnp.asarray(j % 32, jnp.uint32)[None, :]) & jnp.asarray(keep)[None, :]
@@ -642,19 +655,20 @@ def _bit_planes(db_words, *, num_bits):
 def _planes(placed: np.ndarray, *, num_bits: int) -> np.ndarray:
   """:func:`_bit_planes` of ``placed`` (``uint32[64 M, W]``, on the host) as ``uint64[P, M]`` on the host.
 
-  Computed in blocks of one shape, :data:`_PLANE_BLOCK_WORDS` words (or the
-  next power of two above ``M``, the codes padded with zeros); the last block
-  ends at ``M`` and overlaps the one before it.
+  Computed in blocks of :func:`_plane_block_words` words; the last block ends
+  at ``M`` and overlaps the one before it, and a database smaller than one
+  block is padded with zero codes to a block.
   """
   num_words = placed.shape[0] // _PLANE_ITEMS
-  block = min(_PLANE_BLOCK_WORDS, _next_pow2(num_words))
+  block = _plane_block_words(num_words)
   if num_words < block:
     placed = np.pad(placed, ((0, _PLANE_ITEMS * (block - num_words)), (0, 0)))
   groups, per_group = _group_shape(num_bits)
-  out = np.empty((groups * per_group, max(num_words, block)), np.uint64)
+  total = max(num_words, block)
+  out = np.empty((groups * per_group, total), np.uint64)
   with jax.enable_x64(True):
-    for end in range(block, num_words + block, block):
-      end = min(end, max(num_words, block))
+    for end in range(block, total + block, block):
+      end = min(end, total)  # the last block: shifted back to end at the last word
       out[:, end - block:end] = np.asarray(_bit_planes(placed[_PLANE_ITEMS * (end - block):_PLANE_ITEMS * end],
                                                        num_bits=num_bits))
   return out[:, :num_words]

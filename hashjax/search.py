@@ -448,7 +448,7 @@ def _knn_hierarchical(query_words, db_words, k, chunk_size, offset, ties=False):
   db_host, db_pad = db_pad, _checks.as_jax(db_pad)
   lanes = _lanes(num_q)
   while lanes > 1 and lanes * k * _BB * num_words > _STAGE_ELEMS:
-    lanes //= 2
+    lanes = 32 if lanes == 128 else lanes // 2  # (not 64, see _lanes)
   q_pad = _pad_rows(query_words, -(-num_q // lanes) * lanes, fill_last=False)
   q_bytes_t = _as_bytes(q_pad).T
   # Minima buffers, updated in place chunk by chunk; past the real chunks they

@@ -144,15 +144,20 @@ def test_bit_sliced_histogram_of_a_new_query_count_compiles_nothing(monkeypatch)
   assert compiled == []
 
 
-@pytest.mark.parametrize("block_words,plane_block_words", [(8, 16), (16, 32), (24, 1024)])
-def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words, plane_block_words):
+@pytest.mark.parametrize("block_words,plane_block_words,small_block_words", [
+    (8, 16, 8), (16, 32, 8), (24, 1024, 32), (24, 1024, 128)])
+def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words, plane_block_words,
+                                                                   small_block_words):
   # Databases of more than _BLOCK_WORDS plane words are counted block by block (forced small
   # here: 8 to 24 words of 64 items, a remainder block, class segments of 8 words) and queries
-  # in chunks of 32 with a padded last chunk; the bit planes are computed in blocks of
-  # _PLANE_BLOCK_WORDS (16 and 32: a last block overlapping the one before; 1024: one padded
-  # block). The sums match a brute-force bincount.
+  # in chunks of 32 with a padded last chunk. The layouts have 48 plane words (plain) and 80
+  # (labels); their bit planes are computed in blocks of _PLANE_BLOCK_WORDS words, or of
+  # _PLANE_SMALL_BLOCK_WORDS below that: blocks of 16 (whole multiples), of 32 (a last block
+  # overlapping the one before), of 32 below 1024 (the same, small blocks) and of 128 (one
+  # padded block). The sums match a brute-force bincount.
   monkeypatch.setattr(codes, "_BLOCK_WORDS", block_words)
   monkeypatch.setattr(codes, "_PLANE_BLOCK_WORDS", plane_block_words)
+  monkeypatch.setattr(codes, "_PLANE_SMALL_BLOCK_WORDS", small_block_words)
   rng = np.random.default_rng(block_words)
   num_bits, num_q, num_db = 33, 45, 3001
   q = rng.integers(0, 2, size=(num_q, num_bits))
@@ -166,6 +171,33 @@ def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, b
     np.testing.assert_array_equal(plain[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
     keys = d[i] * 2 + (xl == ql[i])
     np.testing.assert_array_equal(labelled[i].reshape(-1), np.bincount(keys, minlength=2 * (num_bits + 1)))
+
+
+def test_a_new_database_size_compiles_no_bit_planes(monkeypatch):
+  # The bit planes are computed in blocks of one shape (here 32 words, the last block shifted
+  # back to end at the last word): a database in a new size bucket compiles the kernel only.
+  monkeypatch.setattr(codes, "_PLANE_BLOCK_WORDS", 32)
+  rng = np.random.default_rng(29)
+  num_bits = 27
+  q = rng.integers(0, 2, size=(40, num_bits))
+  qw = codes.pack_bits(q)
+  names = []
+  listener = lambda event, duration, **kwargs: names.append(kwargs.get("fun_name")) if event.endswith(
+      "backend_compile_duration") else None
+  for num_db in (3001, 5500):  # 48 and 88 plane words: blocks [0, 32), [16, 48); [0, 32), [32, 64), [56, 88)
+    assert codes._sliced_num_words(num_db) == {3001: 48, 5500: 88}[num_db]
+    x = rng.integers(0, 2, size=(num_db, num_bits))
+    xw = np.asarray(codes.pack_bits(x))
+    names.clear()
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+      hist = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits))
+    finally:
+      jax.monitoring.unregister_event_duration_listener(listener)
+    d = (q[:, None, :] != x[None, :, :]).sum(-1)
+    for i in range(len(q)):
+      np.testing.assert_array_equal(hist[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
+  assert names == ["jit(_sliced_counts)"], names  # the second size: its kernel, no planes
 
 
 @pytest.mark.parametrize("query_labels,db_labels", [

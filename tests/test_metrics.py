@@ -7,6 +7,7 @@
 * Deterministic AP, radius metrics, kNN: python loops; AP without ties: sklearn.
 """
 
+import contextlib
 import itertools
 import math
 
@@ -110,9 +111,22 @@ def _random_batch(rng, num_bits, rows, n, p_rel, levels=2):
 
 KS = [1, 2, 3, 4, 6, 100]
 
-#: Every formula runs on two paths: numpy on the host for concrete inputs, jax.numpy traced
-#: into the caller's program under jit. The contract tests run both against the references.
-PATHS = ["host", "traced"]
+#: Every formula runs on three paths: numpy on the host for concrete inputs; under jit on the
+#: CPU, the same numpy code through jax.pure_callback ("traced"); under jit on other backends,
+#: jax.numpy traced into the caller's program ("compiled", forced here on the CPU). The
+#: contract tests run all three against the references.
+PATHS = ["host", "traced", "compiled"]
+
+
+@contextlib.contextmanager
+def _compiled_formulas(compiled: bool = True):
+  """Traced formulas compiled with jax.numpy, as on an accelerator (no host callback)."""
+  saved = metrics._HOST_CALLBACK_BACKENDS
+  metrics._HOST_CALLBACK_BACKENDS = () if compiled else saved
+  try:
+    yield
+  finally:
+    metrics._HOST_CALLBACK_BACKENDS = saved
 
 
 def _on(path):
@@ -121,7 +135,8 @@ def _on(path):
     if path == "host":
       out = fn(*arrays, **options)
     else:
-      out = jax.jit(lambda *xs: fn(*xs, **options))(*arrays)
+      with _compiled_formulas(path == "compiled"):  # the choice is made while tracing
+        out = jax.jit(lambda *xs: fn(*xs, **options))(*arrays)
     return jax.tree_util.tree_map(np.asarray, out)
   return call
 
@@ -432,17 +447,41 @@ def test_where_equals_dropping_items():
       assert _close(masked_det[q], sub)
 
 
-def test_jit_and_vmap_compatible():
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_jit_and_vmap_compatible(compiled, x64):
   rng = np.random.default_rng(1)
   d = rng.integers(0, 5, size=(3, 20))
   rel = (rng.random((3, 20)) < 0.5).astype(np.int32)
   eager = np.asarray(metrics.tie_aware_ap(d, rel, num_bits=4))
-  jitted = jax.jit(lambda x, y: metrics.tie_aware_ap(x, y, num_bits=4))(d, rel)
-  vmapped = jax.vmap(lambda x, y: metrics.tie_aware_ap(x, y, num_bits=4))(d, rel)
+  with _compiled_formulas(compiled), jax.enable_x64(x64):  # float64 results cross the callback too
+    assert metrics.tie_aware_ap(d, rel, num_bits=4).dtype == (np.float64 if x64 else np.float32)
+    jitted = jax.jit(lambda x, y: metrics.tie_aware_ap(x, y, num_bits=4))(d, rel)
+    vmapped = jax.vmap(lambda x, y: metrics.tie_aware_ap(x, y, num_bits=4))(d, rel)
+    nd = jax.jit(lambda x, y: metrics.tie_aware_ndcg(x, y, num_bits=4, num_levels=2))(d, rel)
+    # Means per row of a vmapped batch: the callback of mean_and_count must see one row at a time.
+    means = jax.jit(jax.vmap(lambda x, y: metrics.mean_and_count(metrics.tie_aware_ap(x, y, num_bits=4))))(
+        d.reshape(3, 1, 20), rel.reshape(3, 1, 20))
+  assert jitted.dtype == vmapped.dtype == nd.dtype == means.mean.dtype == (np.float64 if x64 else np.float32)
   np.testing.assert_allclose(np.asarray(jitted), eager, rtol=1e-6)
   np.testing.assert_allclose(np.asarray(vmapped), eager, rtol=1e-6)
-  nd = jax.jit(lambda x, y: metrics.tie_aware_ndcg(x, y, num_bits=4, num_levels=2))(d, rel)
   np.testing.assert_allclose(np.asarray(nd), np.asarray(metrics.tie_aware_ndcg(d, rel, num_bits=4)), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(means.mean), np.where(np.isnan(eager), np.nan, eager), rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(means.num_undefined), np.isnan(eager).astype(np.int32))
+
+
+def test_traced_formulas_are_a_host_callback_on_the_cpu():
+  # Under jit on the CPU the caller's program holds a call to the numpy formula, not the
+  # formula: no log1p or exp of the harmonic and discount sums to compile.
+  hist = np.random.default_rng(2).integers(0, 9, size=(4, 9, 2)).astype(np.int32)
+  lowered = lambda: jax.jit(lambda h: (metrics.tie_aware_ap_from_histogram(h),  # a new function:
+                                       metrics.tie_aware_ndcg_from_histogram(h))).lower(hist).as_text()  # no cache
+  with _compiled_formulas(False):
+    text = lowered()
+  with _compiled_formulas(True):
+    compiled = lowered()
+  assert "callback" in text and "log_plus_one" not in text and "exponential" not in text
+  assert "callback" not in compiled and "log_plus_one" in compiled
 
 
 # ----------------------------------------------------------------------------

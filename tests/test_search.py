@@ -140,13 +140,12 @@ def test_a_first_knn_call_compiles_each_program_once():
   x = _codes(rng, 20000, 96)
   q = _codes(rng, 41, 96)
   jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
-    dist, ids = search.knn(q, x, 13, chunk_size=2048)
+  try:  # a chunk size and k of this test only: both programs are new
+    dist, ids = search.knn(q, x, 13, chunk_size=2304)
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
   np.testing.assert_array_equal(np.asarray(ids), _ref_knn(q, x, 13)[1])
-  assert len(names) == len(set(names)), names
-  assert set(names) <= {"jit(_chunk_minima)", "jit(_select)"}, names
+  assert names == ["jit(_select)", "jit(_chunk_minima)"], names  # the selection first, each once
 
 
 def test_knn_wide_codes_use_uint16_minima():
