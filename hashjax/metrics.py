@@ -39,13 +39,16 @@ Conventions (one per idea, see ``hashjax.codes``):
   A concrete histogram (a few numbers per query) is evaluated on the host with
   numpy, so a call at a new shape compiles nothing. Under ``jit`` or ``vmap``
   on the CPU, the same numpy code runs through ``jax.pure_callback`` (the
-  caller's program compiles a call, not the formula); on other backends the
+  caller's program compiles a call, not the formula); on other backends, for
+  float inputs (differentiable) and inside the training objectives, the
   formula is traced with jax.numpy into the caller's program. Results are jax
   arrays either way.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 import operator
@@ -336,70 +339,86 @@ def _relevance_histogram(distances, relevance, num_bits, where):
 _HOST_ERRSTATE = dict(divide="ignore", invalid="ignore", over="ignore")
 
 
-#: Backends on which a traced formula runs on the host too, through ``jax.pure_callback``:
-#: compiled by XLA:CPU, AP took 0.34 to 0.41 s and NDCG 0.36 to 0.49 s per shape (a caller's
-#: ``jit``, 1,000 queries at 32 bits, seven runs of ``experiments/benchmark_metrics.py``), the
-#: callback about 0.03 s. On an accelerator the formulas are compiled with the caller's
-#: program (a callback would stop the device for a copy to the host).
+#: Backends on which a traced formula of an integer histogram runs on the host too, through
+#: ``jax.pure_callback``: compiled by XLA:CPU, AP took 0.34 to 0.41 s and NDCG 0.36 to 0.49 s
+#: per shape (a caller's ``jit``, 1,000 queries at 32 bits, seven runs of
+#: ``experiments/benchmark_metrics.py``), the callback about 0.03 s. On an accelerator the
+#: formulas are compiled with the caller's program (a callback would stop the device for a
+#: copy to the host).
 _HOST_CALLBACK_BACKENDS = ("cpu",)
 
+#: Set (by :func:`_compiled_formulas`) while library code traces formulas that must be compiled
+#: into its program: the training objectives (``hashjax.objectives.scores``) evaluate them on
+#: every swap of every step, where a host round trip per step would cost more than compiling.
+_COMPILED = contextvars.ContextVar("hashjax_compiled_formulas", default=False)
 
-def _on_hist(kernel, hist, *args, batched_leading: bool = True):
+
+@contextlib.contextmanager
+def _compiled_formulas():
+  """Within: traced formulas are compiled with jax.numpy on every backend (no host callback)."""
+  token = _COMPILED.set(True)
+  try:
+    yield
+  finally:
+    _COMPILED.reset(token)
+
+
+def _on_hist(kernel, hist, *args):
   """``kernel(hist, *args, xp)``: numpy on the host, or traced with jax.numpy.
 
   Concrete ``hist`` and array ``args``: numpy on the host. Traced (under
-  ``jit``, ``vmap``, ...): on the backends of :data:`_HOST_CALLBACK_BACKENDS`,
-  the same numpy code through ``jax.pure_callback``; elsewhere the formula
-  traced with jax.numpy into the caller's program. The host paths return jax
-  arrays of the dtypes the traced one gives. ``batched_leading``: the kernel
-  maps leading axes of its array arguments independently (every histogram
-  formula), so a ``vmap`` can hand the callback whole batches.
+  ``jit``, ``vmap``, ...): an integer ``hist`` with no array ``args``, on the
+  backends of :data:`_HOST_CALLBACK_BACKENDS` and outside
+  :func:`_compiled_formulas`, runs the same numpy code through
+  ``jax.pure_callback`` (:func:`_host_callback`); otherwise the formula is
+  traced with jax.numpy into the caller's program (so a float input, such as
+  :func:`mean_and_count`'s values, stays differentiable). The host paths
+  return jax arrays of the dtypes the traced one gives.
   """
   if all(_checks.is_concrete(x) for x in (hist, *args)):
     args = [np.asarray(a) if isinstance(a, jax.Array) else a for a in args]
     with np.errstate(**_HOST_ERRSTATE):
       out = kernel(np.asarray(hist), *args, xp=np)
     return jax.tree_util.tree_map(_checks.as_jax, out)
-  if jax.default_backend() not in _HOST_CALLBACK_BACKENDS:
-    return kernel(jnp.asarray(hist), *args, xp=jnp)
-  return _host_callback(kernel, hist, args, "broadcast_all" if batched_leading else "sequential")
+  fixed_args = not any(isinstance(a, (jax.Array, jax.core.Tracer, np.ndarray)) for a in args)
+  if (fixed_args and jnp.issubdtype(hist.dtype, jnp.integer) and not _COMPILED.get()
+      and jax.default_backend() in _HOST_CALLBACK_BACKENDS):
+    return _host_callback(kernel, hist, args)
+  return kernel(jnp.asarray(hist), *args, xp=jnp)
 
 
-def _host_callback(kernel, hist, args, vmap_method: str):
-  """``kernel`` of traced arrays as a ``jax.pure_callback`` of its numpy form.
+def _host_callback(kernel, hist, args):
+  """``kernel(hist, *args)`` of a traced integer ``hist[..., B, V]`` as a ``jax.pure_callback``
+  of its numpy form; ``args`` are fixed (dtypes, flags, numpy scalars such as a cutoff).
 
-  The arrays among ``hist`` and ``args`` (``jax.Array``, tracers, numpy arrays
-  of at least one axis) are the callback's operands; the rest (dtypes, flags,
-  numpy scalars such as a cutoff) are fixed. The result's shapes and dtypes
-  come from a numpy run on zeros of the operands' shapes.
+  Every histogram formula maps the leading axes independently, so a ``vmap``
+  hands the callback whole batches (``vmap_method="broadcast_all"``), and the
+  result's shapes and dtypes come from a numpy run on one row of zeros. A
+  program holding the callback cannot be serialised with ``jax.export``.
   """
-  is_operand = [isinstance(a, (jax.Array, jax.core.Tracer)) or (isinstance(a, np.ndarray) and a.ndim > 0)
-                for a in args]
-  operands = [hist] + [a for a, o in zip(args, is_operand) if o]
-
-  def run(arrays):
-    rest = iter(arrays[1:])
-    full = [next(rest) if o else a for a, o in zip(args, is_operand)]
+  def run(h):
     with np.errstate(**_HOST_ERRSTATE):
-      return kernel(arrays[0], *full, xp=np)
+      return kernel(h, *args, xp=np)
 
-  zeros = [np.zeros(np.shape(x), np.dtype(x.dtype)) for x in operands]
+  lead = hist.ndim - 2
+  row = run(np.zeros((1,) * lead + tuple(hist.shape[lead:]), np.dtype(hist.dtype)))
   spec = jax.tree_util.tree_map(
-      lambda y: jax.ShapeDtypeStruct(np.shape(y), jax.dtypes.canonicalize_dtype(np.asarray(y).dtype)), run(zeros))
+      lambda y: jax.ShapeDtypeStruct(tuple(hist.shape[:lead]) + np.shape(y)[lead:],
+                                     jax.dtypes.canonicalize_dtype(np.asarray(y).dtype)), row)
   # 64-bit results travel as pairs of uint32 words: jax canonicalises a callback's outputs
   # under the x64 setting of the thread that runs it, which a `jax.enable_x64` context around
-  # the call does not reach (float64 would arrive as float32 and be refused).
+  # the call does not reach (float64 arrived as float32 and was refused: the traced x64 tests
+  # in tests/test_metrics.py failed without the pairs).
   wide = lambda t: np.dtype(t.dtype).itemsize == 8
   carried = jax.tree_util.tree_map(
       lambda t: jax.ShapeDtypeStruct(t.shape + (2,), np.uint32) if wide(t) else t, spec)
 
-  def host(*arrays):
-    out = run([np.asarray(x) for x in arrays])
+  def host(h):
     return jax.tree_util.tree_map(
         lambda y, t: np.ascontiguousarray(y, t.dtype).view("<u4").reshape(np.shape(y) + (2,)) if wide(t)
-        else np.asarray(y, t.dtype), out, spec)
+        else np.asarray(y, t.dtype), run(np.asarray(h)), spec)
 
-  out = jax.pure_callback(host, carried, *operands, vmap_method=vmap_method)
+  out = jax.pure_callback(host, carried, hist, vmap_method="broadcast_all")
   return jax.tree_util.tree_map(lambda y, t: jax.lax.bitcast_convert_type(y, t.dtype) if wide(t) else y, out, spec)
 
 
@@ -1247,7 +1266,7 @@ def mean_and_count(values: Array, *, where: Optional[Array] = None) -> MeanCount
     if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
       raise ValueError("where: expected a bool mask")
     _checks.check_shape("where", where, values.shape, like="values")
-  return _on_hist(_mean_and_count, values, where, batched_leading=False)
+  return _on_hist(_mean_and_count, values, where)
 
 
 # --------------------------------------------------------------------------

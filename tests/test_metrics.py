@@ -118,15 +118,9 @@ KS = [1, 2, 3, 4, 6, 100]
 PATHS = ["host", "traced", "compiled"]
 
 
-@contextlib.contextmanager
 def _compiled_formulas(compiled: bool = True):
   """Traced formulas compiled with jax.numpy, as on an accelerator (no host callback)."""
-  saved = metrics._HOST_CALLBACK_BACKENDS
-  metrics._HOST_CALLBACK_BACKENDS = () if compiled else saved
-  try:
-    yield
-  finally:
-    metrics._HOST_CALLBACK_BACKENDS = saved
+  return metrics._compiled_formulas() if compiled else contextlib.nullcontext()
 
 
 def _on(path):
@@ -468,6 +462,31 @@ def test_jit_and_vmap_compatible(compiled, x64):
   np.testing.assert_allclose(np.asarray(nd), np.asarray(metrics.tie_aware_ndcg(d, rel, num_bits=4)), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(means.mean), np.where(np.isnan(eager), np.nan, eager), rtol=1e-6)
   np.testing.assert_array_equal(np.asarray(means.num_undefined), np.isnan(eager).astype(np.int32))
+
+
+def test_mean_and_count_stays_differentiable_under_jit():
+  # Float values are traced with jax.numpy (no host callback, which has no derivative).
+  w = jnp.array([1.0, 2.0, 3.0])
+  grad = jax.jit(jax.grad(lambda v: metrics.mean_and_count(v * 2.0).mean))(w)
+  np.testing.assert_allclose(np.asarray(grad), [2.0 / 3] * 3, rtol=1e-6)
+  where = np.array([True, False, True])
+  masked = jax.jit(lambda v, m: metrics.mean_and_count(v, where=m))(w, where)
+  assert float(masked.mean) == 2.0 and int(masked.num_undefined) == 0
+
+
+def test_training_objectives_compile_their_formulas():
+  # The scores LambdaRank evaluates on every swap of every step stay in the XLA program.
+  from hashjax import objectives  # pylint: disable=g-import-not-at-top
+  d = np.random.default_rng(4).integers(0, 9, size=(3, 12)).astype(np.int32)
+  aff = (d % 3 == 0).astype(np.int32)
+  for score in (lambda x, a: objectives.average_precision_score(x, a, num_bits=8),
+                lambda x, a: objectives.ndcg_score(x, a, num_bits=8, num_levels=2),
+                lambda x, a: objectives.average_precision_from_histogram(
+                    codes.distance_histogram(x, a, num_bits=8, num_levels=2))):
+    text = jax.jit(score).lower(d, aff).as_text()
+    assert "callback" not in text and "log_plus_one" in text
+  text = jax.jit(lambda x, a: metrics.tie_aware_ap(x, a, num_bits=8)).lower(d, aff).as_text()
+  assert "callback" in text  # the public metric under a caller's jit on the CPU
 
 
 def test_traced_formulas_are_a_host_callback_on_the_cpu():

@@ -561,7 +561,8 @@ def average_precision_score(distances: Array, affinity: Array, *, num_bits: int,
   check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
   k = _check_int("k", k, low=1, allow_none=True)
   relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
-  return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
+  with metrics._compiled_formulas():  # pylint: disable=protected-access
+    return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
 
 
 def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
@@ -594,8 +595,9 @@ def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: 
   check_distances(distances, num_bits=num_bits)
   check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
   k = _check_int("k", k, low=1, allow_none=True)
-  return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
-                                                   num_levels=num_levels))
+  with metrics._compiled_formulas():  # pylint: disable=protected-access
+    return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
+                                                     num_levels=num_levels))
 
 
 # --------------------------------------------------------------------------- histogram forms
@@ -762,7 +764,8 @@ def average_precision_from_histogram(hist: Array, *, k: Optional[int] = None) ->
   0.75
   """
   k = _check_int("k", k, low=1, allow_none=True)
-  return _zero_if_undefined(metrics.tie_aware_ap_from_histogram(hist, k=k))
+  with metrics._compiled_formulas():  # pylint: disable=protected-access
+    return _zero_if_undefined(metrics.tie_aware_ap_from_histogram(hist, k=k))
 
 
 def ndcg_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
@@ -785,4 +788,5 @@ def ndcg_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
   0.6309
   """
   k = _check_int("k", k, low=1, allow_none=True)
-  return _zero_if_undefined(metrics.tie_aware_ndcg_from_histogram(hist, k=k))
+  with metrics._compiled_formulas():  # pylint: disable=protected-access
+    return _zero_if_undefined(metrics.tie_aware_ndcg_from_histogram(hist, k=k))
