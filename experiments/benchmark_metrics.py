@@ -380,7 +380,7 @@ def compile_times(data):
   # The bit-sliced path's two programs, each compiled alone for shapes not seen before.
   layout = codes._label_layout(data["ql"][2:], data["xl"])  # numpy: nothing to compile
   placed = layout.place(data["xw"])
-  block_rows = codes._PLANE_ITEMS * codes._plane_block_words(layout.num_words)  # one block, as _planes has it
+  block_rows = codes._PLANE_ITEMS * codes._PLANE_BLOCK_WORDS  # one block, as _planes computes it
   block = np.pad(placed[:block_rows], ((0, max(0, block_rows - placed.shape[0])), (0, 0)))
   with jax.enable_x64(True):  # the kernel's planes are uint64 words
     planes = jnp.asarray(codes._planes(placed, num_bits=NUM_BITS))

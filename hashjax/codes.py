@@ -495,8 +495,8 @@ _SLICED_MAX_BITS = 128
 
 #: Below this many (query, item) pairs the streamed scatter-add is used: at such sizes compilation,
 #: not counting, is what a call costs, and its one program (shapes bucketed by powers of two) is
-#: shared by more shapes than the bit-sliced path's (the kernel per block shape, the bit planes in
-#: two shapes per code length).
+#: shared by more shapes than the bit-sliced path's (the kernel per block shape, the bit planes
+#: per code length).
 _SLICED_MIN_PAIRS = 1 << 22
 
 #: With labels, the database is laid out in class segments (:func:`_class_layout`) of this many
@@ -606,23 +606,17 @@ def _pack_planes(bits):
   return jnp.sum(b << jnp.arange(_PLANE_ITEMS, dtype=jnp.uint64), axis=-1, dtype=jnp.uint64)
 
 
-#: Plane words (64 items each) per call of :func:`_bit_planes`: blocks of 1,024 words, or of
-#: 128 for a database of fewer than 1,024 words (65,536 items), so that a small one computes
-#: at most 127 words of padding. Two block shapes per code length: a new database size compiles
-#: no planes program (the planes took 0.08 to 0.13 s to compile per shape), and the host
-#: assembles the blocks. At 10^6 items the blocks ran as fast as one program per shape: 0.018
-#: against 0.017 s at 32 bits, 0.068 against 0.074 s at 128 (development measurements, one
-#: process).
+#: Plane words (64 items each) per call of :func:`_bit_planes`. One block shape per code length:
+#: a new database size compiles no planes program (the planes took 0.08 to 0.13 s to compile
+#: per shape), and the host assembles the blocks. At 10^6 items the blocks ran as fast as one
+#: program per shape: 0.018 against 0.017 s at 32 bits, 0.068 against 0.074 s at 128. A
+#: database of fewer words computes one block, padded: about 1 ms at 32 bits and 5 ms at 128
+#: (blocks of 256 words took 0.5 and 1.6 ms for 200 words, but 27 to 47 ms against 17 to 23 ms
+#: for 10^6 items at 32 bits; development measurements, one process).
 _PLANE_BLOCK_WORDS = 1024
-_PLANE_SMALL_BLOCK_WORDS = 128
 
 #: Plane words unpacked at a time inside :func:`_bit_planes`, at most: times ``P`` planes, 1,024.
 _PLANE_UNPACK_WORDS = 1024
-
-
-def _plane_block_words(num_words: int) -> int:
-  """Words per :func:`_bit_planes` call for a database of ``num_words`` plane words."""
-  return _PLANE_BLOCK_WORDS if num_words >= _PLANE_BLOCK_WORDS else _PLANE_SMALL_BLOCK_WORDS
 
 
 @_compile.jit(static_argnames=("num_bits",))
@@ -655,12 +649,12 @@ def _bit_planes(db_words, *, num_bits):
 def _planes(placed: np.ndarray, *, num_bits: int) -> np.ndarray:
   """:func:`_bit_planes` of ``placed`` (``uint32[64 M, W]``, on the host) as ``uint64[P, M]`` on the host.
 
-  Computed in blocks of :func:`_plane_block_words` words; the last block ends
+  Computed in blocks of :data:`_PLANE_BLOCK_WORDS` words; the last block ends
   at ``M`` and overlaps the one before it, and a database smaller than one
   block is padded with zero codes to a block.
   """
   num_words = placed.shape[0] // _PLANE_ITEMS
-  block = _plane_block_words(num_words)
+  block = _PLANE_BLOCK_WORDS
   if num_words < block:
     placed = np.pad(placed, ((0, _PLANE_ITEMS * (block - num_words)), (0, 0)))
   groups, per_group = _group_shape(num_bits)

@@ -144,20 +144,16 @@ def test_bit_sliced_histogram_of_a_new_query_count_compiles_nothing(monkeypatch)
   assert compiled == []
 
 
-@pytest.mark.parametrize("block_words,plane_block_words,small_block_words", [
-    (8, 16, 8), (16, 32, 8), (24, 1024, 32), (24, 1024, 128)])
-def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words, plane_block_words,
-                                                                   small_block_words):
+@pytest.mark.parametrize("block_words,plane_block_words", [(8, 16), (16, 32), (24, 1024)])
+def test_bit_sliced_histogram_in_database_blocks_and_query_chunks(monkeypatch, block_words, plane_block_words):
   # Databases of more than _BLOCK_WORDS plane words are counted block by block (forced small
   # here: 8 to 24 words of 64 items, a remainder block, class segments of 8 words) and queries
   # in chunks of 32 with a padded last chunk. The layouts have 48 plane words (plain) and 80
-  # (labels); their bit planes are computed in blocks of _PLANE_BLOCK_WORDS words, or of
-  # _PLANE_SMALL_BLOCK_WORDS below that: blocks of 16 (whole multiples), of 32 (a last block
-  # overlapping the one before), of 32 below 1024 (the same, small blocks) and of 128 (one
-  # padded block). The sums match a brute-force bincount.
+  # (labels); their bit planes are computed in blocks of _PLANE_BLOCK_WORDS words: 16 (whole
+  # multiples), 32 (a last block overlapping the one before) and 1024 (one padded block). The
+  # sums match a brute-force bincount.
   monkeypatch.setattr(codes, "_BLOCK_WORDS", block_words)
   monkeypatch.setattr(codes, "_PLANE_BLOCK_WORDS", plane_block_words)
-  monkeypatch.setattr(codes, "_PLANE_SMALL_BLOCK_WORDS", small_block_words)
   rng = np.random.default_rng(block_words)
   num_bits, num_q, num_db = 33, 45, 3001
   q = rng.integers(0, 2, size=(num_q, num_bits))
