@@ -19,7 +19,6 @@ code length takes ``num_bits=`` explicitly.
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple, Optional, Tuple
 
 import jax
