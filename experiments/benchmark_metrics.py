@@ -352,12 +352,9 @@ def compile_times(data):
     sec, programs = events.during(lambda: fn(hist))
     rows.append((f"{name}, first call (host numpy; programs compiled: {programs})", sec))
     rows.append((f"{name}, traced: jit of the call (CPU: a host callback)", _compile_seconds(jax.jit(fn), hist)))
-    saved, metrics._HOST_CALLBACK_BACKENDS = metrics._HOST_CALLBACK_BACKENDS, ()
-    try:  # what other backends compile: the formula itself (a new shape: nothing cached)
+    with metrics._compiled_formulas():  # what other backends compile (a new shape: nothing cached)
       rows.append((f"{name}, traced and compiled with jax.numpy (other backends; forced here)",
                    _compile_seconds(jax.jit(fn), hist[1:])))
-    finally:
-      metrics._HOST_CALLBACK_BACKENDS = saved
   n = data["xw"].shape[0]
   # A new number of queries (above 16): the bit-sliced kernel runs on chunks of 32 queries, so it
   # compiles nothing; the scatter-add paths compile per shape.

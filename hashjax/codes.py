@@ -656,8 +656,8 @@ def _planes(placed: np.ndarray, *, num_bits: int) -> np.ndarray:
   block = _PLANE_BLOCK_WORDS
   if num_words < block:
     placed = np.pad(placed, ((0, _PLANE_ITEMS * (block - num_words)), (0, 0)))
+  total = placed.shape[0] // _PLANE_ITEMS
   groups, per_group = _group_shape(num_bits)
-  total = max(num_words, block)
   out = np.empty((groups * per_group, total), np.uint64)
   with jax.enable_x64(True):
     for end in range(block, total + block, block):

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from compile_events import compiled_programs
 import hashjax
 from hashjax import codes
 
@@ -127,16 +128,11 @@ def test_bit_sliced_histogram_of_a_new_query_count_compiles_nothing(monkeypatch)
   codes._label_histogram(queries[0], x, labels[0], xl, num_bits=24)
   xb = np.asarray(codes.unpack_bits(x, 24))
   dists = [(np.asarray(codes.unpack_bits(q, 24))[:, None] != xb[None]).sum(-1) for q in queries]
-  compiled, got = [], []
-  listener = lambda event, duration, **kwargs: compiled.append(event) if event.endswith(
-      "backend_compile_duration") else None
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
+  got = []
+  with compiled_programs() as compiled:
     for q, ql in zip(queries[1:], labels[1:]):
       for query in (q, np.asarray(q)):
         got.append((codes.hamming_histogram(query, x, num_bits=24), codes._label_histogram(query, x, ql, xl, num_bits=24)))
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
   for (plain, labelled), d, ql in zip(got, [d for d in dists[1:] for _ in range(2)], [l for l in labels[1:] for _ in range(2)]):
     for i in range(len(ql)):
       np.testing.assert_array_equal(np.asarray(plain)[i, :, 0], np.bincount(d[i], minlength=25))
@@ -177,19 +173,12 @@ def test_a_new_database_size_compiles_no_bit_planes(monkeypatch):
   num_bits = 27
   q = rng.integers(0, 2, size=(40, num_bits))
   qw = codes.pack_bits(q)
-  names = []
-  listener = lambda event, duration, **kwargs: names.append(kwargs.get("fun_name")) if event.endswith(
-      "backend_compile_duration") else None
   for num_db in (3001, 5500):  # 48 and 88 plane words: blocks [0, 32), [16, 48); [0, 32), [32, 64), [56, 88)
     assert codes._sliced_num_words(num_db) == {3001: 48, 5500: 88}[num_db]
     x = rng.integers(0, 2, size=(num_db, num_bits))
     xw = np.asarray(codes.pack_bits(x))
-    names.clear()
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with compiled_programs() as names:
       hist = np.asarray(codes._sliced_histogram(qw, xw, num_bits=num_bits))
-    finally:
-      jax.monitoring.unregister_event_duration_listener(listener)
     d = (q[:, None, :] != x[None, :, :]).sum(-1)
     for i in range(len(q)):
       np.testing.assert_array_equal(hist[i, :, 0], np.bincount(d[i], minlength=num_bits + 1))
@@ -350,7 +339,6 @@ def test_bad_input_names_the_argument(call, match):
 
 
 def test_jit_compatible():
-  import jax
   bits = np.random.default_rng(0).integers(0, 2, size=(4, 40))
   words = jax.jit(codes.pack_bits)(bits)
   np.testing.assert_array_equal(np.asarray(words), _ref_pack(bits))

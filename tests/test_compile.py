@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from compile_events import compiled_programs
 from hashjax import _compile
 
 
@@ -51,36 +52,24 @@ def test_other_backends_compile_without_the_options(monkeypatch):
 
 
 def test_precompile_shares_the_compilation_with_the_call():
-  compiled = []
-  listener = lambda event, duration, **kwargs: compiled.append(event) if event.endswith(
-      "backend_compile_duration") else None
   f = _compile.jit(lambda x, n: x * n + 1, static_argnames="n")
   x = np.arange(7, dtype=np.int32)
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with compiled_programs() as compiled:
     f.precompile(x, n=5)
     assert len(compiled) == 1
     np.testing.assert_array_equal(np.asarray(f(x, n=5)), x * 5 + 1)
     assert len(compiled) == 1  # the call found the program compiled
     jax.jit(lambda v: f.precompile(v, n=5) or v)(x)  # inside a trace: nothing of its own
     assert len(compiled) == 2  # (the outer jit's program only)
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def test_precompile_falls_back_to_plain_jit(monkeypatch):
   monkeypatch.setattr(_compile, "_OPTIONS", {"xla_hashjax_no_such_option": True})
   monkeypatch.setattr(_compile, "_rejected", [False])
-  compiled = []
-  listener = lambda event, duration, **kwargs: compiled.append(event) if event.endswith(
-      "backend_compile_duration") else None
   f = _compile.jit(lambda x: x + 2)
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with compiled_programs() as compiled:
     f.precompile(jnp.int32(1))
     assert _compile._rejected[0]
     done = len(compiled)
     assert f(jnp.int32(1)) == 3
     assert len(compiled) == done  # the plain jit's compilation, shared with the call
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)

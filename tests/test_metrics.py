@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
+from compile_events import compiled_programs
 from hashjax import codes
 from hashjax import metrics
 
@@ -453,7 +454,7 @@ def test_jit_and_vmap_compatible(compiled, x64):
     jitted = jax.jit(lambda x, y: metrics.tie_aware_ap(x, y, num_bits=4))(d, rel)
     vmapped = jax.vmap(lambda x, y: metrics.tie_aware_ap(x, y, num_bits=4))(d, rel)
     nd = jax.jit(lambda x, y: metrics.tie_aware_ndcg(x, y, num_bits=4, num_levels=2))(d, rel)
-    # Means per row of a vmapped batch: the callback of mean_and_count must see one row at a time.
+    # Means per row of a vmapped batch (the means themselves are traced with jax.numpy).
     means = jax.jit(jax.vmap(lambda x, y: metrics.mean_and_count(metrics.tie_aware_ap(x, y, num_bits=4))))(
         d.reshape(3, 1, 20), rel.reshape(3, 1, 20))
   assert jitted.dtype == vmapped.dtype == nd.dtype == means.mean.dtype == (np.float64 if x64 else np.float32)
@@ -721,15 +722,7 @@ def test_bad_input_raises_naming_the_argument(call, argname):
 def test_formulas_on_concrete_histograms_compile_nothing():
   # A histogram shape no other test uses: anything jitted would have to compile for it.
   hist = np.random.default_rng(13).integers(0, 50, size=(7, 13, 3)).astype(np.int32)
-  compiled = []
-
-  def listener(event, duration, **kwargs):
-    del duration
-    if event.endswith("backend_compile_duration"):
-      compiled.append(kwargs.get("fun_name"))
-
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with compiled_programs() as compiled:
     outs = [metrics.tie_aware_ap_from_histogram(hist), metrics.tie_aware_ap_from_histogram(hist, k=5),
             metrics.optimistic_ap_from_histogram(hist), metrics.pessimistic_ap_from_histogram(hist),
             metrics.tie_aware_ndcg_from_histogram(hist), metrics.tie_aware_precision_at_k_from_histogram(hist, k=4),
@@ -740,8 +733,6 @@ def test_formulas_on_concrete_histograms_compile_nothing():
             metrics.knn_classify_from_histogram(hist, k=2)]
     outs += list(metrics.mean_and_count(outs[0]))
     jax.block_until_ready(outs)
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
   assert compiled == []
   assert all(isinstance(o, jax.Array) for o in outs)
 

@@ -7,6 +7,7 @@ import pytest
 from brute_force import assert_ragged_equal as _assert_ragged_equal
 from brute_force import ref_distances as _ref_distances
 from brute_force import ref_radius as _ref_radius
+from compile_events import compiled_programs
 from hashjax import codes, search
 
 
@@ -110,40 +111,28 @@ def test_knn_over_several_query_batches_matches_brute_force(monkeypatch):
 
 
 def test_a_database_in_the_same_bucket_compiles_nothing():
-  compiled = []
-  listener = lambda event, duration, **kwargs: compiled.append(event) if event.startswith(
-      "/jax/core/compile/backend_compile") else None
   rng = np.random.default_rng(17)
   x = _codes(rng, 20000, 64)
   q = _codes(rng, 37, 64)
   search.knn(q, x, 10, chunk_size=2048)[0].block_until_ready()
   search.radius_search(q, x, 20, chunk_size=2048)
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with compiled_programs() as compiled:
     for n in (19223, 18500):  # 10 and 10 chunks of 2048 (bucket 12), like 20000
       dist, ids = search.knn(q, x[:n], 10, chunk_size=2048)
       ref_d, ref_i = _ref_knn(q, x[:n], 10)
       np.testing.assert_array_equal(np.asarray(ids), ref_i)
       search.radius_search(q, x[:n], 20, chunk_size=2048)
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
   assert compiled == []
 
 
 def test_a_first_knn_call_compiles_each_program_once():
   # The selection is compiled before the scan runs (_Jitted.precompile); the call itself must
   # reuse that compilation, not compile the selection a second time.
-  names = []
-  listener = lambda event, duration, **kwargs: names.append(kwargs.get("fun_name")) if event.endswith(
-      "backend_compile_duration") else None
   rng = np.random.default_rng(23)
   x = _codes(rng, 20000, 96)
   q = _codes(rng, 41, 96)
-  jax.monitoring.register_event_duration_secs_listener(listener)
-  try:  # a chunk size and k of this test only: both programs are new
+  with compiled_programs() as names:  # a chunk size and k of this test only: both programs are new
     dist, ids = search.knn(q, x, 13, chunk_size=2304)
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listener)
   np.testing.assert_array_equal(np.asarray(ids), _ref_knn(q, x, 13)[1])
   assert names == ["jit(_select)", "jit(_chunk_minima)"], names  # the selection first, each once
 
