@@ -150,22 +150,29 @@ _DISCOUNT_TABLE = _discount_table()
 # every range of int32 ranks: m = 12 is below 1e-10 (float32), m = 24 below 1e-19 (float64).
 _GAUSS = {np.dtype(np.float32): np.polynomial.legendre.leggauss(12),
           np.dtype(np.float64): np.polynomial.legendre.leggauss(24)}
-# y - log1p(y) = 2 u^2 sum_{k>=2} c_k u^(k-2), u = y / (2 + y), c_k = 1 (k even), (k-1)/k (k odd):
-# from log1p(y) = 2 atanh(u) and y = 2u / (1 - u); every term is positive.
-_G_COEFFS = tuple(1.0 if k % 2 == 0 else (k - 1) / k for k in range(2, 38))
 
 
 def _y_minus_log1p(n, c, dtype, xp=jnp):
-  """``y - log1p(y)`` for ``y = n / c``, to a few ulp (series for small ``y``)."""
+  """``y - log1p(y)`` for ``y = n / c``, to a few ulp (a series for small ``y``).
+
+  With ``u = y / (2 + y)``: ``y = 2u / (1 - u)`` and ``log1p(y) = 2 atanh(u) = 2u +
+  2u^3 sum_{j>=0} u^(2j) / (2j + 3)``, so ``y - log1p(y) = u (y - 2u^2 s)`` with
+  ``s`` that sum, a polynomial in ``u^2`` of positive terms. Below ``u_max``,
+  ``2u^2 s`` is under a tenth of ``y``: the difference loses nothing to
+  cancellation (float32: <= 2.6 ulp measured against 40-digit values, where a
+  series in ``u`` of twice the terms reached 3.4).
+  """
   y = n / c
   u = n / (2.0 * c + n)
-  # Below u_max the series (36 / 22 terms) reaches float64 / float32 precision; above it
-  # (y > 1 / y > 1.64) the direct difference loses at most a factor 5.5 / 3.9 to cancellation.
-  u_max, terms = (1.0 / 3.0, 36) if dtype == np.float64 else (0.45, 22)
+  # Below u_max the series (17 / 10 terms, the first left out < 1e-17 / 3e-9 relative) reaches
+  # float64 / float32 precision; above it (y > 1 / y > 1.64) the direct difference loses at most
+  # a factor 5.5 / 3.9 to cancellation.
+  u_max, terms = (1.0 / 3.0, 17) if dtype == np.float64 else (0.45, 10)
+  v = u * u
   acc = xp.zeros_like(u)
-  for coef in reversed(_G_COEFFS[:terms]):  # Horner: <= 2 ulp in float32 (a summed power series: ~12)
-    acc = acc * u + coef
-  return xp.where(u < u_max, 2.0 * u * u * acc, y - xp.log1p(y))
+  for j in reversed(range(terms)):  # Horner in u^2
+    acc = acc * v + 1.0 / (2 * j + 3)
+  return xp.where(u < u_max, u * (y - 2.0 * v * acc), y - xp.log1p(y))
 
 
 def _asymptotic_harmonic(a, b, dtype, xp=jnp):
@@ -184,9 +191,11 @@ def _asymptotic_harmonic(a, b, dtype, xp=jnp):
   ic2, ie2 = ic * ic, ie * ie
   s1 = ic + ie
   s3 = s1 * (ic2 + ie2)
-  s5 = s1 * (ic2 * ic2 + ic2 * ie2 + ie2 * ie2)
-  s7 = s3 * (ic2 * ic2 + ie2 * ie2)
-  corr = 0.5 + s1 / 12.0 - s3 / 120.0 + s5 / 252.0 - s7 / 240.0
+  corr = 0.5 + s1 / 12.0 - s3 / 120.0
+  if dtype == np.float64:  # the x^-6 and x^-8 terms: below 1e-9 of dH and S1 for c >= 33
+    s5 = s1 * (ic2 * ic2 + ic2 * ie2 + ie2 * ie2)
+    s7 = s3 * (ic2 * ic2 + ie2 * ie2)
+    corr = corr + s5 / 252.0 - s7 / 240.0
   dh = xp.log1p(n / c) + (n / c) / e * corr
   s1sum = c * _y_minus_log1p(n, c, dtype, xp) - (n / e) * corr
   return dh, xp.where(n > 1, xp.maximum(s1sum, 0.0), 0.0)
@@ -201,8 +210,9 @@ def _harmonic_pieces(a, b, dtype, xp=jnp):
   """
   a0, b0 = xp.minimum(a, _HARMONIC_SPLIT), xp.minimum(b, _HARMONIC_SPLIT)
   a1, b1 = xp.maximum(a, _HARMONIC_SPLIT), xp.maximum(b, _HARMONIC_SPLIT)
-  dh_low = xp.asarray(_DH_TABLE, dtype)[a0, b0]
-  s1_low = xp.asarray(_S1_TABLE, dtype)[a0, b0]
+  at = a0 * (_HARMONIC_SPLIT + 1) + b0  # flat index: one gather each, no index concatenation
+  dh_low = xp.asarray(_DH_TABLE.ravel(), dtype)[at]
+  s1_low = xp.asarray(_S1_TABLE.ravel(), dtype)[at]
   dh_high, s1_high = _asymptotic_harmonic(a1, b1, dtype, xp)
   # Above the split, (t - a - 1) = (t - a1 - 1) + (a1 - a).
   return dh_low + dh_high, s1_low + s1_high + (a1 - a).astype(dtype) * dh_high
@@ -246,7 +256,8 @@ def _discount_sum(a, b, dtype, xp=jnp):
   """``sum_{t=a+1}^b 1 / log2(t + 1)`` for ints ``0 <= a <= b`` (float32: <= 5 ulp measured)."""
   a0, b0 = xp.minimum(a, _DISCOUNT_SPLIT), xp.minimum(b, _DISCOUNT_SPLIT)
   a1, b1 = xp.maximum(a, _DISCOUNT_SPLIT), xp.maximum(b, _DISCOUNT_SPLIT)
-  return xp.asarray(_DISCOUNT_TABLE, dtype)[a0, b0] + _asymptotic_discount(a1, b1, dtype, xp)
+  low = xp.asarray(_DISCOUNT_TABLE.ravel(), dtype)[a0 * (_DISCOUNT_SPLIT + 1) + b0]
+  return low + _asymptotic_discount(a1, b1, dtype, xp)
 
 
 # --------------------------------------------------------------------------
@@ -340,9 +351,9 @@ _HOST_ERRSTATE = dict(divide="ignore", invalid="ignore", over="ignore")
 
 
 #: Backends on which a traced formula of an integer histogram runs on the host too, through
-#: ``jax.pure_callback``: compiled by XLA:CPU, AP took 0.34 to 0.41 s and NDCG 0.36 to 0.49 s
-#: per shape (a caller's ``jit``, 1,000 queries at 32 bits, seven runs of
-#: ``experiments/benchmark_metrics.py``), the callback about 0.03 s. On an accelerator the
+#: ``jax.pure_callback``: compiled by XLA:CPU, AP takes 0.21 to 0.23 s and NDCG 0.18 to 0.21 s
+#: per shape (a caller's ``jit``, 1,000 queries at 32 bits, medians of five shapes in three runs
+#: of ``experiments/benchmark_metrics.py``), the callback about 0.02 s. On an accelerator the
 #: formulas are compiled with the caller's program (a callback would stop the device for a
 #: copy to the host).
 _HOST_CALLBACK_BACKENDS = ("cpu",)
@@ -424,20 +435,34 @@ def _host_callback(kernel, hist, args):
 
 # --------------------------------------------------------------------------
 # Formulas on histograms, each written once against an array namespace ``xp``
-# (numpy on the host, jax.numpy traced: see the module notes; compiling them
-# with XLA took 0.3 to 1.4 s per shape).
+# (numpy on the host, jax.numpy traced: see the module notes). Traced, they are
+# shaped for XLA:CPU's compiler: the counts in one dot (:func:`_counts`), the
+# sums in one variadic reduction (:func:`_row_sums`), flat table lookups. AP
+# and NDCG each compile to a handful of kernels (0.2 s per shape against 0.3 to
+# 0.5 s before; ``experiments/benchmark_metrics.py``).
 
 
 def _sum(x, axis: int, xp=jnp):
-  """``xp.sum(x, axis=axis)``, keeping ``x``'s dtype. numpy reduces a short axis
-  of a 3-D array about 20x slower than a sum of its slices, or a sum along a
-  contiguous last axis (measured on a ``[1000, 33, 2]`` histogram: 0.6 ms
-  against 0.02 / 0.09 ms)."""
+  """``xp.sum(x, axis=axis)``, keeping ``x``'s dtype. A short axis (at most 8) is summed as
+  slices: numpy reduces a short axis of a 3-D array about 20x slower than that (measured on
+  a ``[1000, 33, 2]`` histogram: 0.6 ms against 0.02 ms), and traced, the slices fuse into
+  their consumer where XLA:CPU would hand a reduction to a library kernel of its own."""
+  if 0 < x.shape[axis] <= 8:
+    at = lambda i: tuple(i if j == axis % x.ndim else slice(None) for j in range(x.ndim))
+    return functools.reduce(operator.add, [x[at(i)] for i in range(x.shape[axis])])
   if xp is not np:
     return jnp.sum(x, axis=axis, dtype=x.dtype)
-  if 0 < x.shape[axis] <= 8:
-    return functools.reduce(operator.add, [np.take(x, i, axis=axis) for i in range(x.shape[axis])])
   return np.ascontiguousarray(np.moveaxis(x, axis, -1)).sum(-1, dtype=x.dtype)
+
+
+def _row_sums(xs, xp=jnp):
+  """Sums of the same-shape arrays ``xs`` along their last axis. Traced, one variadic reduction,
+  so the elementwise work feeding every sum is one fused loop (separate sums of a shared value
+  made XLA:CPU split it into several loops, each compiled on its own)."""
+  if xp is np:
+    return [x.sum(-1) for x in xs]
+  zeros = [np.zeros((), x.dtype) for x in xs]
+  return list(jax.lax.reduce(list(xs), zeros, lambda a, b: [u + v for u, v in zip(a, b)], (xs[0].ndim - 1,)))
 
 
 def _cumsum(x, *, exclusive: bool = False, xp=jnp):
@@ -456,12 +481,58 @@ def _cumsum(x, *, exclusive: bool = False, xp=jnp):
   return jnp.dot(x, jnp.asarray(tri))
 
 
-def _bin_stats(hist, xp=jnp):
-  """Per-bin totals ``n``, relevant counts ``p`` and the counts before each bin."""
+@functools.lru_cache(maxsize=None)
+def _count_maps(num_bins: int, num_levels: int) -> dict:
+  """The counts of :func:`_counts` as 0/1 matrices ``int32[B * V, m]`` of the flattened histogram."""
+  bins, levels = np.eye(num_bins, dtype=np.int32), np.eye(num_levels, dtype=np.int32)
+  before = np.triu(np.ones((num_bins, num_bins), np.int32), 1)  # column d sums the bins e < d
+  n = np.kron(bins, np.ones((num_levels, 1), np.int32))
+  p = np.kron(bins, (np.arange(num_levels) > 0).astype(np.int32)[:, None])
+  # The ideal ranking lists the levels highest first: column j counts the items of level V-1-j.
+  level = np.kron(np.ones((num_bins, 1), np.int32), levels[:, ::-1])
+  higher = np.triu(np.ones((num_levels, num_levels), np.int32), 1)
+  return {"n": n, "p": p, "before": n @ before, "p_before": p @ before, "through": n @ (before + bins),
+          "p_through": p @ (before + bins), "npos": p.sum(1, keepdims=True),
+          "level_start": level @ higher, "level_end": level @ (higher + levels)}
+
+
+def _counts(hist, groups, xp=jnp):
+  """Integer counts of ``hist[..., B, V]``, one ``int32`` array per entry of ``groups``.
+
+  A group is a name or a tuple of names whose counts are joined along the last
+  axis. Per bin ``d`` (``[..., B]``): ``n`` items, ``p`` relevant items (levels
+  ``>= 1``), ``before`` / ``p_before`` items / relevant items in the bins
+  before ``d``, ``through`` / ``p_through`` those up to ``d``; ``npos``
+  (``[..., 1]``) relevant items in all; per level ``j`` of the ideal order
+  (level ``V - 1 - j``, highest first; ``[..., V]``): ``level_start`` /
+  ``level_end``, the items ranked before / through the level's block.
+
+  numpy computes them by sums and cumulative sums. Traced, all are one matmul
+  of the flattened histogram with the constant matrices of
+  :func:`_count_maps`: XLA:CPU compiles one dot where the sums, the cumulative
+  sums and the joins were kernels of their own (with :func:`_row_sums`, the AP
+  formula's program fell from 10 fusions and 2 dots to 4 fusions and 1 dot,
+  NDCG's from 22 fusions, 2 dots and a concatenation to 6 and 1; ``compile().as_text()``).
+  """
   hist = hist.astype(xp.int32)
-  n = _sum(hist, -1, xp)
+  names = [(g,) if isinstance(g, str) else tuple(g) for g in groups]
+  if xp is not np:
+    maps = _count_maps(*hist.shape[-2:])
+    columns = [np.concatenate([maps[name] for name in group], 1) for group in names]
+    flat = hist.reshape(hist.shape[:-2] + (-1,))
+    out = jnp.dot(flat, jnp.asarray(np.concatenate(columns, 1)))
+    ends = np.cumsum([c.shape[1] for c in columns])
+    return [out[..., end - c.shape[1]:end] for end, c in zip(ends, columns)]
+  n = _sum(hist, -1, np)
   p = n - hist[..., 0]
-  return n, p, _cumsum(n, exclusive=True, xp=xp), _cumsum(p, exclusive=True, xp=xp)
+  per_level = _sum(hist, -2, np)[..., ::-1]
+  count = {"n": lambda: n, "p": lambda: p,
+           "before": lambda: _cumsum(n, exclusive=True, xp=np), "p_before": lambda: _cumsum(p, exclusive=True, xp=np),
+           "through": lambda: _cumsum(n, xp=np), "p_through": lambda: _cumsum(p, xp=np),
+           "npos": lambda: p.sum(-1, dtype=np.int32)[..., None],
+           "level_start": lambda: _cumsum(per_level, exclusive=True, xp=np),
+           "level_end": lambda: _cumsum(per_level, xp=np)}
+  return [count[g[0]]() if len(g) == 1 else np.concatenate([count[name]() for name in g], -1) for g in names]
 
 
 def _ap_core(hist, k, dtype, kinds, xp=jnp):
@@ -474,26 +545,23 @@ def _ap_core(hist, k, dtype, kinds, xp=jnp):
   along the ranks: ``(n^+ - 1) / (n - 1)`` in expectation (weighted by the
   chance ``n^+ / n`` that rank ``t`` is relevant), 1 for the bounds.
   """
-  n, p, a, pb = _bin_stats(hist, xp)
-  ranges = {"tie": (a, xp.clip(k, a, a + n)), "opt": (a, a + p), "pes": (a + n - p, a + n)}
+  n, p, a, pb, through = _counts(hist, ("n", "p", "before", "p_before", "through"), xp)
+  ranges = {"tie": (a, xp.maximum(a, xp.minimum(k, through))), "opt": (a, a + p), "pes": (through - p, through)}
   num_bins = n.shape[-1]
   dh, s1 = _harmonic_pieces(xp.concatenate([ranges[kind][0] for kind in kinds], axis=-1),
                             xp.concatenate([ranges[kind][1] for kind in kinds], axis=-1), dtype, xp)
   nf, pf, pb1 = n.astype(dtype), p.astype(dtype), (pb + 1).astype(dtype)
-  npos = xp.sum(p, axis=-1)
-  out = []
+  terms = []
   for i, kind in enumerate(kinds):
     dh_i, s1_i = dh[..., i * num_bins:(i + 1) * num_bins], s1[..., i * num_bins:(i + 1) * num_bins]
     if kind == "tie":
       r = xp.where(n > 1, (pf - 1.0) / xp.maximum(nf - 1.0, 1.0), 0.0)
-      terms = pf / xp.maximum(nf, 1.0) * (pb1 * dh_i + r * s1_i)
-      norm = xp.minimum(npos, k)
+      terms.append(xp.where(p > 0, pf / xp.maximum(nf, 1.0) * (pb1 * dh_i + r * s1_i), 0.0))
     else:
-      terms = pb1 * dh_i + s1_i
-      norm = npos
-    total = xp.sum(xp.where(p > 0, terms, 0.0), axis=-1)
-    out.append(xp.where(npos > 0, total / xp.maximum(norm, 1).astype(dtype), xp.nan))
-  return out
+      terms.append(xp.where(p > 0, pb1 * dh_i + s1_i, 0.0))
+  *totals, npos = _row_sums(terms + [p], xp)
+  norms = [xp.minimum(npos, k) if kind == "tie" else npos for kind in kinds]
+  return [xp.where(npos > 0, total / xp.maximum(norm, 1).astype(dtype), xp.nan) for total, norm in zip(totals, norms)]
 
 
 def _tie_aware_ap(hist, k, dtype, xp=jnp):
@@ -502,6 +570,19 @@ def _tie_aware_ap(hist, k, dtype, xp=jnp):
 
 def _bound_ap(hist, dtype, first, xp=jnp):
   return _ap_core(hist, np.int32(_NO_CUTOFF), dtype, ("opt",) if first else ("pes",), xp)[0]
+
+
+def _ndcg_ranges(hist, k, xp=jnp):
+  """``(n[..., B], lo, hi)``: the bin totals and ``[..., B + V]`` rank ranges ``lo < t <= hi``, cut
+  at ``k``: those of each bin's tie, then those of the ideal ranking's level blocks (highest first)."""
+  n, start, end = _counts(hist, ("n", ("before", "level_start"), ("through", "level_end")), xp)
+  lo = xp.minimum(start, k)
+  return n, lo, xp.maximum(lo, xp.minimum(end, k))
+
+
+def _gains(num_levels: int, dtype) -> np.ndarray:
+  """``G(v) = 2^v - 1`` per level (a constant: exact for the levels an int32 count can carry)."""
+  return np.exp2(np.arange(num_levels)).astype(dtype) - 1
 
 
 def _ndcg_parts(hist, k, dtype, xp=jnp):
@@ -513,40 +594,41 @@ def _ndcg_parts(hist, k, dtype, xp=jnp):
   totals, so the DCG is linear in the histogram among histograms that share
   both (what a swap of two items keeps; the exact swap deltas use this).
   """
-  hist = hist.astype(xp.int32)
-  num_levels = hist.shape[-1]
-  gains = xp.exp2(xp.arange(num_levels, dtype=dtype)) - 1.0
-  n = _sum(hist, -1, xp)
-  a = _cumsum(n, exclusive=True, xp=xp)
-  per_level = _sum(hist, -2, xp)[..., ::-1]  # ideal order: highest level first
-  start = _cumsum(per_level, exclusive=True, xp=xp)
-  # One discount evaluation for the ties and the ideal ranking's level blocks.
-  lo = xp.concatenate([a, xp.minimum(start, k)], axis=-1)
-  hi = xp.concatenate([xp.clip(k, a, a + n), xp.minimum(start + per_level, k)], axis=-1)
+  n, lo, hi = _ndcg_ranges(hist, k, xp)
+  gains = _gains(hist.shape[-1], dtype)
   disc = _discount_sum(lo, hi, dtype, xp)
-  disc, ideal_disc = disc[..., :n.shape[-1]], disc[..., n.shape[-1]:]
-  w = xp.where(n > 0, disc / xp.maximum(n, 1).astype(dtype), 0.0)
-  return gains, w, xp.sum(gains[::-1] * ideal_disc, axis=-1)
+  bins = n.shape[-1]
+  w = xp.where(n > 0, disc[..., :bins] / xp.maximum(n, 1).astype(dtype), 0.0)
+  return xp.asarray(gains), w, xp.sum(gains[::-1] * disc[..., bins:], axis=-1)
 
 
 def _tie_aware_ndcg(hist, k, dtype, xp=jnp):
-  gains, w, ideal = _ndcg_parts(hist, k, dtype, xp)
-  dcg = xp.sum(_sum(hist.astype(dtype) * gains, -1, xp) * w, axis=-1)
+  """``DCG_T / ideal`` of :func:`_ndcg_parts`, both summed in one pass over the ranges of
+  :func:`_ndcg_ranges`: each range's discount sum times the mean gain of the bin's items, or
+  times the gain of the ideal block's level."""
+  n, lo, hi = _ndcg_ranges(hist, k, xp)
+  gains = _gains(hist.shape[-1], dtype)
+  mean_gain = xp.where(n > 0, _sum(hist.astype(dtype) * gains, -1, xp) / xp.maximum(n, 1).astype(dtype), 0.0)
+  disc = _discount_sum(lo, hi, dtype, xp)
+  levels = len(gains)
+  padded = xp.pad(mean_gain, [(0, 0)] * (mean_gain.ndim - 1) + [(0, levels)])
+  ideal_gain = np.concatenate([np.zeros(n.shape[-1], dtype), gains[::-1]])
+  dcg, ideal = _row_sums([disc * padded, disc * ideal_gain], xp)
   return xp.where(ideal > 0, dcg / xp.where(ideal > 0, ideal, 1.0), xp.nan)
 
 
 def _tie_aware_precision_at_k(hist, k, dtype, xp=jnp):
-  n, p, a, _ = _bin_stats(hist, xp)
-  inside = (xp.clip(k, a, a + n) - a).astype(dtype)
-  expected = xp.sum(xp.where(n > 0, p.astype(dtype) * inside / xp.maximum(n, 1).astype(dtype), 0.0),
-                     axis=-1)
-  total = xp.minimum(xp.sum(n, axis=-1), k)
+  n, p, a, through = _counts(hist, ("n", "p", "before", "through"), xp)
+  inside = (xp.maximum(a, xp.minimum(k, through)) - a).astype(dtype)
+  expected, total = _row_sums([xp.where(n > 0, p.astype(dtype) * inside / xp.maximum(n, 1).astype(dtype), 0.0),
+                               n], xp)
+  total = xp.minimum(total, k)
   return xp.where(total > 0, expected / xp.maximum(total, 1).astype(dtype), xp.nan)
 
 
 def _cumulative_counts(hist, xp=jnp):
-  n, p, _, _ = _bin_stats(hist, xp)
-  return _cumsum(n, xp=xp), _cumsum(p, xp=xp), xp.sum(p, axis=-1)
+  retrieved, relevant, npos = _counts(hist, ("through", "p_through", "npos"), xp)
+  return retrieved, relevant, npos[..., 0]
 
 
 def _precision_recall(hist, dtype, xp=jnp):
