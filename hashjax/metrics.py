@@ -1008,29 +1008,46 @@ def pessimistic_ap(distances: Array, relevance: Array, *, num_bits: int, where: 
   return _on_hist(_bound_ap, hist, _float_dtype(dtype), False)
 
 
-@functools.partial(jax.jit, static_argnames=("num_bits", "dtype"))
-def _index_order_ap(distances, relevance, where, k, num_bits, dtype):
-  d = distances.astype(jnp.int32)
-  r = relevance.astype(jnp.int32)
+def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp=jnp):
+  """AP(@k) of ``[..., N]`` rows ranked by a stable sort of the distances (ties: ascending index).
+
+  numpy sorts small unsigned keys stably by a radix sort, in ``O(N)`` per row,
+  and sums in float64 (the result is cast to ``dtype``); traced, XLA's stable
+  sort, summing in ``dtype``.
+  """
+  d = distances.astype(xp.int32)
+  r = relevance.astype(xp.int32)
   if where is not None:  # masked items sort last and count as irrelevant
-    d = jnp.where(where, d, num_bits + 1)
-    r = jnp.where(where, r, 0)
-  order = jnp.argsort(d, axis=-1, stable=True)  # ties: ascending database index
-  ranked = jnp.take_along_axis(r, order, axis=-1)
-  hits = jnp.cumsum(ranked, axis=-1)
-  rank = jnp.arange(1, d.shape[-1] + 1)
-  terms = jnp.where((ranked > 0) & (rank <= k), hits.astype(dtype) / rank.astype(dtype), 0.0)
-  npos = jnp.sum(r, axis=-1)
-  norm = jnp.minimum(npos, k).astype(dtype)
-  return jnp.where(npos > 0, jnp.sum(terms, axis=-1) / jnp.maximum(norm, 1.0), jnp.nan)
+    d = xp.where(where, d, num_bits + 1)
+    r = xp.where(where, r, 0)
+  if xp is np:
+    order = np.argsort(d.astype(np.uint8 if num_bits < 255 else np.uint16), axis=-1, kind="stable")
+  else:
+    order = jnp.argsort(d, axis=-1, stable=True)
+  ranked = xp.take_along_axis(r, order, axis=-1)
+  hits = xp.cumsum(ranked, axis=-1)
+  rank = xp.arange(1, d.shape[-1] + 1)
+  acc = np.float64 if xp is np else dtype
+  terms = xp.where((ranked > 0) & (rank <= k), hits.astype(acc) / rank.astype(acc), 0.0)
+  npos = xp.sum(r, axis=-1)
+  norm = xp.minimum(npos, k).astype(acc)
+  return xp.where(npos > 0, xp.sum(terms, axis=-1) / xp.maximum(norm, 1.0), xp.nan).astype(dtype)
+
+
+_traced_index_order_ap = jax.jit(functools.partial(_index_order_ap, xp=jnp), static_argnames=("num_bits", "dtype"))
+
+#: Elements per block of rows of :func:`ap`'s host path (its temporaries stay within ~100 MB).
+_HOST_BLOCK_ELEMENTS = 1 << 22
 
 
 def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = None,
        where: Optional[Array] = None, dtype: Any = None) -> Array:
   """Ordinary AP(@k) with ties broken by ascending database index (a stable sort).
 
-  For comparison with results that use one fixed tie order; it sorts, so it
-  costs ``O(N log N)`` per query. Prefer :func:`tie_aware_ap`.
+  For comparison with results that use one fixed tie order; prefer
+  :func:`tie_aware_ap`. Concrete inputs are ranked on the host by numpy's
+  stable radix sort of the distances (``O(N)`` per query, sums in float64,
+  nothing compiled); traced inputs by XLA's stable sort (``O(N log N)``).
 
   .. math:: \\mathrm{AP} = \\frac{1}{\\min(N^+, k)} \\sum_{t \\le k} \\mathrm{rel}(R_t)
      \\frac{1}{t} \\sum_{j \\le t} \\mathrm{rel}(R_j), \\quad R = \\mathrm{argsort_{stable}}(d)
@@ -1055,18 +1072,19 @@ def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = 
   _check_where(where, distances)
   k = _check_cutoff(k)
   dtype = _float_dtype(dtype)
-  concrete = all(_checks.is_concrete(x) for x in (distances, relevance, where) if x is not None)
+  if not all(_checks.is_concrete(x) for x in (distances, relevance, where) if x is not None):
+    return _traced_index_order_ap(distances, relevance, where, np.int32(k), num_bits, dtype)
+  # Concrete inputs: numpy on the host, in blocks of rows. Jitted, XLA's sort compiled in 0.33 to
+  # 0.40 s per shape, and 1,000 x 10^5 distances took 27 to 32 s against 3.1 to 3.4 s here.
   n = distances.shape[-1]
-  rows = int(np.prod(distances.shape[:-1], dtype=np.int64))
-  if not concrete or rows * n > codes._BUCKET_ELEMENTS:
-    as_j = _checks.as_jax
-    return _index_order_ap(as_j(distances), as_j(relevance), as_j(where), np.int32(k), num_bits, dtype)
-  # Small inputs: pad to power-of-two shapes (padding is masked out) to share compilations.
-  shape = (codes._next_pow2(max(rows, 1)), codes._next_pow2(n))
-  pad = lambda x, dt: np.pad(np.asarray(x, dt).reshape(rows, n), ((0, shape[0] - rows), (0, shape[1] - n)))
-  w = pad(np.ones(distances.shape, bool) if where is None else where, bool)
-  out = _index_order_ap(pad(distances, np.int32), pad(relevance, np.int32), w, np.int32(k), num_bits, dtype)
-  return out[:rows].reshape(distances.shape[:-1])
+  flat = lambda x: None if x is None else np.asarray(x).reshape(-1, n)
+  d, r, w = flat(distances), flat(relevance), flat(where)
+  step = max(1, _HOST_BLOCK_ELEMENTS // max(n, 1))
+  with np.errstate(**_HOST_ERRSTATE):
+    out = np.concatenate([_index_order_ap(d[i:i + step], r[i:i + step], None if w is None else w[i:i + step],
+                                          k, num_bits, dtype, np) for i in range(0, len(d), step)] or
+                         [np.zeros(0, dtype)])
+  return _checks.as_jax(out.reshape(distances.shape[:-1]))
 
 
 def tie_aware_ndcg(distances: Array, affinity: Array, *, num_bits: int, k: Optional[int] = None,

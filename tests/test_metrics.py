@@ -359,6 +359,15 @@ def test_index_order_ap_matches_loop_and_sklearn():
     order = sorted(range(30), key=lambda i: (d[q, i], i))  # ties by ascending index
     assert _close(got[q], _ap_seq(rel[q][order])), q
     assert _close(got_k[q], _ap_seq(rel[q][order], 7)), q
+  # Traced (XLA's stable sort), with a mask and a cutoff: the same as the host path.
+  where = rng.random((10, 30)) < 0.7
+  with jax.enable_x64(True):
+    traced = jax.jit(lambda d, r, w: metrics.ap(d, r, num_bits=7, k=7, where=w))(d, rel, where)
+    host = metrics.ap(d, rel, num_bits=7, k=7, where=where)
+  np.testing.assert_allclose(np.asarray(traced), np.asarray(host), rtol=1e-12)
+  for q in range(1, 10):
+    order = sorted(np.flatnonzero(where[q]), key=lambda i: (d[q, i], i))
+    assert _close(np.asarray(host)[q], _ap_seq(rel[q][order], 7)), q
   # Without ties, every tie rule agrees with sklearn's AP.
   d = np.stack([rng.permutation(30) for _ in range(5)])
   rel = (rng.random((5, 30)) < 0.4).astype(int)
@@ -561,6 +570,29 @@ def test_streamed_distance_histogram_blocks_match_bincount(shape, shared):
     ai, wi = (a, where) if shared else (a[idx], where[idx])
     np.testing.assert_array_equal(got[idx].reshape(-1), np.bincount((d[idx] * 3 + ai)[wi], minlength=27))
     np.testing.assert_array_equal(plain[idx].reshape(-1), np.bincount(d[idx], minlength=9))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_bucketed_distance_histogram_of_numpy_inputs(shared):
+  # Small inputs padded to power-of-two shapes (items past N left out by num_valid), large ones in
+  # row tiles of 2^20 elements (the last one padded with rows): both against bincount, and new
+  # numbers of rows in the same buckets compile nothing (the tiles are joined on the host).
+  rng = np.random.default_rng(8 + shared)
+  for shape, again in (((5, 37), (7, 35)), ((150, 9000), (149, 9000))):
+    d = rng.integers(0, 9, size=shape).astype(np.int32)
+    a = rng.integers(0, 3, size=shape[-1:] if shared else shape)
+    where = rng.random(shape[-1:] if shared else shape) < 0.8
+    got = np.asarray(codes._bucketed_distance_histogram(d, a, 8, 3, where))
+    for i in range(shape[0]):
+      ai, wi = (a, where) if shared else (a[i], where[i])
+      np.testing.assert_array_equal(got[i].reshape(-1), np.bincount((d[i] * 3 + ai)[wi], minlength=27))
+    codes._bucketed_distance_histogram(d, None, 8, 1)
+    d2 = rng.integers(0, 9, size=again).astype(np.int32)
+    with compiled_programs() as compiled:
+      plain = np.asarray(codes._bucketed_distance_histogram(d2, None, 8, 1))
+    assert compiled == [], (shape, again, compiled)
+    for i in range(again[0]):
+      np.testing.assert_array_equal(plain[i, :, 0], np.bincount(d2[i], minlength=9))
 
 
 def test_new_database_sizes_share_compilations():
