@@ -374,7 +374,9 @@ def compile_times(data):
       ("distance histogram [Q, N], first call", lambda: codes.distance_histogram(
           dist, rel, num_bits=NUM_BITS, num_levels=2)),
       ("fused codes histogram (scatter-add kernel), first call", lambda: codes._stream_hamming_bucketed(
-          qw, xw, num_bits=NUM_BITS, num_levels=2, query_labels=ql, db_labels=xl))):
+          qw, xw, num_bits=NUM_BITS, num_levels=2, query_labels=ql, db_labels=xl)),
+      ("ap (index order; host radix sort), first call, 50 queries", lambda: metrics.ap(
+          data["dist_np"][1:51], data["rel_np"][1:51], num_bits=NUM_BITS))):
     sec, programs = events.during(fn)
     rows.append((f"{name} (programs compiled: {programs})", sec))
   # The bit-sliced path's two programs, each compiled alone for shapes not seen before.
@@ -410,13 +412,18 @@ def compile_times(data):
   # A new database size reuses the bucketed compilations of the codes paths (sliced on the host:
   # slicing a jax array would compile a program of its own).
   xw_np, xl_np = np.asarray(data["xw"]), np.asarray(data["xl"])
+  dist_np, rel_np = data["dist_np"], data["rel_np"]
   for name, fn in (
       ("fused codes histogram, N - 777", lambda: codes._stream_hamming_bucketed(
           data["qw"], xw_np[:n - 777], num_bits=NUM_BITS, num_levels=2, query_labels=data["ql"],
           db_labels=xl_np[:n - 777])),
       ("evaluate_codes (bit-sliced), N - 777", lambda: metrics.evaluate_codes(
           data["qw"], xw_np[:n - 777], num_bits=NUM_BITS, query_labels=data["ql"],
-          db_labels=xl_np[:n - 777]))):
+          db_labels=xl_np[:n - 777])),
+      # Large numpy distance matrices are not bucketed (codes._bucketed_distance_histogram says why).
+      ("distance histogram [Q, N] of numpy distances, N - 777 (one compilation per N)",
+       lambda: codes.distance_histogram(dist_np[:, :n - 777], rel_np[:, :n - 777], num_bits=NUM_BITS,
+                                        num_levels=2))):
     sec, programs = events.during(fn)
     rows.append((f"{name} (programs compiled: {programs})", sec))
   return [dict(part="compile", name=name, seconds=sec) for name, sec in rows]

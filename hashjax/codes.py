@@ -341,7 +341,6 @@ def _distance_histogram(distances, affinity, num_bits, num_levels, where=None, n
   return counts.reshape(distances.shape[:-1] + (num_bits + 1, num_levels))
 
 
-
 #: Elements per host-to-device tile when a large numpy input is streamed.
 _TILE_ELEMENTS = 1 << 20
 

@@ -159,8 +159,8 @@ def _y_minus_log1p(n, c, dtype, xp=jnp):
   2u^3 sum_{j>=0} u^(2j) / (2j + 3)``, so ``y - log1p(y) = u (y - 2u^2 s)`` with
   ``s`` that sum, a polynomial in ``u^2`` of positive terms. Below ``u_max``,
   ``2u^2 s`` is under a tenth of ``y``: the difference loses nothing to
-  cancellation (float32: <= 2.6 ulp measured against 40-digit values, where a
-  series in ``u`` of twice the terms reached 3.4).
+  cancellation (float32: within 3 ulp of 40-digit values in two samples of 40,000
+  ranges, where a series in ``u`` of twice the terms reached 3.4 and 4.7).
   """
   y = n / c
   u = n / (2.0 * c + n)
@@ -192,7 +192,7 @@ def _asymptotic_harmonic(a, b, dtype, xp=jnp):
   s1 = ic + ie
   s3 = s1 * (ic2 + ie2)
   corr = 0.5 + s1 / 12.0 - s3 / 120.0
-  if dtype == np.float64:  # the x^-6 and x^-8 terms: below 1e-9 of dH and S1 for c >= 33
+  if dtype == np.float64:  # the x^-6 and x^-8 terms: at most about 1e-9 of dH and S1 for c >= 33
     s5 = s1 * (ic2 * ic2 + ic2 * ie2 + ie2 * ie2)
     s7 = s3 * (ic2 * ic2 + ie2 * ie2)
     corr = corr + s5 / 252.0 - s7 / 240.0
@@ -206,7 +206,7 @@ def _harmonic_pieces(a, b, dtype, xp=jnp):
 
   Ranks ``t <= 32`` come from exact tables, ranks above from
   :func:`_asymptotic_harmonic`; both parts are non-negative, so the sum keeps
-  their relative accuracy (float32: <= 4 ulp measured; float64: <= 3e-15).
+  their relative accuracy (float32: <= 4.5 ulp measured; float64: <= 3e-15).
   """
   a0, b0 = xp.minimum(a, _HARMONIC_SPLIT), xp.minimum(b, _HARMONIC_SPLIT)
   a1, b1 = xp.maximum(a, _HARMONIC_SPLIT), xp.maximum(b, _HARMONIC_SPLIT)
@@ -351,7 +351,7 @@ _HOST_ERRSTATE = dict(divide="ignore", invalid="ignore", over="ignore")
 
 
 #: Backends on which a traced formula of an integer histogram runs on the host too, through
-#: ``jax.pure_callback``: compiled by XLA:CPU, AP takes 0.21 to 0.23 s and NDCG 0.18 to 0.21 s
+#: ``jax.pure_callback``: compiled by XLA:CPU, AP takes 0.21 to 0.24 s and NDCG 0.18 to 0.21 s
 #: per shape (a caller's ``jit``, 1,000 queries at 32 bits, medians of five shapes in three runs
 #: of ``experiments/benchmark_metrics.py``), the callback about 0.02 s. On an accelerator the
 #: formulas are compiled with the caller's program (a callback would stop the device for a
@@ -481,6 +481,15 @@ def _cumsum(x, *, exclusive: bool = False, xp=jnp):
   return jnp.dot(x, jnp.asarray(tri))
 
 
+#: Entries of the constant matrix up to which :func:`_counts` is one matmul when traced: codes of
+#: up to 64 bits (AP's matrix is ``[130, 325]`` there, NDCG's with 3 levels ``[195, 201]``). The
+#: dot compiled faster than the sums and cumulative sums (medians of eight shapes in one
+#: process, 32 / 64 bits: AP 0.25 / 0.27 against 0.33 / 0.30 s, NDCG 0.23 / 0.22 against 0.34 /
+#: 0.30 s) but runs longer as the matrix grows as ``B^2 V`` (1,000 queries' AP: 1.0 / 3.0 / 8.4
+#: ms against 0.6 / 1.4 / 2.9 ms at 32 / 64 / 128 bits; at 1,024 bits it took 27 s to compile).
+_COUNT_MAP_ELEMENTS = 1 << 17
+
+
 @functools.lru_cache(maxsize=None)
 def _count_maps(num_bins: int, num_levels: int) -> dict:
   """The counts of :func:`_counts` as 0/1 matrices ``int32[B * V, m]`` of the flattened histogram."""
@@ -507,32 +516,33 @@ def _counts(hist, groups, xp=jnp):
   (level ``V - 1 - j``, highest first; ``[..., V]``): ``level_start`` /
   ``level_end``, the items ranked before / through the level's block.
 
-  numpy computes them by sums and cumulative sums. Traced, all are one matmul
-  of the flattened histogram with the constant matrices of
-  :func:`_count_maps`: XLA:CPU compiles one dot where the sums, the cumulative
-  sums and the joins were kernels of their own (with :func:`_row_sums`, the AP
-  formula's program fell from 10 fusions and 2 dots to 4 fusions and 1 dot,
-  NDCG's from 22 fusions, 2 dots and a concatenation to 6 and 1; ``compile().as_text()``).
+  numpy computes them by sums and cumulative sums. Traced, with a constant
+  matrix of at most :data:`_COUNT_MAP_ELEMENTS` entries, all are one matmul of
+  the flattened histogram with the 0/1 matrices of :func:`_count_maps`:
+  XLA:CPU compiles one dot where the sums, the cumulative sums and the joins
+  were kernels of their own. The matrix grows as ``B^2 V``, so longer codes
+  take the sums and cumulative sums (triangular matmuls of ``[B, B]``).
   """
   hist = hist.astype(xp.int32)
   names = [(g,) if isinstance(g, str) else tuple(g) for g in groups]
-  if xp is not np:
-    maps = _count_maps(*hist.shape[-2:])
+  maps = _count_maps(*hist.shape[-2:]) if xp is not np else None
+  if maps is not None and hist.shape[-2] * hist.shape[-1] * sum(
+      maps[name].shape[1] for group in names for name in group) <= _COUNT_MAP_ELEMENTS:
     columns = [np.concatenate([maps[name] for name in group], 1) for group in names]
     flat = hist.reshape(hist.shape[:-2] + (-1,))
     out = jnp.dot(flat, jnp.asarray(np.concatenate(columns, 1)))
     ends = np.cumsum([c.shape[1] for c in columns])
     return [out[..., end - c.shape[1]:end] for end, c in zip(ends, columns)]
-  n = _sum(hist, -1, np)
+  n = _sum(hist, -1, xp)
   p = n - hist[..., 0]
-  per_level = _sum(hist, -2, np)[..., ::-1]
+  per_level = _sum(hist, -2, xp)[..., ::-1]
   count = {"n": lambda: n, "p": lambda: p,
-           "before": lambda: _cumsum(n, exclusive=True, xp=np), "p_before": lambda: _cumsum(p, exclusive=True, xp=np),
-           "through": lambda: _cumsum(n, xp=np), "p_through": lambda: _cumsum(p, xp=np),
-           "npos": lambda: p.sum(-1, dtype=np.int32)[..., None],
-           "level_start": lambda: _cumsum(per_level, exclusive=True, xp=np),
-           "level_end": lambda: _cumsum(per_level, xp=np)}
-  return [count[g[0]]() if len(g) == 1 else np.concatenate([count[name]() for name in g], -1) for g in names]
+           "before": lambda: _cumsum(n, exclusive=True, xp=xp), "p_before": lambda: _cumsum(p, exclusive=True, xp=xp),
+           "through": lambda: _cumsum(n, xp=xp), "p_through": lambda: _cumsum(p, xp=xp),
+           "npos": lambda: xp.sum(p, axis=-1, dtype=xp.int32)[..., None],
+           "level_start": lambda: _cumsum(per_level, exclusive=True, xp=xp),
+           "level_end": lambda: _cumsum(per_level, xp=xp)}
+  return [count[g[0]]() if len(g) == 1 else xp.concatenate([count[name]() for name in g], -1) for g in names]
 
 
 def _ap_core(hist, k, dtype, kinds, xp=jnp):
@@ -581,7 +591,7 @@ def _ndcg_ranges(hist, k, xp=jnp):
 
 
 def _gains(num_levels: int, dtype) -> np.ndarray:
-  """``G(v) = 2^v - 1`` per level (a constant: exact for the levels an int32 count can carry)."""
+  """``G(v) = 2^v - 1`` per level, a numpy constant (exact up to ``v = 24`` in float32, 53 in float64)."""
   return np.exp2(np.arange(num_levels)).astype(dtype) - 1
 
 
@@ -1011,9 +1021,10 @@ def pessimistic_ap(distances: Array, relevance: Array, *, num_bits: int, where: 
 def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp=jnp):
   """AP(@k) of ``[..., N]`` rows ranked by a stable sort of the distances (ties: ascending index).
 
-  numpy sorts small unsigned keys stably by a radix sort, in ``O(N)`` per row,
-  and sums in float64 (the result is cast to ``dtype``); traced, XLA's stable
-  sort, summing in ``dtype``.
+  numpy sorts the distances stably by a radix sort of small unsigned keys
+  (``O(N)`` per row; codes of 65,535 bits or more sort int32 keys) and sums in
+  float64 (the result is cast to ``dtype``); traced, XLA's stable sort, summing
+  in ``dtype``.
   """
   d = distances.astype(xp.int32)
   r = relevance.astype(xp.int32)
@@ -1021,7 +1032,8 @@ def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp=jnp
     d = xp.where(where, d, num_bits + 1)
     r = xp.where(where, r, 0)
   if xp is np:
-    order = np.argsort(d.astype(np.uint8 if num_bits < 255 else np.uint16), axis=-1, kind="stable")
+    key = np.uint8 if num_bits < 255 else np.uint16 if num_bits < 65535 else None  # num_bits + 1 fits
+    order = np.argsort(d if key is None else d.astype(key), axis=-1, kind="stable")
   else:
     order = jnp.argsort(d, axis=-1, stable=True)
   ranked = xp.take_along_axis(r, order, axis=-1)
@@ -1036,8 +1048,8 @@ def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp=jnp
 
 _traced_index_order_ap = jax.jit(functools.partial(_index_order_ap, xp=jnp), static_argnames=("num_bits", "dtype"))
 
-#: Elements per block of rows of :func:`ap`'s host path (its temporaries stay within ~100 MB).
-_HOST_BLOCK_ELEMENTS = 1 << 22
+#: Elements per block of rows of :func:`ap`'s host path (its temporaries: about 100 MB).
+_HOST_BLOCK_ELEMENTS = 1 << 21
 
 
 def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = None,
@@ -1047,7 +1059,8 @@ def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = 
   For comparison with results that use one fixed tie order; prefer
   :func:`tie_aware_ap`. Concrete inputs are ranked on the host by numpy's
   stable radix sort of the distances (``O(N)`` per query, sums in float64,
-  nothing compiled); traced inputs by XLA's stable sort (``O(N log N)``).
+  nothing compiled; device arrays are copied to the host); traced inputs by
+  XLA's stable sort (``O(N log N)``).
 
   .. math:: \\mathrm{AP} = \\frac{1}{\\min(N^+, k)} \\sum_{t \\le k} \\mathrm{rel}(R_t)
      \\frac{1}{t} \\sum_{j \\le t} \\mathrm{rel}(R_j), \\quad R = \\mathrm{argsort_{stable}}(d)

@@ -320,6 +320,28 @@ def test_harmonic_and_discount_sums_match_fsum(path):
       assert abs(got32 - want) <= 8 * 2.0 ** -24 * want, (a[i], b[i], got32, want)  # <= 8 ulp
 
 
+@pytest.mark.parametrize("num_bits,dots", [(64, 1), (200, 3)])
+def test_compiled_counts_of_long_and_short_codes_equal_host(num_bits, dots):
+  # Traced, the counts are one matmul up to 64 bits and sums and cumulative sums beyond
+  # (metrics._COUNT_MAP_ELEMENTS); both equal the host path.
+  rng = np.random.default_rng(num_bits)
+  hist = rng.integers(0, 400, size=(2, 3, num_bits + 1, 3)).astype(np.int32)
+  hist[0, 1] = 0  # no item at all
+  hist[1, 2, :, 1:] = 0  # no relevant item
+  fns = [lambda h: metrics.tie_aware_ap_from_histogram(h), lambda h: metrics.tie_aware_ap_from_histogram(h, k=50),
+         metrics.optimistic_ap_from_histogram, metrics.pessimistic_ap_from_histogram,
+         lambda h: metrics.tie_aware_ndcg_from_histogram(h), lambda h: metrics.tie_aware_ndcg_from_histogram(h, k=50),
+         lambda h: metrics.tie_aware_precision_at_k_from_histogram(h, k=70),
+         metrics.precision_recall_curve_from_histogram]
+  with jax.enable_x64(True), _compiled_formulas():
+    jaxpr = jax.make_jaxpr(metrics.tie_aware_ap_from_histogram)(hist)
+    assert sum(e.primitive.name == "dot_general" for e in jaxpr.eqns) == dots
+    for fn in fns:
+      host, compiled = _on("host")(fn, hist), _on("compiled")(fn, hist)
+      for h, c in zip(jax.tree_util.tree_leaves(host), jax.tree_util.tree_leaves(compiled)):
+        np.testing.assert_allclose(c, h, rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_float32_within_1e6_of_float64(path):
   rng = np.random.default_rng(11)
@@ -368,6 +390,14 @@ def test_index_order_ap_matches_loop_and_sklearn():
   for q in range(1, 10):
     order = sorted(np.flatnonzero(where[q]), key=lambda i: (d[q, i], i))
     assert _close(np.asarray(host)[q], _ap_seq(rel[q][order], 7)), q
+  # Long codes: uint16 sort keys up to 65,534 bits, int32 beyond (the masked items' key is num_bits + 1).
+  for num_bits in (300, 65534, 65535, 70000):
+    dl = np.array([[num_bits // 2, num_bits, 3, num_bits - 1]])
+    rl, wl = np.array([[0, 1, 0, 1]]), np.array([[True, True, False, True]])
+    want = _ap_seq(np.array([0, 1, 1]))  # order: num_bits // 2, num_bits - 1, num_bits (masked item last)
+    with jax.enable_x64(True):
+      got = np.asarray(metrics.ap(dl, rl, num_bits=num_bits, where=wl))[0]
+    assert _close(got, want), num_bits
   # Without ties, every tie rule agrees with sklearn's AP.
   d = np.stack([rng.permutation(30) for _ in range(5)])
   rel = (rng.random((5, 30)) < 0.4).astype(int)
@@ -575,7 +605,7 @@ def test_streamed_distance_histogram_blocks_match_bincount(shape, shared):
 @pytest.mark.parametrize("shared", [False, True])
 def test_bucketed_distance_histogram_of_numpy_inputs(shared):
   # Small inputs padded to power-of-two shapes (items past N left out by num_valid), large ones in
-  # row tiles of 2^20 elements (the last one padded with rows): both against bincount, and new
+  # row tiles of a power of two rows within 2^20 elements (the last one padded with rows): both against bincount, and new
   # numbers of rows in the same buckets compile nothing (the tiles are joined on the host).
   rng = np.random.default_rng(8 + shared)
   for shape, again in (((5, 37), (7, 35)), ((150, 9000), (149, 9000))):
