@@ -351,8 +351,8 @@ _HOST_ERRSTATE = dict(divide="ignore", invalid="ignore", over="ignore")
 
 
 #: Backends on which a traced formula of an integer histogram runs on the host too, through
-#: ``jax.pure_callback``: compiled by XLA:CPU, AP takes 0.21 to 0.24 s and NDCG 0.18 to 0.21 s
-#: per shape (a caller's ``jit``, 1,000 queries at 32 bits, medians of five shapes in three runs
+#: ``jax.pure_callback``: compiled by XLA:CPU, AP takes 0.21 to 0.25 s and NDCG 0.18 to 0.23 s
+#: per shape (a caller's ``jit``, 1,000 queries at 32 bits, medians of five shapes in six runs
 #: of ``experiments/benchmark_metrics.py``), the callback about 0.02 s. On an accelerator the
 #: formulas are compiled with the caller's program (a callback would stop the device for a
 #: copy to the host).
@@ -525,9 +525,10 @@ def _counts(hist, groups, xp=jnp):
   """
   hist = hist.astype(xp.int32)
   names = [(g,) if isinstance(g, str) else tuple(g) for g in groups]
-  maps = _count_maps(*hist.shape[-2:]) if xp is not np else None
-  if maps is not None and hist.shape[-2] * hist.shape[-1] * sum(
-      maps[name].shape[1] for group in names for name in group) <= _COUNT_MAP_ELEMENTS:
+  num_bins, num_levels = hist.shape[-2:]
+  width = lambda name: 1 if name == "npos" else num_levels if name.startswith("level") else num_bins
+  if xp is not np and num_bins * num_levels * sum(width(name) for g in names for name in g) <= _COUNT_MAP_ELEMENTS:
+    maps = _count_maps(num_bins, num_levels)
     columns = [np.concatenate([maps[name] for name in group], 1) for group in names]
     flat = hist.reshape(hist.shape[:-2] + (-1,))
     out = jnp.dot(flat, jnp.asarray(np.concatenate(columns, 1)))
@@ -582,17 +583,14 @@ def _bound_ap(hist, dtype, first, xp=jnp):
   return _ap_core(hist, np.int32(_NO_CUTOFF), dtype, ("opt",) if first else ("pes",), xp)[0]
 
 
-def _ndcg_ranges(hist, k, xp=jnp):
-  """``(n[..., B], lo, hi)``: the bin totals and ``[..., B + V]`` rank ranges ``lo < t <= hi``, cut
-  at ``k``: those of each bin's tie, then those of the ideal ranking's level blocks (highest first)."""
+def _ndcg_discounts(hist, k, dtype, xp=jnp):
+  """``(n[..., B], gains[V], disc[..., B + V])``: the bin totals, the gains ``G(v) = 2^v - 1`` (a
+  numpy constant, exact up to ``v = 24`` in float32) and the discount sums over the rank ranges cut
+  at ``k``: each bin's tie, then the ideal ranking's level blocks (highest level first)."""
   n, start, end = _counts(hist, ("n", ("before", "level_start"), ("through", "level_end")), xp)
   lo = xp.minimum(start, k)
-  return n, lo, xp.maximum(lo, xp.minimum(end, k))
-
-
-def _gains(num_levels: int, dtype) -> np.ndarray:
-  """``G(v) = 2^v - 1`` per level, a numpy constant (exact up to ``v = 24`` in float32, 53 in float64)."""
-  return np.exp2(np.arange(num_levels)).astype(dtype) - 1
+  gains = np.exp2(np.arange(hist.shape[-1])).astype(dtype) - 1
+  return n, gains, _discount_sum(lo, xp.maximum(lo, xp.minimum(end, k)), dtype, xp)
 
 
 def _ndcg_parts(hist, k, dtype, xp=jnp):
@@ -604,9 +602,7 @@ def _ndcg_parts(hist, k, dtype, xp=jnp):
   totals, so the DCG is linear in the histogram among histograms that share
   both (what a swap of two items keeps; the exact swap deltas use this).
   """
-  n, lo, hi = _ndcg_ranges(hist, k, xp)
-  gains = _gains(hist.shape[-1], dtype)
-  disc = _discount_sum(lo, hi, dtype, xp)
+  n, gains, disc = _ndcg_discounts(hist, k, dtype, xp)
   bins = n.shape[-1]
   w = xp.where(n > 0, disc[..., :bins] / xp.maximum(n, 1).astype(dtype), 0.0)
   return xp.asarray(gains), w, xp.sum(gains[::-1] * disc[..., bins:], axis=-1)
@@ -614,12 +610,10 @@ def _ndcg_parts(hist, k, dtype, xp=jnp):
 
 def _tie_aware_ndcg(hist, k, dtype, xp=jnp):
   """``DCG_T / ideal`` of :func:`_ndcg_parts`, both summed in one pass over the ranges of
-  :func:`_ndcg_ranges`: each range's discount sum times the mean gain of the bin's items, or
+  :func:`_ndcg_discounts`: each range's discount sum times the mean gain of the bin's items, or
   times the gain of the ideal block's level."""
-  n, lo, hi = _ndcg_ranges(hist, k, xp)
-  gains = _gains(hist.shape[-1], dtype)
+  n, gains, disc = _ndcg_discounts(hist, k, dtype, xp)
   mean_gain = xp.where(n > 0, _sum(hist.astype(dtype) * gains, -1, xp) / xp.maximum(n, 1).astype(dtype), 0.0)
-  disc = _discount_sum(lo, hi, dtype, xp)
   levels = len(gains)
   padded = xp.pad(mean_gain, [(0, 0)] * (mean_gain.ndim - 1) + [(0, levels)])
   ideal_gain = np.concatenate([np.zeros(n.shape[-1], dtype), gains[::-1]])
