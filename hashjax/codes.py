@@ -832,8 +832,8 @@ def _sliced_counts(query_masks, planes, segment_class=None, query_class=None, *,
   #    operators would each trace a nested jit: twice the tracing and lowering time).
   #    The planes are split in one operation, keeping a unit axis: sliced and squeezed one at a
   #    time (two operations each), tracing and lowering took 0.040 to 0.061 s against 0.031 to
-  #    0.049 s, and the whole compilation 8 to 20% longer at 32 and 64 bits, 3% shorter to 10% longer at 128
-  #    (medians of 9 shapes, six development runs alternating the two).
+  #    0.049 s, and the whole compilation 8 to 20% longer at 32 and 64 bits, 3% shorter to 10%
+  #    longer at 128 (medians of 9 shapes, six development runs alternating the two).
   grouped = planes.reshape(groups // 2, 2, per_group, words)  # zero planes past num_bits add nothing
   qmask = query_masks.reshape(q, groups // 2, 2, per_group)
   shape = (q, groups // 2, 2, 1, words)

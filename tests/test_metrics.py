@@ -605,8 +605,9 @@ def test_streamed_distance_histogram_blocks_match_bincount(shape, shared):
 @pytest.mark.parametrize("shared", [False, True])
 def test_bucketed_distance_histogram_of_numpy_inputs(shared):
   # Small inputs padded to power-of-two shapes (items past N left out by num_valid), large ones in
-  # row tiles of a power of two rows within 2^20 elements (the last one padded with rows): both against bincount, and new
-  # numbers of rows in the same buckets compile nothing (the tiles are joined on the host).
+  # row tiles of a power of two rows within 2^20 elements (the last one padded with rows): both
+  # against bincount, and new numbers of rows in the same buckets compile nothing (the tiles are
+  # joined on the host).
   rng = np.random.default_rng(8 + shared)
   for shape, again in (((5, 37), (7, 35)), ((150, 9000), (149, 9000))):
     d = rng.integers(0, 9, size=shape).astype(np.int32)
