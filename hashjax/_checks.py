@@ -31,8 +31,64 @@ def as_jax(x: Any) -> Any:
   return jax.device_put(np.asarray(x))
 
 
-def _desc(x: Any) -> str:
-  return f"dtype {np.dtype(x.dtype).name} and shape {tuple(x.shape)}"
+#: Stand-in for "no cutoff": larger than any rank.
+NO_CUTOFF = np.iinfo(np.int32).max
+
+
+def desc(x: Any) -> str:
+  """``"dtype float32 and shape (3, 4)"`` for an array, the type's name for anything else."""
+  if hasattr(x, "dtype") and hasattr(x, "shape"):
+    return f"dtype {np.dtype(x.dtype).name} and shape {tuple(x.shape)}"
+  return type(x).__name__
+
+
+_desc = desc
+
+
+def is_int(x: Any) -> bool:
+  """A Python or numpy integer, not a bool."""
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_int(name: str, value: Any, *, low: int = 1, allow_none: bool = False) -> Any:
+  """``value`` must be an int ``>= low`` (not a bool), or None when ``allow_none``; returns it as int."""
+  if value is None and allow_none:
+    return None
+  if not is_int(value) or value < low:
+    raise ValueError(f"{name}: expected an int >= {low}" + (" or None" if allow_none else "")
+                     + f", got {value!r}")
+  return int(value)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+  """``value`` must be a positive int (not a bool); returns it as int."""
+  return check_int(name, value, low=1)
+
+
+def check_option(name: str, value: Any, options) -> str:
+  """``value`` must be one of the strings ``options``."""
+  if not isinstance(value, str) or value not in options:
+    raise ValueError(f"{name}: expected one of {list(options)}, got {value!r}")
+  return value
+
+
+def check_cutoff(k: Any, name: str = "k", *, allow_none: bool = True, low: int = 1) -> int:
+  """A rank cutoff: an int ``>= low``, or None (no cutoff, returned as :data:`NO_CUTOFF`)."""
+  if k is None and allow_none:
+    return NO_CUTOFF
+  return min(check_int(name, k, low=low), NO_CUTOFF)
+
+
+def check_real(name: str, x: Any, *, shape_doc: str = "[...]", min_ndim: int = 0) -> None:
+  """``x`` must be a real (float or int, not bool) array with at least ``min_ndim`` dims and no NaN/inf."""
+  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    raise ValueError(f"{name}: expected a real array {shape_doc}, got {type(x).__name__}")
+  kind = np.dtype(x.dtype).kind
+  if kind not in "fiu":
+    raise ValueError(f"{name}: expected a real array {shape_doc}, got {desc(x)}")
+  if x.ndim < min_ndim:
+    raise ValueError(f"{name}: expected an array {shape_doc} with at least {min_ndim} dimension(s), got {desc(x)}")
+  check_finite(name, x)
 
 
 def check_words(name: str, words: Any, *, min_ndim: int = 1) -> None:

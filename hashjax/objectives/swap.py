@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax import _special
 from hashjax import codes
 from hashjax import metrics
 from hashjax.objectives import scores
@@ -251,7 +252,7 @@ def _ap_exact(distances, affinity, *, num_bits, k=None):
   dt = scores._float()
   n, p, before, p_before = metrics._counts(hist, ("n", "p", "before", "p_before"))
   cutoff = jnp.int32(metrics._check_cutoff(k))
-  dh, s1 = metrics._harmonic_pieces(before, jnp.clip(cutoff, before, before + n), dt)
+  dh, s1 = _special.harmonic_range(before, jnp.clip(cutoff, before, before + n), dt)
   n, p, pb = n.astype(dt), p.astype(dt), p_before.astype(dt)
   alpha = dh / jnp.maximum(n, 1.0)
   beta = jnp.where(n > 1, s1 / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
