@@ -14,8 +14,9 @@ Modules, one concept each (see the README's design section):
 * :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing.
 """
 
-from hashjax import baselines, codes, data, index, io, mappings, metrics, objectives, relaxations, search, train
-from hashjax.codes import binarize, distance_histogram, hamming_distance, hamming_histogram
+from hashjax import baselines, codes, data, histograms, index, io, mappings, metrics, objectives, relaxations, search, train
+from hashjax.codes import binarize, hamming_distance
+from hashjax.histograms import distance_histogram, hamming_histogram
 from hashjax.codes import pack_bits, unpack_bits, weighted_hamming_distance
 
 __version__ = "0.1.0"
