@@ -194,3 +194,76 @@ def check_key(key: Any, *, name: str = "key") -> None:
   if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
     raise ValueError(
         f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {_desc(key)}")
+
+
+def check_number(name: str, value: Any, *, low: Any = None, high: Any = None, low_open: bool = False,
+                 high_open: bool = False) -> float:
+  """``value`` must be a finite Python or numpy real number (not a bool) within the bounds; returns it as float.
+
+  ``low``/``high`` are inclusive unless ``low_open``/``high_open``; None leaves that side unbounded.
+  """
+  ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        and bool(np.isfinite(value)))
+  if ok and low is not None:
+    ok = value > low if low_open else value >= low
+  if ok and high is not None:
+    ok = value < high if high_open else value <= high
+  if not ok:
+    if low is not None and high is not None:
+      where = f" in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    elif low is not None:
+      where = f" {'>' if low_open else '>='} {low}"
+    elif high is not None:
+      where = f" {'<' if high_open else '<='} {high}"
+    else:
+      where = ""
+    raise ValueError(f"{name}: expected a finite number{where}, got {value!r}")
+  return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+  """``value`` must be a Python or numpy bool; returns it as bool."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name}: expected a bool, got {value!r}")
+  return bool(value)
+
+
+def check_callable(name: str, fn: Any, *, what: str = "function") -> None:
+  """``fn`` must be callable (``what`` names what is expected, e.g. ``"score function"``)."""
+  if not callable(fn):
+    raise ValueError(f"{name}: expected a callable {what}, got {type(fn).__name__}")
+
+
+def check_float_dtype(dtype: Any, *, name: str = "dtype") -> np.dtype:
+  """A result dtype: None (float64 in jax's x64 mode, else float32), float32, or float64 (x64 mode only)."""
+  x64 = jax.dtypes.canonicalize_dtype(np.float64) == np.float64
+  if dtype is None:
+    return np.dtype(np.float64 if x64 else np.float32)
+  try:
+    dt = np.dtype(dtype)
+  except TypeError:
+    raise ValueError(f"{name}: expected None, float32 or float64, got {dtype!r}") from None
+  if dt not in (np.float32, np.float64):
+    raise ValueError(f"{name}: expected None, float32 or float64, got {dt.name}")
+  if dt == np.float64 and not x64:
+    raise ValueError(f"{name}: float64 needs jax x64 mode (use `with jax.enable_x64(True):`)")
+  return dt
+
+
+def check_word_pair(query_words: Any, db_words: Any, num_bits: Any = None) -> Any:
+  """``query_words[Q, W]`` and ``db_words[N, W]`` packed codes (uint32, ``Q, N >= 1``); with ``num_bits``, also
+  that ``W`` fits it and that the padding bits are 0 (when concrete). Returns ``num_bits`` as int (or None)."""
+  check_words("query_words", query_words, min_ndim=2)
+  check_words("db_words", db_words, min_ndim=2)
+  if query_words.ndim != 2 or db_words.ndim != 2:
+    raise ValueError("query_words, db_words: expected 2-D arrays [Q, W] and [N, W], got shapes "
+                     f"{tuple(query_words.shape)} and {tuple(db_words.shape)}")
+  check_same_width("query_words", query_words, "db_words", db_words)
+  check_nonempty("query_words", query_words, what="query")
+  check_nonempty("db_words", db_words, what="database item")
+  if num_bits is None:
+    return None
+  num_bits = check_num_bits(num_bits, words=query_words, words_name="query_words")
+  check_padding_bits("query_words", query_words, num_bits)
+  check_padding_bits("db_words", db_words, num_bits)
+  return num_bits

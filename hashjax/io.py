@@ -1,7 +1,7 @@
 """Atomic file output: write to a temporary file beside the target, then rename.
 
 A reader never sees a half-written file, and a crash mid-write leaves the
-previous version in place.
+file as it was.
 """
 
 from __future__ import annotations

@@ -111,19 +111,6 @@ class Constant:
     return f"Constant(dtype={self.value.dtype.name}, shape={self.value.shape})"
 
 
-def _desc(x: Any) -> str:
-  return f"dtype {np.dtype(x.dtype).name} and shape {tuple(x.shape)}"
-
-
-def _check_real(name: str, x: Any) -> None:
-  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
-    raise ValueError(f"{name}: expected a real-valued array, got {type(x).__name__}")
-  dt = np.dtype(x.dtype)
-  if dt == np.bool_ or not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.floating)
-                            or dt == jnp.bfloat16):
-    raise ValueError(f"{name}: expected a real-valued (integer or floating) array, got {_desc(x)}")
-
-
 def _as_float(x: Any) -> Array:
   # Integer features (e.g. uint8 pixels) become float32; float dtypes are kept.
   x = jnp.asarray(x)
@@ -131,16 +118,13 @@ def _as_float(x: Any) -> Array:
 
 
 def _check_features(name: str, features: Any, dim: Optional[int]) -> None:
-  _check_real(name, features)
-  if features.ndim < 1:
-    raise ValueError(f"{name}: expected an array [..., dim], got {_desc(features)}")
+  _checks.check_real(name, features, shape_doc="[..., dim]", min_ndim=1)
   if dim is not None and features.shape[-1] != dim:
     raise ValueError(
         f"{name}: expected {dim} feature columns (the input width of the mapping), "
         f"got shape {tuple(features.shape)}")
   if features.shape[-1] == 0:
     raise ValueError(f"{name}: expected at least one feature column, got shape {tuple(features.shape)}")
-  _checks.check_finite(name, features)
 
 
 def _kernel_init(init_name: str) -> Callable:
@@ -244,10 +228,9 @@ class MLP(nn.Module):
 
 
 def _check_stat(name: str, value: Any, *, positive: bool) -> Constant:
-  _check_real(name, value)
+  _checks.check_real(name, value, shape_doc="[dim]")
   if value.ndim != 1 or value.shape[0] == 0:
-    raise ValueError(f"{name}: expected a 1-D array [dim] of per-feature statistics, got {_desc(value)}")
-  _checks.check_finite(name, value)
+    raise ValueError(f"{name}: expected a 1-D array [dim] of per-feature statistics, got {_checks.desc(value)}")
   if positive and np.any(np.asarray(value) <= 0):
     raise ValueError(f"{name}: expected positive per-feature scales, got minimum {np.asarray(value).min()!r}")
   return Constant(np.asarray(value))
@@ -280,13 +263,11 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
   >>> make_mapping("mlp", num_bits=16, hidden=(32,), activation="tanh").hidden
   (32,)
   """
-  if name not in MAPPINGS:
-    raise ValueError(f"name: expected one of {MAPPINGS}, got {name!r}")
+  _checks.check_option("name", name, MAPPINGS)
   num_bits = _checks.check_num_bits(num_bits)
-  if init not in INITS:
-    raise ValueError(f"init: expected one of {INITS}, got {init!r}")
-  if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
-    raise ValueError(f"activation: expected one of {tuple(ACTIVATIONS)}, got {activation!r}")
+  _checks.check_option("init", init, INITS)
+  if activation is not None:
+    _checks.check_option("activation", activation, ACTIVATIONS)
   try:
     param_dtype = np.dtype(param_dtype)
   except TypeError:
@@ -311,8 +292,7 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
     widths = tuple(hidden)
   except TypeError:
     raise ValueError(f"hidden: expected a sequence of positive ints, got {hidden!r}") from None
-  if not widths or not all(isinstance(w, (int, np.integer)) and not isinstance(w, (bool, np.bool_))
-                           and w >= 1 for w in widths):
+  if not widths or not all(_checks.is_int(w) and w >= 1 for w in widths):
     raise ValueError(f"hidden: expected a non-empty sequence of positive ints, got {hidden!r}")
   return MLP(num_bits=num_bits, hidden=tuple(int(w) for w in widths), activation=activation,
              weight_init=init, mean=mean_c, scale=scale_c, param_dtype=param_dtype.type)
@@ -340,12 +320,6 @@ def _param_dim(mapping: Any, params: Any) -> int:
         f"(from hashjax.mappings.init), got {type(params).__name__}") from None
 
 
-def _init(mapping: Any, key: Array, features: Array) -> Any:
-  # Not jitted: a jitted init recompiles the random number generation for every
-  # new module (seconds on CPU), while eager calls reuse per-shape compilations.
-  return mapping.init(key, features)["params"]
-
-
 def init(key: Any, mapping: nn.Module, example_features: Any) -> Any:
   r"""Initialises the parameters of ``mapping`` for inputs like ``example_features``.
 
@@ -369,13 +343,10 @@ def init(key: Any, mapping: nn.Module, example_features: Any) -> Any:
   _checks.check_key(key)
   _check_mapping(mapping)
   _check_features("example_features", example_features, _stat_dim(mapping))
-  return _init(mapping, key, _as_float(example_features[..., :1, :] if example_features.ndim > 1
-                                       else example_features))
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _apply(mapping: Any, params: Any, features: Array) -> Array:
-  return mapping.apply({"params": params}, features)
+  # Eager, not jitted: a jitted init would compile the random number generation
+  # anew for every module, while eager calls reuse per-shape compilations.
+  example = example_features[..., :1, :] if example_features.ndim > 1 else example_features
+  return mapping.init(key, _as_float(example))["params"]
 
 
 def apply(mapping: nn.Module, params: Any, features: Any) -> Array:
@@ -400,11 +371,12 @@ def apply(mapping: nn.Module, params: Any, features: Any) -> Array:
   """
   _check_mapping(mapping)
   _check_features("features", features, _param_dim(mapping, params))
-  return _apply(mapping, params, features)
+  return mapping.apply({"params": params}, features)
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _encode(mapping: Any, params: Any, features: Array) -> Array:
+def _encode_rows(mapping: Any, params: Any, features: Array) -> Array:
+  """The kernel :func:`encode` loops over: ``words[n, ceil(b/32)]`` of ``features[n, dim]``."""
   return codes.pack_bits(codes.binarize(mapping.apply({"params": params}, features)))
 
 
@@ -434,9 +406,7 @@ def encode(mapping: nn.Module, params: Any, features: Any, *,
   [[5], [6]]
   """
   _check_mapping(mapping)
-  if (isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer))
-      or batch_size < 1):
-    raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+  batch_size = _checks.check_positive_int("batch_size", batch_size)
   _check_features("features", features, _param_dim(mapping, params))
   lead = tuple(features.shape[:-1])
   flat = features.reshape((-1, features.shape[-1]))
@@ -445,7 +415,7 @@ def encode(mapping: nn.Module, params: Any, features: Any, *,
   if n == 0:
     return jnp.zeros(lead + (num_words,), jnp.uint32)
   if n <= batch_size:
-    return _encode(mapping, params, flat).reshape(lead + (num_words,))
+    return _encode_rows(mapping, params, flat).reshape(lead + (num_words,))
   chunks = []
   for start in range(0, n, batch_size):
     chunk = flat[start:start + batch_size]
@@ -453,14 +423,15 @@ def encode(mapping: nn.Module, params: Any, features: Any, *,
     if rows < batch_size:
       xnp = np if isinstance(chunk, np.ndarray) else jnp
       chunk = xnp.concatenate([chunk, xnp.zeros((batch_size - rows,) + chunk.shape[1:], chunk.dtype)])
-    chunks.append(_encode(mapping, params, chunk)[:rows])
+    chunks.append(_encode_rows(mapping, params, chunk)[:rows])
   return jnp.concatenate(chunks).reshape(lead + (num_words,))
 
 
 def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
   r"""Per-feature training mean and scale for ``make_mapping(mean=, scale=)``.
 
-  .. math:: \mu_i = \tfrac1N \sum_n x_{ni}, \qquad s_i = \begin{cases} \mathrm{std}_i & \mathrm{std}_i \ge \epsilon \\ 1 & \text{otherwise} \end{cases}
+  .. math:: \mu_i = \tfrac1N \sum_n x_{ni}, \qquad
+            s_i = \begin{cases} \mathrm{std}_i & \mathrm{std}_i \ge \epsilon \\ 1 & \text{otherwise} \end{cases}
 
   Features whose standard deviation is below ``min_scale`` (e.g. constant
   border pixels) get scale 1, so they are only centred.
@@ -477,12 +448,10 @@ def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
   >>> mean.tolist(), scale.tolist()
   ([1.0, 1.0], [1.0, 1.0])
   """
-  _check_real("features", features)
+  _checks.check_real("features", features, shape_doc="[num_items, dim]")
   if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
-    raise ValueError(f"features: expected a non-empty 2-D array [num_items, dim], got {_desc(features)}")
-  _checks.check_finite("features", features)
-  if not isinstance(min_scale, (int, float, np.floating, np.integer)) or not min_scale >= 0:
-    raise ValueError(f"min_scale: expected a non-negative float, got {min_scale!r}")
+    raise ValueError(f"features: expected a non-empty 2-D array [num_items, dim], got {_checks.desc(features)}")
+  min_scale = _checks.check_number("min_scale", min_scale, low=0)
   x = np.asarray(features)
   out = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
   x = x.astype(np.float64)
@@ -512,16 +481,13 @@ def alpha_schedule(step: Any, *, init: float, final: float, steps: int) -> Array
   >>> [float(alpha_schedule(t, init=1.0, final=5.0, steps=4)) for t in (0, 2, 4, 9)]
   [1.0, 3.0, 5.0, 5.0]
   """
-  for name, value in (("init", init), ("final", final)):
-    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
-        or not math.isfinite(value) or value <= 0):
-      raise ValueError(f"{name}: expected a positive finite float, got {value!r}")
-  if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)) or steps < 1:
-    raise ValueError(f"steps: expected a positive int, got {steps!r}")
+  init = _checks.check_number("init", init, low=0, low_open=True)
+  final = _checks.check_number("final", final, low=0, low_open=True)
+  steps = _checks.check_positive_int("steps", steps)
   if not hasattr(step, "dtype"):
-    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)):
+    if not _checks.is_int(step):
       raise ValueError(f"step: expected an integer step, got {step!r}")
   elif not jnp.issubdtype(step.dtype, jnp.integer) or jnp.ndim(step) != 0:
-    raise ValueError(f"step: expected an integer scalar, got {_desc(step)}")
-  schedule = optax.linear_schedule(float(init), float(final), int(steps))
+    raise ValueError(f"step: expected an integer scalar, got {_checks.desc(step)}")
+  schedule = optax.linear_schedule(init, final, steps)
   return jnp.asarray(schedule(step), jnp.float32)

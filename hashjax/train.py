@@ -34,8 +34,8 @@ logging window).
 * ``"target"`` (once): the first evaluation at which ``target`` was met, with
   its ``step``, ``wall_time`` and ``train_time`` (time to target).
 
-``wall_time`` is seconds since the run started, summed over resumed sessions
-(downtime between sessions is not counted); ``train_time`` excludes the time
+``wall_time`` is seconds since the run started, summed over the calls that
+resumed it (time between calls is not counted); ``train_time`` excludes the time
 spent in ``eval_fn`` and in writing checkpoints. An evaluation's times are
 taken when it starts, so time to target does not include that evaluation.
 """
@@ -60,15 +60,8 @@ from hashjax import _checks
 __all__ = ["make_train_step", "learning_rate_schedule", "minibatch_sampler", "balanced_sampler", "train"]
 
 
-def _is_int(x: Any) -> bool:
-  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def _check_int(name: str, x: Any, low: int) -> int:
-  if not _is_int(x) or x < low:
-    what = "a positive int" if low == 1 else f"an int >= {low}"
-    raise ValueError(f"{name}: expected {what}, got {x!r}")
-  return int(x)
+#: What ``loss_fn`` must be, for error messages.
+_LOSS_FN = "(params, batch, step) -> (loss, aux)"
 
 
 def _check_optimizer(optimizer: Any) -> None:
@@ -100,8 +93,7 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) 
   >>> p.tolist(), float(loss)
   ([0.5, 0.5], 2.0)
   """
-  if not callable(loss_fn):
-    raise ValueError(f"loss_fn: expected a callable (params, batch, step) -> (loss, aux), got {type(loss_fn).__name__}")
+  _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
   _check_optimizer(optimizer)
 
   def step_fn(params, opt_state, batch, step):
@@ -146,27 +138,19 @@ def learning_rate_schedule(peak: float, *, num_steps: int, kind: str = "constant
   >>> float(learning_rate_schedule(0.1, num_steps=10)(7))
   0.1
   """
-  if (isinstance(peak, (bool, np.bool_)) or not isinstance(peak, (int, float, np.integer, np.floating))
-      or not math.isfinite(peak) or peak <= 0):
-    raise ValueError(f"peak: expected a positive finite learning rate, got {peak!r}")
-  num_steps = _check_int("num_steps", num_steps, 1)
-  warmup_steps = _check_int("warmup_steps", warmup_steps, 0)
+  peak = _checks.check_number("peak", peak, low=0, low_open=True)
+  num_steps = _checks.check_int("num_steps", num_steps, low=1)
+  warmup_steps = _checks.check_int("warmup_steps", warmup_steps, low=0)
   if warmup_steps >= num_steps:
     raise ValueError(f"warmup_steps: expected fewer than num_steps={num_steps}, got {warmup_steps}")
-  if (isinstance(final_fraction, (bool, np.bool_))
-      or not isinstance(final_fraction, (int, float, np.integer, np.floating))
-      or not 0.0 <= final_fraction <= 1.0):
-    raise ValueError(f"final_fraction: expected a float in [0, 1], got {final_fraction!r}")
-  peak = float(peak)
+  final_fraction = _checks.check_number("final_fraction", final_fraction, low=0, high=1)
+  _checks.check_option("kind", kind, SCHEDULES)
   if kind == "cosine":
-    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup_steps, num_steps,
-                                              end_value=peak * float(final_fraction))
-  if kind == "constant":
-    if not warmup_steps:
-      return optax.constant_schedule(peak)
-    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup_steps),
-                                 optax.constant_schedule(peak)], [warmup_steps])
-  raise ValueError(f"kind: expected one of {SCHEDULES}, got {kind!r}")
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup_steps, num_steps, end_value=peak * final_fraction)
+  if not warmup_steps:
+    return optax.constant_schedule(peak)
+  return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup_steps), optax.constant_schedule(peak)],
+                              [warmup_steps])
 
 
 def minibatch_sampler(num_items: int, batch_size: int, *, seed: int) -> Callable[[int], np.ndarray]:
@@ -194,16 +178,16 @@ def minibatch_sampler(num_items: int, batch_size: int, *, seed: int) -> Callable
   >>> bool(np.array_equal(sampler(4), minibatch_sampler(6, 2, seed=0)(4)))
   True
   """
-  num_items = _check_int("num_items", num_items, 1)
-  batch_size = _check_int("batch_size", batch_size, 1)
+  num_items = _checks.check_int("num_items", num_items, low=1)
+  batch_size = _checks.check_int("batch_size", batch_size, low=1)
   if batch_size > num_items:
     raise ValueError(f"batch_size: expected at most num_items={num_items}, got {batch_size}")
-  seed = _check_int("seed", seed, 0)
+  seed = _checks.check_int("seed", seed, low=0)
   per_epoch = num_items // batch_size
   cache: dict = {}
 
   def indices(step: int) -> np.ndarray:
-    step = _check_int("step", step, 0)
+    step = _checks.check_int("step", step, low=0)
     epoch, k = divmod(step, per_epoch)
     if cache.get("epoch") != epoch:  # a cache only: the result depends on (seed, step) alone
       cache["perm"] = np.random.default_rng([seed, epoch]).permutation(num_items)
@@ -244,8 +228,8 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
   labels = np.asarray(labels)
   if labels.ndim != 1 or labels.shape[0] == 0:
     raise ValueError(f"labels: expected a non-empty 1-D array [N], got shape {labels.shape}")
-  per_class = _check_int("per_class", per_class, 1)
-  seed = _check_int("seed", seed, 0)
+  per_class = _checks.check_int("per_class", per_class, low=1)
+  seed = _checks.check_int("seed", seed, low=0)
   classes, counts = np.unique(labels, return_counts=True)
   if counts.min() < per_class:
     small = classes[np.argmin(counts)]
@@ -253,7 +237,7 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
   members = [np.flatnonzero(labels == c) for c in classes]
 
   def indices(step: int) -> np.ndarray:
-    step = _check_int("step", step, 0)
+    step = _checks.check_int("step", step, low=0)
     rng = np.random.default_rng([seed, step])
     picked = np.concatenate([rng.choice(m, per_class, replace=False) for m in members])
     return rng.permutation(picked)
@@ -262,7 +246,7 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
 
 
 # ----------------------------------------------------------------------------
-# The loop.
+# The loop: input checks, run bookkeeping, checkpoints, then train() itself.
 
 
 def _batch_size_of(batch: Any) -> int:
@@ -282,6 +266,23 @@ def _check_target(target: Any) -> Optional[tuple]:
   if not ok:
     raise ValueError(f"target: expected (metric_name, value) or (metric_name, value, 'max'|'min'), got {target!r}")
   return (target[0], float(target[1]), target[2] if len(target) == 3 else "max")
+
+
+def _check_functions(loss_fn: Any, optimizer: Any, batch_fn: Any, eval_fn: Any) -> None:
+  _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
+  _check_optimizer(optimizer)
+  _checks.check_callable("batch_fn", batch_fn, what="step -> batch")
+  if eval_fn is not None:
+    _checks.check_callable("eval_fn", eval_fn, what="params -> dict (or None)")
+
+
+def _check_params(params: Any) -> None:
+  leaves = jax.tree.leaves(params)
+  if not leaves or not all(hasattr(x, "dtype") for x in leaves):
+    raise ValueError("params: expected a non-empty pytree of arrays")
+  for i, leaf in enumerate(leaves):
+    if jnp.issubdtype(leaf.dtype, jnp.inexact):
+      _checks.check_finite(f"params (leaf {i})", leaf)
 
 
 #: Keys of history entries that aux values and metrics may not use.
@@ -322,10 +323,20 @@ def _check_loss_signature(loss_fn: Callable, params: Any, batch: Any) -> None:
       raise ValueError(f"loss_fn: expected aux to map str to scalars, got {k!r}: shape {getattr(v, 'shape', None)}")
 
 
-class _Run:
-  """Mutable bookkeeping of one :func:`train` call (times, history, pending losses)."""
+def _due(done: int, every: int, num_steps: int) -> bool:
+  """Whether an action due every ``every`` steps (0: never) and after the last step is due after ``done`` steps."""
+  return done == num_steps or bool(every and done % every == 0)
 
-  def __init__(self, history, wall_offset, train_offset, pending, target_done):
+
+class _Run:
+  """Bookkeeping of one :func:`train` call: history, times, and the losses of the current logging window.
+
+  The history, the elapsed times and the losses of the open logging window
+  are saved with each checkpoint (:meth:`meta`) and restored from it
+  (:meth:`from_meta`), so a resumed run continues the same history and window.
+  """
+
+  def __init__(self, history=(), wall_offset=0.0, train_offset=0.0, pending=(), target_done=False):
     self.history = list(history)
     self.wall_offset = float(wall_offset)
     self.train_offset = float(train_offset)
@@ -335,8 +346,21 @@ class _Run:
     self.t0 = time.perf_counter()
     self.train_time_here = 0.0
     self.segment_start = self.t0
-    self.window_steps = 0  # steps run in this session since the last log
+    self.window_steps = 0  # steps run in this call since the last log
     self.window_train_time = 0.0
+
+  @classmethod
+  def from_meta(cls, meta: Mapping) -> "_Run":
+    return cls(meta["history"], meta["wall_time"], meta["train_time"],
+               [(int(s), float(v)) for s, v in meta["pending"]], meta["target_done"])
+
+  def meta(self, step: int) -> dict:
+    # A deep snapshot: orbax may serialise it in a background thread while
+    # the loop keeps appending to the history.
+    return json.loads(json.dumps(
+        {"step": step, "history": self.history, "wall_time": self.wall(),
+         "train_time": self.train_time(), "target_done": self.target_done,
+         "pending": [[s, v] for s, v in self.pending]}))
 
   def wall(self) -> float:
     return self.wall_offset + time.perf_counter() - self.t0
@@ -352,6 +376,10 @@ class _Run:
 
   def open_segment(self) -> None:
     self.segment_start = time.perf_counter()
+
+  def add_loss(self, step: int, loss: Any) -> None:
+    self.pending.append((step, loss))
+    self.window_steps += 1
 
   def check_pending(self) -> None:
     """Syncs the pending losses; raises FloatingPointError at the first non-finite one."""
@@ -369,13 +397,72 @@ class _Run:
     self.pending[self.checked:] = [(s, float(v)) for (s, _), v in zip(todo, values)]
     self.checked = len(self.pending)
 
-  def meta(self, step: int) -> dict:
-    # A deep snapshot: orbax may serialise it in a background thread while
-    # the loop keeps appending to the history.
-    return json.loads(json.dumps(
-        {"step": step, "history": self.history, "wall_time": self.wall(),
-         "train_time": self.train_time(), "target_done": self.target_done,
-         "pending": [[s, v] for s, v in self.pending]}))
+  def log(self, step: int, num_steps: int, batch_size: int, aux: Mapping) -> None:
+    """Appends a ``"train"`` entry (mean loss of the window) and opens a new window."""
+    seconds = self.window_train_time
+    losses = np.asarray([v for _, v in self.pending], np.float64)
+    entry = {"kind": "train", "step": step, "loss": float(np.mean(losses)),
+             "examples_per_sec": batch_size * self.window_steps / seconds if seconds > 0 else float("nan"),
+             "wall_time": self.wall(), "train_time": self.train_time()}
+    entry.update(_scalars("loss_fn", aux, "aux"))
+    self.history.append(entry)
+    logging.info("train: step %d/%d loss %.6g (%.4g examples/s, %.2f s)", step, num_steps,
+                 entry["loss"], entry["examples_per_sec"], entry["wall_time"])
+    self.pending, self.checked = [], 0
+    self.window_steps, self.window_train_time = 0, 0.0
+
+  def evaluate(self, step: int, eval_fn: Callable, params: Any, target: Optional[tuple]) -> None:
+    """Appends an ``"eval"`` entry, and a ``"target"`` entry the first time ``target`` is met."""
+    entry = {"kind": "eval", "step": step, "wall_time": self.wall(), "train_time": self.train_time()}
+    metrics = _scalars("eval_fn", eval_fn(params), "its result")
+    entry.update(metrics)
+    self.history.append(entry)
+    logging.info("train: eval at step %d: %s", step, ", ".join(f"{k}={v:.6g}" for k, v in metrics.items()))
+    if target is None or self.target_done:
+      return
+    name, value, mode = target
+    if name not in metrics:
+      raise ValueError(f"target: metric {name!r} is not among eval_fn's metrics {sorted(metrics)}")
+    if (metrics[name] >= value) if mode == "max" else (metrics[name] <= value):
+      self.target_done = True
+      self.history.append({"kind": "target", "metric": name, "target": value, "value": metrics[name],
+                           "step": step, "wall_time": entry["wall_time"], "train_time": entry["train_time"]})
+      logging.info("train: target %s %s %g reached at step %d after %.3f s (train time %.3f s)",
+                   name, ">=" if mode == "max" else "<=", value, step, entry["wall_time"], entry["train_time"])
+
+
+def _checkpoint_manager(workdir: Any, *, max_to_keep: int, async_checkpoints: bool) -> Optional[ocp.CheckpointManager]:
+  if workdir is None:
+    return None
+  return ocp.CheckpointManager(
+      os.path.abspath(os.fspath(workdir)),
+      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
+                                           enable_async_checkpointing=async_checkpoints))
+
+
+def _restore(manager: Optional[ocp.CheckpointManager], workdir: Any, params: Any, opt_state: Any,
+             num_steps: int) -> tuple:
+  """``(params, opt_state, run, start)`` from the latest checkpoint, or the given state at step 0."""
+  latest = None if manager is None else manager.latest_step()
+  if latest is None:
+    return params, opt_state, _Run(), 0
+  if latest > num_steps:
+    raise ValueError(f"num_steps: {workdir} holds a checkpoint at step {latest}, beyond "
+                     f"num_steps={num_steps}; use a fresh workdir or num_steps >= {latest}")
+  restored = manager.restore(latest, args=ocp.args.Composite(
+      state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+      meta=ocp.args.JsonRestore()))
+  meta = restored["meta"]
+  if int(meta["step"]) != latest:
+    raise ValueError(f"workdir: checkpoint {latest} records step {meta['step']}; the directory is corrupt")
+  logging.info("train: resumed from %s at step %d of %d", workdir, latest, num_steps)
+  return restored["state"]["params"], restored["state"]["opt_state"], _Run.from_meta(meta), latest
+
+
+def _save(manager: ocp.CheckpointManager, step: int, params: Any, opt_state: Any, run: _Run) -> None:
+  manager.save(step, args=ocp.args.Composite(
+      state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+      meta=ocp.args.JsonSave(run.meta(step))))
 
 
 def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransformation,
@@ -405,7 +492,7 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
     loss_fn: ``loss_fn(params, batch, step) -> (loss, aux)``; see :func:`make_train_step`.
     optimizer: an ``optax.GradientTransformation``.
     batch_fn: ``batch_fn(step) -> batch``, a pure function of the 0-based step.
-    num_steps: total steps ``T >= 0`` (counting steps of earlier sessions).
+    num_steps: total steps ``T >= 0`` (counting steps of earlier calls on ``workdir``).
     workdir: checkpoint directory (created if missing); ``None`` for no checkpoints.
     eval_fn: ``eval_fn(params) -> {name: scalar}``, run every ``eval_every`` steps,
       at the end, and at step 0 of a fresh run if ``eval_at_start``.
@@ -423,7 +510,7 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
 
   Returns:
     ``(params, history)``: the final parameters and the list of history dicts
-    (module docstring), including the history of earlier sessions.
+    (module docstring), including the history of earlier calls on ``workdir``.
 
   >>> import optax, jax.numpy as jnp
   >>> x = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32)
@@ -438,125 +525,52 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   >>> np.round(np.asarray(params), 1).tolist()
   [1.0, -2.0]
   """
-  if not callable(loss_fn):
-    raise ValueError(f"loss_fn: expected a callable (params, batch, step) -> (loss, aux), got {type(loss_fn).__name__}")
-  _check_optimizer(optimizer)
-  if not callable(batch_fn):
-    raise ValueError(f"batch_fn: expected a callable step -> batch, got {type(batch_fn).__name__}")
-  if eval_fn is not None and not callable(eval_fn):
-    raise ValueError(f"eval_fn: expected a callable params -> dict or None, got {type(eval_fn).__name__}")
-  num_steps = _check_int("num_steps", num_steps, 0)
-  eval_every = _check_int("eval_every", eval_every, 0)
-  checkpoint_every = _check_int("checkpoint_every", checkpoint_every, 0)
-  log_every = _check_int("log_every", log_every, 1)
-  max_to_keep = _check_int("max_to_keep", max_to_keep, 1)
-  if batch_size is not None:
-    batch_size = _check_int("batch_size", batch_size, 1)
+  _check_functions(loss_fn, optimizer, batch_fn, eval_fn)
+  num_steps = _checks.check_int("num_steps", num_steps, low=0)
+  eval_every = _checks.check_int("eval_every", eval_every, low=0)
+  checkpoint_every = _checks.check_int("checkpoint_every", checkpoint_every, low=0)
+  log_every = _checks.check_int("log_every", log_every, low=1)
+  max_to_keep = _checks.check_int("max_to_keep", max_to_keep, low=1)
+  batch_size = _checks.check_int("batch_size", batch_size, allow_none=True)
   target = _check_target(target)
   if workdir is not None and not isinstance(workdir, (str, os.PathLike)):
     raise ValueError(f"workdir: expected a directory path or None, got {type(workdir).__name__}")
-  leaves = jax.tree.leaves(params)
-  if not leaves or not all(hasattr(x, "dtype") for x in leaves):
-    raise ValueError("params: expected a non-empty pytree of arrays")
-  for i, leaf in enumerate(leaves):
-    if jnp.issubdtype(leaf.dtype, jnp.inexact):
-      _checks.check_finite(f"params (leaf {i})", leaf)
+  _check_params(params)
 
   params = jax.tree.map(jnp.asarray, params)
-  opt_state = optimizer.init(params)
-  manager = None
-  run = _Run([], 0.0, 0.0, [], False)
-  start = 0
+  manager = _checkpoint_manager(workdir, max_to_keep=max_to_keep, async_checkpoints=async_checkpoints)
   try:
-    if workdir is not None:
-      manager = ocp.CheckpointManager(
-          os.path.abspath(os.fspath(workdir)),
-          options=ocp.CheckpointManagerOptions(
-              max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
-              enable_async_checkpointing=async_checkpoints))
-      latest = manager.latest_step()
-      if latest is not None:
-        if latest > num_steps:
-          raise ValueError(f"num_steps: {workdir} holds a checkpoint at step {latest}, beyond "
-                           f"num_steps={num_steps}; use a fresh workdir or num_steps >= {latest}")
-        restored = manager.restore(latest, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
-            meta=ocp.args.JsonRestore()))
-        params, opt_state = restored["state"]["params"], restored["state"]["opt_state"]
-        meta = restored["meta"]
-        if int(meta["step"]) != latest:
-          raise ValueError(f"workdir: checkpoint {latest} records step {meta['step']}; the directory is corrupt")
-        run = _Run(meta["history"], meta["wall_time"], meta["train_time"],
-                   [(int(s), float(v)) for s, v in meta["pending"]], meta["target_done"])
-        start = latest
-        logging.info("train: resumed from %s at step %d of %d", workdir, start, num_steps)
+    params, opt_state, run, start = _restore(manager, workdir, params, optimizer.init(params), num_steps)
     if start == num_steps and start > 0:
       logging.info("train: the run in %s already reached step %d; returning it", workdir, start)
       return params, run.history
-
-    step_fn = make_train_step(loss_fn, optimizer)
-
-    def evaluate(step: int) -> None:
-      metrics = _scalars("eval_fn", eval_fn(params), "its result")
-      entry = {"kind": "eval", "step": step, "wall_time": run.wall(), "train_time": run.train_time()}
-      entry.update(metrics)
-      run.history.append(entry)
-      logging.info("train: eval at step %d: %s", step,
-                   ", ".join(f"{k}={v:.6g}" for k, v in metrics.items()))
-      if target is not None and not run.target_done:
-        name, value, mode = target
-        if name not in metrics:
-          raise ValueError(f"target: metric {name!r} is not among eval_fn's metrics {sorted(metrics)}")
-        if (metrics[name] >= value) if mode == "max" else (metrics[name] <= value):
-          run.target_done = True
-          run.history.append({"kind": "target", "metric": name, "target": value, "value": metrics[name],
-                              "step": step, "wall_time": entry["wall_time"],
-                              "train_time": entry["train_time"]})
-          logging.info("train: target %s %s %g reached at step %d after %.3f s (train time %.3f s)",
-                       name, ">=" if mode == "max" else "<=", value, step, entry["wall_time"],
-                       entry["train_time"])
-
     if start == 0 and eval_fn is not None and eval_at_start:
-      evaluate(0)
+      run.evaluate(0, eval_fn, params, target)
       run.open_segment()
 
+    step_fn = make_train_step(loss_fn, optimizer)
     for step in range(start, num_steps):
       batch = batch_fn(step)
       if step == start:
         _check_loss_signature(loss_fn, params, batch)
-        if batch_size is None:
-          batch_size = _batch_size_of(batch)
+        batch_size = _batch_size_of(batch) if batch_size is None else batch_size
       params, opt_state, loss, aux = step_fn(params, opt_state, batch, step)
-      run.pending.append((step, loss))
-      run.window_steps += 1
+      run.add_loss(step, loss)
       done = step + 1
-      last = done == num_steps
-      do_log = done % log_every == 0 or last
-      do_eval = eval_fn is not None and ((eval_every and done % eval_every == 0) or last)
-      do_ckpt = manager is not None and ((checkpoint_every and done % checkpoint_every == 0) or last)
+      do_log = _due(done, log_every, num_steps)
+      do_eval = eval_fn is not None and _due(done, eval_every, num_steps)
+      do_ckpt = manager is not None and _due(done, checkpoint_every, num_steps)
       if not (do_log or do_eval or do_ckpt):
         continue
-      jax.block_until_ready((params, opt_state))
+      jax.block_until_ready((params, opt_state))  # a boundary: the clocks and the loss check sync here
       run.close_segment()
       run.check_pending()
       if do_log:
-        losses = np.asarray([v for _, v in run.pending], np.float64)
-        entry = {"kind": "train", "step": done, "loss": float(np.mean(losses)),
-                 "examples_per_sec": (batch_size * run.window_steps / run.window_train_time
-                                      if run.window_train_time > 0 else float("nan")),
-                 "wall_time": run.wall(), "train_time": run.train_time()}
-        entry.update(_scalars("loss_fn", aux, "aux"))
-        run.history.append(entry)
-        logging.info("train: step %d/%d loss %.6g (%.4g examples/s, %.2f s)", done, num_steps,
-                     entry["loss"], entry["examples_per_sec"], entry["wall_time"])
-        run.pending, run.checked = [], 0
-        run.window_steps, run.window_train_time = 0, 0.0
+        run.log(done, num_steps, batch_size, aux)
       if do_eval:
-        evaluate(done)
+        run.evaluate(done, eval_fn, params, target)
       if do_ckpt:
-        manager.save(done, args=ocp.args.Composite(
-            state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
-            meta=ocp.args.JsonSave(run.meta(done))))
+        _save(manager, done, params, opt_state, run)
       run.open_segment()
     return params, run.history
   finally:

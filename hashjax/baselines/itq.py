@@ -44,6 +44,11 @@ def _hi(a: Array, b: Array) -> Array:
   return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
 
 
+def _rotated(params: ITQParams, features: Array) -> Array:
+  """``features[..., dim]`` projected and rotated: ``((x - mean) W) R``."""
+  return _hi(_common.project(features, params.mean, params.projection), params.rotation)
+
+
 def _procrustes_step(projected: Array, rotation: Array) -> Array:
   codes_pm = jnp.where(_hi(projected, rotation) > 0, 1.0, -1.0).astype(projected.dtype)
   u_b, _, u_a_t = jnp.linalg.svd(_hi(codes_pm.T, projected), full_matrices=False)
@@ -51,7 +56,13 @@ def _procrustes_step(projected: Array, rotation: Array) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames="num_bits")
-def _fit(features: Array, key: Array, num_iters: Array, num_bits: int) -> ITQParams:
+def _fit_kernel(features: Array, key: Array, num_iters: Array, num_bits: int) -> ITQParams:
+  """PCA, then ``num_iters`` alternations from a random rotation, compiled as one program.
+
+  The alternation is a loop, so it is jitted; the PCA is compiled with it because
+  the alternation amplifies any rounding difference in the projection, and one
+  program keeps the codes the same however :func:`fit` is called.
+  """
   mean = jnp.mean(features, axis=0)
   centred = features - mean
   projection = _common.principal_directions(centred, num_bits)
@@ -90,14 +101,8 @@ def fit(features: Array, *, num_bits: int, key: Any,
   _common.check_fit_features(features, min_rows=2)
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   _checks.check_key(key)
-  num_iters = _common.check_num_iters(num_iters)
-  return _fit(_common.as_float(features), key, jnp.asarray(num_iters, jnp.int32), num_bits)
-
-
-@jax.jit
-def _encode(params: ITQParams, features: Array) -> Array:
-  projected = _common.project(features, params.mean, params.projection)
-  return codes.binarize(_hi(projected, params.rotation))
+  num_iters = _checks.check_int("num_iters", num_iters, low=0)
+  return _fit_kernel(_common.as_float(features), key, jnp.asarray(num_iters, jnp.int32), num_bits)
 
 
 def encode(params: ITQParams, features: Array) -> Array:
@@ -120,7 +125,7 @@ def encode(params: ITQParams, features: Array) -> Array:
   """
   _common.check_params(params, ITQParams, "itq")
   _common.check_encode_features(features, params.mean.shape[-1])
-  return _encode(params, jnp.asarray(features))
+  return codes.binarize(_rotated(params, jnp.asarray(features)))
 
 
 def quantization_loss(params: ITQParams, features: Array) -> Array:
@@ -144,11 +149,6 @@ def quantization_loss(params: ITQParams, features: Array) -> Array:
   """
   _common.check_params(params, ITQParams, "itq")
   _common.check_encode_features(features, params.mean.shape[-1])
-  return _quantization_loss(params, jnp.asarray(features))
-
-
-@jax.jit
-def _quantization_loss(params: ITQParams, features: Array) -> Array:
-  rotated = _hi(_common.project(features, params.mean, params.projection), params.rotation)
+  rotated = _rotated(params, jnp.asarray(features))
   codes_pm = jnp.where(rotated > 0, 1.0, -1.0).astype(rotated.dtype)
   return jnp.sum((codes_pm - rotated) ** 2)

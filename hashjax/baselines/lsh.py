@@ -10,7 +10,6 @@ and the width.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -27,13 +26,6 @@ class LSHParams(NamedTuple):
   """Random hyperplanes: ``mean[dim]`` and ``projection[dim, num_bits]``."""
   mean: Array
   projection: Array
-
-
-@functools.partial(jax.jit, static_argnames="num_bits")
-def _fit(features: Array, key: Array, num_bits: int) -> LSHParams:
-  mean = jnp.mean(features, axis=0)
-  projection = jax.random.normal(key, (features.shape[1], num_bits), dtype=features.dtype)
-  return LSHParams(mean=mean, projection=projection)
 
 
 def fit(features: Array, *, num_bits: int, key: Any) -> LSHParams:
@@ -61,12 +53,9 @@ def fit(features: Array, *, num_bits: int, key: Any) -> LSHParams:
   _common.check_fit_features(features)
   num_bits = _checks.check_num_bits(num_bits)
   _checks.check_key(key)
-  return _fit(_common.as_float(features), key, num_bits)
-
-
-@jax.jit
-def _encode(params: LSHParams, features: Array) -> Array:
-  return codes.binarize(_common.project(features, params.mean, params.projection))
+  features = _common.as_float(features)
+  projection = jax.random.normal(key, (features.shape[1], num_bits), dtype=features.dtype)
+  return LSHParams(mean=jnp.mean(features, axis=0), projection=projection)
 
 
 def encode(params: LSHParams, features: Array) -> Array:
@@ -90,4 +79,4 @@ def encode(params: LSHParams, features: Array) -> Array:
   """
   _common.check_params(params, LSHParams, "lsh")
   _common.check_encode_features(features, params.mean.shape[-1])
-  return _encode(params, jnp.asarray(features))
+  return codes.binarize(_common.project(jnp.asarray(features), params.mean, params.projection))

@@ -9,7 +9,6 @@ the eigensolver. ``num_bits`` cannot exceed the feature dimension.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -26,13 +25,6 @@ class PCAParams(NamedTuple):
   """Principal directions: ``mean[dim]`` and ``projection[dim, num_bits]`` (orthonormal columns)."""
   mean: Array
   projection: Array
-
-
-@functools.partial(jax.jit, static_argnames="num_bits")
-def _fit(features: Array, num_bits: int) -> PCAParams:
-  mean = jnp.mean(features, axis=0)
-  projection = _common.principal_directions(features - mean, num_bits)
-  return PCAParams(mean=mean, projection=projection)
 
 
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> PCAParams:
@@ -60,12 +52,8 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> PCAPara
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   if key is not None:
     _checks.check_key(key)
-  return _fit(_common.as_float(features), num_bits)
-
-
-@jax.jit
-def _encode(params: PCAParams, features: Array) -> Array:
-  return codes.binarize(_common.project(features, params.mean, params.projection))
+  mean, projection = _common.pca(_common.as_float(features), num_bits)
+  return PCAParams(mean=mean, projection=projection)
 
 
 def encode(params: PCAParams, features: Array) -> Array:
@@ -87,4 +75,4 @@ def encode(params: PCAParams, features: Array) -> Array:
   """
   _common.check_params(params, PCAParams, "pca")
   _common.check_encode_features(features, params.mean.shape[-1])
-  return _encode(params, jnp.asarray(features))
+  return codes.binarize(_common.project(jnp.asarray(features), params.mean, params.projection))

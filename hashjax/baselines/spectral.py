@@ -23,7 +23,6 @@ direction).
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -50,25 +49,6 @@ class SpectralParams(NamedTuple):
   maximum: Array
   direction: Array
   mode: Array
-
-
-@functools.partial(jax.jit, static_argnames="num_bits")
-def _fit(features: Array, num_bits: int) -> SpectralParams:
-  num_dirs = min(num_bits, features.shape[1])
-  mean = jnp.mean(features, axis=0)
-  projection = _common.principal_directions(features - mean, num_dirs)
-  projected = _common.project(features, mean, projection)
-  minimum = jnp.min(projected, axis=0)
-  maximum = jnp.max(projected, axis=0)
-  spread = maximum - minimum
-  # Eigenvalues grow with k / (b - a); k <= num_bits per direction suffices,
-  # since mode num_bits + 1 of a direction ranks after its first num_bits.
-  k = jnp.arange(1, num_bits + 1, dtype=features.dtype)
-  freq = jnp.where(spread[:, None] > 0, k[None, :] / jnp.where(spread > 0, spread, 1)[:, None], jnp.inf)
-  order = jnp.argsort(freq.ravel(), stable=True)[:num_bits]  # row-major: direction, then k
-  direction = (order // num_bits).astype(jnp.int32)
-  mode = (order % num_bits + 1).astype(jnp.int32)
-  return SpectralParams(mean, projection, minimum, maximum, direction, mode)
 
 
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> SpectralParams:
@@ -98,17 +78,21 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> Spectra
   num_bits = _checks.check_num_bits(num_bits)
   if key is not None:
     _checks.check_key(key)
-  return _fit(_common.as_float(features), num_bits)
-
-
-@jax.jit
-def _encode(params: SpectralParams, features: Array) -> Array:
-  projected = _common.project(features, params.mean, params.projection[:, params.direction])
-  low = params.minimum[params.direction]
-  spread = params.maximum[params.direction] - low
-  position = jnp.where(spread > 0, (projected - low) / jnp.where(spread > 0, spread, 1), 0)
-  phase = jnp.pi / 2 + params.mode.astype(position.dtype) * jnp.pi * position
-  return codes.binarize(jnp.sin(phase))
+  features = _common.as_float(features)
+  num_dirs = min(num_bits, features.shape[1])
+  mean, projection = _common.pca(features, num_dirs)
+  projected = _common.project(features, mean, projection)
+  minimum = jnp.min(projected, axis=0)
+  maximum = jnp.max(projected, axis=0)
+  spread = maximum - minimum
+  # Eigenvalues grow with k / (b - a); k <= num_bits per direction suffices,
+  # since mode num_bits + 1 of a direction ranks after its first num_bits.
+  k = jnp.arange(1, num_bits + 1, dtype=features.dtype)
+  freq = jnp.where(spread[:, None] > 0, k[None, :] / jnp.where(spread > 0, spread, 1)[:, None], jnp.inf)
+  order = jnp.argsort(freq.ravel(), stable=True)[:num_bits]  # row-major: direction, then k
+  direction = (order // num_bits).astype(jnp.int32)
+  mode = (order % num_bits + 1).astype(jnp.int32)
+  return SpectralParams(mean, projection, minimum, maximum, direction, mode)
 
 
 def encode(params: SpectralParams, features: Array) -> Array:
@@ -133,4 +117,10 @@ def encode(params: SpectralParams, features: Array) -> Array:
   """
   _common.check_params(params, SpectralParams, "spectral")
   _common.check_encode_features(features, params.mean.shape[-1])
-  return _encode(params, jnp.asarray(features))
+  features = jnp.asarray(features)
+  projected = _common.project(features, params.mean, params.projection[:, params.direction])
+  low = params.minimum[params.direction]
+  spread = params.maximum[params.direction] - low
+  position = jnp.where(spread > 0, (projected - low) / jnp.where(spread > 0, spread, 1), 0)
+  phase = jnp.pi / 2 + params.mode.astype(position.dtype) * jnp.pi * position
+  return codes.binarize(jnp.sin(phase))

@@ -24,6 +24,6 @@ __all__ = [
     "MNIST_T10K_DIR", "QueryGroups", "RankingData", "RetrievalSplit", "TALR_FRACTIONS", "TALR_LEVELS",
     "ValidationSplit", "euclidean_affinity_levels", "euclidean_thresholds",
     "euclidean_top_fraction_affinity", "group_by_query", "label_affinity", "load_digits",
-    "load_idx_images", "load_mnist_t10k", "load_npz", "load_svmlight_ranking", "load_tfds", "multilabel_affinity", "random_split",
-    "read_idx", "retrieval_split", "validation_split",
+    "load_idx_images", "load_mnist_t10k", "load_npz", "load_svmlight_ranking", "load_tfds", "multilabel_affinity",
+    "random_split", "read_idx", "retrieval_split", "validation_split",
 ]

@@ -50,11 +50,6 @@ def _check_labels_1d(name: str, labels, num_classes: Optional[int]) -> None:
   _checks.check_nonempty(name, labels, what="label")
 
 
-@jax.jit
-def _label_affinity(query_labels, db_labels):
-  return (query_labels[:, None] == db_labels[None, :]).astype(jnp.int32)
-
-
 def label_affinity(query_labels: Array, db_labels: Array, *, num_classes: Optional[int] = None) -> Array:
   r"""Single-label agreement: 1 where query and item share their class.
 
@@ -72,18 +67,10 @@ def label_affinity(query_labels: Array, db_labels: Array, *, num_classes: Option
   >>> label_affinity(np.array([0, 2]), np.array([2, 0, 0])).tolist()
   [[0, 1, 1], [1, 0, 0]]
   """
-  if num_classes is not None:
-    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
-      raise ValueError(f"num_classes: expected a positive int, got {num_classes!r}")
+  num_classes = _checks.check_int("num_classes", num_classes, allow_none=True)
   _check_labels_1d("query_labels", query_labels, num_classes)
   _check_labels_1d("db_labels", db_labels, num_classes)
-  return _label_affinity(jnp.asarray(query_labels), jnp.asarray(db_labels))
-
-
-@jax.jit
-def _shared_counts(query_labels, db_labels):
-  return jnp.matmul(query_labels.astype(jnp.int32), db_labels.astype(jnp.int32).T,
-                    preferred_element_type=jnp.int32)
+  return (jnp.asarray(query_labels)[:, None] == jnp.asarray(db_labels)[None, :]).astype(jnp.int32)
 
 
 def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool = False) -> Array:
@@ -106,8 +93,7 @@ def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool =
   >>> multilabel_affinity(q, x).tolist(), multilabel_affinity(q, x, binary=True).tolist()
   ([[2, 1, 0]], [[1, 1, 0]])
   """
-  if not isinstance(binary, (bool, np.bool_)):
-    raise ValueError(f"binary: expected a bool, got {binary!r}")
+  binary = _checks.check_bool("binary", binary)
   for name, y in (("query_labels", query_labels), ("db_labels", db_labels)):
     _checks.check_int_range(name, y, 0, 1, what="multi-hot label entries")
     if y.ndim != 2:
@@ -117,20 +103,18 @@ def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool =
   if query_labels.shape[1] != db_labels.shape[1]:
     raise ValueError(f"db_labels: expected {query_labels.shape[1]} label columns like query_labels, "
                      f"got shape {tuple(db_labels.shape)}")
-  counts = _shared_counts(jnp.asarray(query_labels), jnp.asarray(db_labels))
+  # An exact integer matmul: counts must not pass through a reduced-precision float product.
+  counts = jnp.matmul(jnp.asarray(query_labels).astype(jnp.int32), jnp.asarray(db_labels).astype(jnp.int32).T,
+                      preferred_element_type=jnp.int32)
   return (counts > 0).astype(jnp.int32) if binary else counts
 
 
 def _features(name: str, x) -> np.ndarray:
-  if not hasattr(x, "dtype") or not np.issubdtype(np.dtype(x.dtype), np.number) \
-      or np.issubdtype(np.dtype(x.dtype), np.complexfloating):
-    raise ValueError(f"{name}: expected a real-valued array [n, d], got "
-                     f"{getattr(x, 'dtype', type(x).__name__)}")
+  _checks.check_real(name, x, shape_doc="[n, d]")
   if x.ndim != 2:
     raise ValueError(f"{name}: expected a 2-D array [n, d], got shape {tuple(x.shape)}")
   _checks.check_nonempty(name, x, what="row")
   _checks.check_nonempty(name, x, axis=1, what="feature")
-  _checks.check_finite(name, x)
   return np.asarray(x, np.float64)
 
 
@@ -287,10 +271,8 @@ def euclidean_top_fraction_affinity(query_features: np.ndarray, db_features: np.
   [[0, 1, 0, 1, 0]]
   """
   q, x = _pair(query_features, db_features)
-  if isinstance(fraction, (bool, np.bool_)) or not isinstance(fraction, (float, int, np.floating, np.integer)) \
-      or not 0.0 < float(fraction) <= 1.0:
-    raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
-  k = _rank(float(fraction), x.shape[0])
+  fraction = _checks.check_number("fraction", fraction, low=0, high=1, low_open=True)
+  k = _rank(fraction, x.shape[0])
   x_sq = (x * x).sum(1)
   out = np.zeros((q.shape[0], x.shape[0]), np.int32)
   for start, stop in _blocks(q.shape[0], x.shape[0]):

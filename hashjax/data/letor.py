@@ -16,6 +16,8 @@ from typing import NamedTuple, Tuple, Union
 
 import numpy as np
 
+from hashjax import _checks
+
 PathLike = Union[str, os.PathLike]
 
 
@@ -63,9 +65,7 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int) -> RankingData:
   >>> data.features.tolist(), data.affinity.tolist(), data.query_ids.tolist()
   ([[0.5, 0.0, 1.0], [0.0, 0.25, 0.0], [1.0, 0.0, 0.0]], [2, 0, 1], [7, 7, 9])
   """
-  if isinstance(num_features, (bool, np.bool_)) or not isinstance(num_features, (int, np.integer)) \
-      or num_features < 1:
-    raise ValueError(f"num_features: expected a positive int, got {num_features!r}")
+  num_features = _checks.check_positive_int("num_features", num_features)
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f"path: no file at {str(path)!r}")

@@ -20,6 +20,8 @@ from typing import Optional, Tuple, Union
 
 import numpy as np
 
+from hashjax import _checks
+
 PathLike = Union[str, os.PathLike]
 
 #: Folder of the embedded MNIST test set (two gzip-compressed IDX files).
@@ -100,11 +102,6 @@ def read_idx(path: PathLike) -> np.ndarray:
   return data.astype(dtype.newbyteorder("="))
 
 
-def _check_scale(scale) -> None:
-  if not isinstance(scale, (bool, np.bool_)):
-    raise ValueError(f"scale: expected a bool, got {scale!r}")
-
-
 def _check_labels(name: str, labels: np.ndarray, num_items: int) -> np.ndarray:
   if labels.ndim != 1 or labels.shape[0] != num_items:
     raise ValueError(f"{name}: expected one label per image, shape ({num_items},), got {labels.shape}")
@@ -145,7 +142,7 @@ def load_idx_images(images_path: PathLike, labels_path: PathLike, *, scale: bool
   >>> features.shape, labels.shape
   ((10000, 784), (10000,))
   """
-  _check_scale(scale)
+  _checks.check_bool("scale", scale)
   images = read_idx(images_path)
   features = _as_features("images_path", images, scale)
   return features, _check_labels("labels_path", read_idx(labels_path), images.shape[0])
@@ -175,7 +172,7 @@ def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str 
   >>> x.shape, x.dtype.name, y.tolist()
   ((3, 3), 'float32', [0, 1, 1])
   """
-  _check_scale(scale)
+  _checks.check_bool("scale", scale)
   with np.load(path, allow_pickle=False) as arrays:
     missing = [k for k in (features_key, labels_key) if k not in arrays.files]
     if missing:
@@ -209,7 +206,7 @@ def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
   >>> features.shape, features.dtype.name, float(features.max()), labels[:3].tolist()
   ((10000, 784), 'float32', 1.0, [7, 2, 1])
   """
-  _check_scale(scale)
+  _checks.check_bool("scale", scale)
   folder = MNIST_T10K_DIR if data_dir is None else pathlib.Path(data_dir)
   images = read_idx(folder / MNIST_T10K_IMAGES)
   labels = read_idx(folder / MNIST_T10K_LABELS)
@@ -239,7 +236,7 @@ def load_digits(*, scale: bool = True) -> Tuple[np.ndarray, np.ndarray]:
   >>> features.shape, features.dtype.name, float(features.max()), labels.dtype.name
   ((1797, 64), 'float32', 1.0, 'int32')
   """
-  _check_scale(scale)
+  _checks.check_bool("scale", scale)
   from sklearn import datasets  # pylint: disable=g-import-not-at-top
   bunch = datasets.load_digits()
   features = np.asarray(bunch.data, np.float32)
@@ -290,7 +287,7 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
     raise ValueError(f"name: expected a tfds dataset name such as 'mnist', got {name!r}")
   if not isinstance(split, str) or not split:
     raise ValueError(f"split: expected a tfds split such as 'test' or 'train[:5000]', got {split!r}")
-  _check_scale(scale)
+  _checks.check_bool("scale", scale)
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  (slow import)
 
   try:

@@ -15,6 +15,8 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
+from hashjax import _checks
+
 Seed = Union[int, np.random.Generator]
 
 
@@ -34,17 +36,9 @@ class ValidationSplit(NamedTuple):
 def _rng(seed: Seed) -> np.random.Generator:
   if isinstance(seed, np.random.Generator):
     return seed
-  if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+  if not _checks.is_int(seed) or seed < 0:
     raise ValueError(f"seed: expected a non-negative int or a numpy Generator, got {seed!r}")
   return np.random.default_rng(int(seed))
-
-
-def _count(name: str, value, *, allow_none: bool = False) -> Optional[int]:
-  if value is None and allow_none:
-    return None
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name}: expected a positive int{' or None' if allow_none else ''}, got {value!r}")
-  return int(value)
 
 
 def _class_labels(name: str, labels) -> np.ndarray:
@@ -96,8 +90,8 @@ def retrieval_split(labels: np.ndarray, *, queries_per_class: int = 100,
   (2, 5, 4, True)
   """
   labels = _class_labels("labels", labels)
-  q = _count("queries_per_class", queries_per_class)
-  t = _count("train_per_class", train_per_class, allow_none=True)
+  q = _checks.check_positive_int("queries_per_class", queries_per_class)
+  t = _checks.check_int("train_per_class", train_per_class, allow_none=True)
   rng = _rng(seed)
   need = q + (1 if t is None else t)
   classes, counts = np.unique(labels, return_counts=True)
@@ -145,9 +139,9 @@ def random_split(num_items: int, *, num_queries: int, num_train: Optional[int] =
   >>> len(s.query), len(s.database), len(s.train)
   (2, 8, 3)
   """
-  n = _count("num_items", num_items)
-  nq = _count("num_queries", num_queries)
-  nt = _count("num_train", num_train, allow_none=True)
+  n = _checks.check_positive_int("num_items", num_items)
+  nq = _checks.check_positive_int("num_queries", num_queries)
+  nt = _checks.check_int("num_train", num_train, allow_none=True)
   rng = _rng(seed)
   if nq >= n:
     raise ValueError(f"num_queries: expected fewer than num_items={n} (the database must not be empty), got {nq}")
@@ -204,14 +198,11 @@ def validation_split(train_indices: np.ndarray, *, labels: Optional[np.ndarray] 
     raise ValueError(f"per_class: give exactly one of per_class and fraction, got per_class={per_class!r}, "
                      f"fraction={fraction!r}")
   if per_class is not None:
-    per_class = _count("per_class", per_class)
+    per_class = _checks.check_positive_int("per_class", per_class)
     if labels is None:
       raise ValueError("labels: per_class needs the class labels")
   else:
-    if isinstance(fraction, (bool, np.bool_)) or not isinstance(fraction, (float, int, np.floating)) \
-        or not 0.0 < float(fraction) < 1.0:
-      raise ValueError(f"fraction: expected a number in (0, 1), got {fraction!r}")
-    fraction = float(fraction)
+    fraction = _checks.check_number("fraction", fraction, low=0, high=1, low_open=True, high_open=True)
   rng = _rng(seed)
 
   if labels is None:
