@@ -31,6 +31,16 @@ def ref_count(d, a, k):
   return float(sum(a[i] for i in ref_neighbors(d, k)))
 
 
+def ref_majority(d, pairs, C, k):
+  """Nair eq. 6 with ties="expected": 1/m when the query's class is among the m most voted."""
+  votes = [0] * C
+  for i in ref_neighbors(d, k):
+    votes[int(pairs[i]) % C] += 1
+  top = max(votes)
+  winners = [c for c in range(C) if votes[c] == top]
+  return 1.0 / len(winners) if int(pairs[0]) // C in winners else 0.0
+
+
 def ref_delta(score, d, a, i, j):
   e = list(d)
   e[i], e[j] = e[j], e[i]
@@ -158,20 +168,32 @@ def test_ranknet_gradient_finite_differences():
 # --------------------------------------------------------------------------- LambdaRank
 
 
+def _mask(d, swap_bins, top_bins, threshold="relative"):
+  """``swap_mask`` of the hard distances, or None when neither restriction is asked for."""
+  if swap_bins is None and top_bins is None:
+    return None
+  return obj.swap_mask(d, swap_bins=swap_bins, top_bins=top_bins, threshold=threshold)
+
+
 @pytest.mark.parametrize("swap_bins,top_bins", [(None, None), (3, 1), (None, 2)])
-def test_lambdarank_gradient_is_delta_weighted_ranknet(swap_bins, top_bins):
+@pytest.mark.parametrize("path", ["closed", "generic"])
+def test_lambdarank_gradient_is_delta_weighted_ranknet(swap_bins, top_bins, path):
   W, Xq, Xd, _ = problem(4)
   # Graded levels, so |Delta S| takes several values (1, 2, 3), not only 0/1.
   rel = np.random.default_rng(40).integers(0, 4, size=(3, 10)).astype(np.int32)
   k = 2
-  score = functools.partial(obj.knn_count_score, k=k)
+  if path == "closed":
+    deltas_fn = functools.partial(obj.knn_count_deltas, k=k)
+  else:
+    deltas_fn = lambda d, a: obj.swap_deltas(functools.partial(obj.knn_count_score, k=k), d, a)
   with jax.enable_x64(True):
     def loss(W_, from_logits):
       lq, ld = Xq @ W_, jnp.einsum("qnd,db->qnb", Xd, W_)
       if not from_logits:
         lq, ld = jax.nn.sigmoid(lq), jax.nn.sigmoid(ld)
-      return obj.lambdarank_loss(lq, ld, rel, score_fn=score, swap_bins=swap_bins, top_bins=top_bins,
-                                 from_logits=from_logits, has_aux=True)
+      d = obj.hard_distances(lq, ld, from_logits=from_logits)
+      return obj.lambdarank_loss(lq, ld, rel, deltas_fn=deltas_fn, distances=d,
+                                 pair_mask=_mask(d, swap_bins, top_bins), from_logits=from_logits, has_aux=True)
     want, active = ref_lambdarank_grad(W, Xq, Xd, rel, lambda e, a: ref_count(e, a, k), swap_bins, top_bins)
     assert active > 0
     grad = jax.jit(jax.grad(loss, has_aux=True), static_argnums=1)
@@ -196,19 +218,36 @@ def test_lambdarank_histogram_path_equals_generic_path():
   W, Xq, Xd, rel = problem(5, Q=4, N=12, b=8)
   hq = jax.nn.sigmoid(Xq @ W)
   hd = jax.nn.sigmoid(np.einsum("qnd,db->qnb", Xd, W))
-  # Wrapped in a lambda, the shipped scores take swap_deltas's generic path (no closed form).
-  generic = lambda d, a: obj.average_precision_score(d, a, num_bits=8)
-  fast = obj.average_precision_from_histogram
-  f_generic = lambda a, b: obj.lambdarank_loss(a, b, rel, score_fn=generic, swap_bins=4)
-  f_fast = lambda a, b: obj.lambdarank_loss(a, b, rel, hist_score_fn=fast, num_levels=2, swap_bins=4)
-  _assert_same_positive_loss_and_grads(f_generic, f_fast, hq, hd, rel=1e-5, rtol=1e-4, atol=1e-6)
+  d = obj.hard_distances(hq, hd)
+  mask = obj.swap_mask(d, swap_bins=4)
+  # A user's own wrapper of a shipped score through swap_deltas, the histogram path and the closed form.
+  generic = lambda x, a: obj.swap_deltas(lambda e, r: obj.average_precision_score(e, r, num_bits=8), x, a)
+  fast = lambda x, a: obj.histogram_swap_deltas(obj.average_precision_from_histogram, x, a, num_bits=8, num_levels=2)
+  closed = functools.partial(obj.average_precision_deltas, num_bits=8)
+  f_generic = lambda a, b: obj.lambdarank_loss(a, b, rel, deltas_fn=generic, distances=d, pair_mask=mask)
+  for other in (fast, closed):
+    f_other = lambda a, b, f=other: obj.lambdarank_loss(a, b, rel, deltas_fn=f, distances=d, pair_mask=mask)
+    _assert_same_positive_loss_and_grads(f_generic, f_other, hq, hd, rel=1e-5, rtol=1e-4, atol=1e-6)
   # The linear swap method for a kNN count: same as the generic path.
-  count = lambda d, a: obj.knn_count_score(d, a, k=3)
+  count = lambda x, a: obj.swap_deltas(lambda e, r: obj.knn_count_score(e, r, k=3), x, a)
   count_hist = functools.partial(obj.knn_count_from_histogram, k=3)
-  f_generic = lambda a, b: obj.lambdarank_loss(a, b, rel, score_fn=count, top_bins=3)
-  f_linear = lambda a, b: obj.lambdarank_loss(a, b, rel, hist_score_fn=count_hist, num_levels=2, top_bins=3,
-                                              swap_method="linear")
+  linear = lambda x, a: obj.histogram_swap_deltas(count_hist, x, a, num_bits=8, num_levels=2, method="linear")
+  top = obj.swap_mask(d, top_bins=3)
+  f_generic = lambda a, b: obj.lambdarank_loss(a, b, rel, deltas_fn=count, pair_mask=top)
+  f_linear = lambda a, b: obj.lambdarank_loss(a, b, rel, deltas_fn=linear, pair_mask=top)
   _assert_same_positive_loss_and_grads(f_generic, f_linear, hq, hd, rel=1e-6, rtol=1e-5, atol=1e-7)
+
+
+def ref_weights(d, affinity, pref, mask, score):
+  """w[q, a, b] = |Delta S_qab| on preferred pairs within the mask, by explicit swaps."""
+  Q, N = d.shape
+  w = np.zeros((Q, N, N))
+  for q in range(Q):
+    for a in range(N):
+      for b in range(N):
+        if pref[q][a] > pref[q][b] and (mask is None or mask[q][a][b]):
+          w[q, a, b] = abs(ref_delta(score, list(d[q]), list(affinity[q]), a, b))
+  return w
 
 
 def test_lambdarank_weights_brute_force_majority_and_threshold_modes():
@@ -219,19 +258,49 @@ def test_lambdarank_weights_brute_force_majority_and_threshold_modes():
   pairs = np.asarray(obj.label_pairs(np.array([0, 2]), labels, num_classes=C))
   pref = np.asarray(obj.pair_relevance(pairs, num_classes=C))
   F = rng.uniform(size=(C, C))
-  score = functools.partial(obj.hierarchical_score, similarity=F, k=2)
+
+  def ref(e, a):
+    return float(sum(F[int(a[i]) // C, int(a[i]) % C] for i in ref_neighbors(e, 2)))
+
   for threshold in ("relative", "absolute"):
-    w = np.asarray(obj.lambdarank_weights(d, pairs, score_fn=score, preference=pref, swap_bins=3, top_bins=1,
-                                          threshold=threshold))
-    for q in range(Q):
-      def ref(e, a):
-        return float(sum(F[int(a[i]) // C, int(a[i]) % C] for i in ref_neighbors(e, 2)))
-      for a in range(N):
-        for b in range(N):
-          want = 0.0
-          if pref[q, a] > pref[q, b] and ref_allowed(list(d[q]), a, b, 3, 1, threshold):
-            want = abs(ref_delta(ref, list(d[q]), list(pairs[q]), a, b))
-          assert w[q, a, b] == pytest.approx(want, abs=1e-6), (threshold, q, a, b)
+    mask = obj.swap_mask(d, swap_bins=3, top_bins=1, threshold=threshold)
+    for deltas_fn in (functools.partial(obj.hierarchical_deltas, similarity=F, k=2),
+                      lambda x, a: obj.swap_deltas(functools.partial(obj.hierarchical_score, similarity=F, k=2), x, a)):
+      w = np.asarray(obj.lambdarank_weights(d, pairs, deltas_fn=deltas_fn, preference=pref, pair_mask=mask))
+      for q in range(Q):
+        for a in range(N):
+          for b in range(N):
+            want = 0.0
+            if pref[q, a] > pref[q, b] and ref_allowed(list(d[q]), a, b, 3, 1, threshold):
+              want = abs(ref_delta(ref, list(d[q]), list(pairs[q]), a, b))
+            assert w[q, a, b] == pytest.approx(want, abs=1e-6), (threshold, q, a, b)
+
+
+def test_lambdarank_weights_every_closed_form_brute_force():
+  # w_ab = |Delta S_ab| on the preferred pairs within the mask, for each shipped score's closed form.
+  rng = np.random.default_rng(9)
+  Q, N, C, b = 2, 8, 3, 6
+  d = rng.integers(0, b + 1, size=(Q, N)).astype(np.int32)
+  rel = rng.integers(0, 2, size=(Q, N)).astype(np.int32)
+  levels = rng.integers(0, 3, size=(Q, N)).astype(np.int32)
+  pairs = np.asarray(obj.label_pairs(np.array([0, 1]), rng.integers(0, C, size=(Q, N)), num_classes=C))
+  offsets = rng.normal(size=(Q, N))
+  mask = rng.uniform(size=(Q, N, N)) < 0.7
+  P = functools.partial
+  cases = [  # (deltas_fn, reference score, affinity, preference)
+      (P(obj.knn_count_deltas, k=2), lambda e, a: ref_count(e, a, 2), levels, levels),
+      (P(obj.retrieval_deltas, radius=2), lambda e, a: sum(a[i] for i in range(len(e)) if e[i] <= 2), rel, rel),
+      (P(obj.knn_majority_deltas, num_classes=C, k=2), lambda e, a: ref_majority(e, a, C, 2), pairs,
+       np.asarray(obj.pair_relevance(pairs, num_classes=C))),
+      (P(obj.regression_deltas, k=2), lambda e, a: np.mean([a[i] ** 2 for i in ref_neighbors(e, 2)]), offsets,
+       -np.abs(offsets)),
+  ]
+  for deltas_fn, score, affinity, pref in cases:
+    w = np.asarray(jax.jit(lambda x, a, p, m, f=deltas_fn: obj.lambdarank_weights(x, a, deltas_fn=f, preference=p,
+                                                                                   pair_mask=m))(d, affinity, pref, mask))
+    want = ref_weights(d, affinity, pref, mask, score)
+    assert np.count_nonzero(want) > 0, deltas_fn.func.__name__
+    np.testing.assert_allclose(w, want, atol=1e-5, rtol=0, err_msg=deltas_fn.func.__name__)
 
 
 def test_swap_mask_and_pairs_brute_force():
@@ -254,10 +323,10 @@ def test_lambdarank_default_distances_and_shared_documents():
   hq = sigmoid(Xq @ W)
   hd = sigmoid(Xd[0] @ W)  # shared documents [N, b]
   rel_shared = np.broadcast_to(rel[0], (2, 8))
-  score = functools.partial(obj.knn_count_score, k=1)
+  score = functools.partial(obj.knn_count_deltas, k=1)
   d = [[int(np.sum((hq[q] > 0.5) != (h > 0.5))) for h in hd] for q in range(2)]
-  explicit = obj.lambdarank_loss(hq, hd, rel_shared, np.array(d, np.int32), score_fn=score)
-  implicit = obj.lambdarank_loss(hq, hd, rel_shared, score_fn=score)
+  explicit = obj.lambdarank_loss(hq, hd, rel_shared, deltas_fn=score, distances=np.array(d, np.int32))
+  implicit = obj.lambdarank_loss(hq, hd, rel_shared, deltas_fn=score)
   assert float(explicit) == pytest.approx(float(implicit))
   # Reference value by loops.
   total = 0.0
@@ -295,7 +364,7 @@ def test_bad_inputs():
   hq = np.full((2, 4), 0.5)
   hd = np.full((2, 3, 4), 0.5)
   rel = np.zeros((2, 3), np.int32)
-  score = functools.partial(obj.knn_count_score, k=1)
+  deltas = functools.partial(obj.knn_count_deltas, k=1)
   with pytest.raises(ValueError, match="query_codes"):
     obj.ranknet_loss(np.full((2, 4), 1.5), hd, rel)
   with pytest.raises(ValueError, match="query_codes"):
@@ -314,34 +383,37 @@ def test_bad_inputs():
     obj.ranknet_loss(hq, hd, rel, from_logits=1)
   with pytest.raises(ValueError, match="worse_codes"):
     obj.triplet_ranknet_loss(hq, hq, np.full((3, 4), 0.5))
-  with pytest.raises(ValueError, match="score_fn"):
-    obj.lambdarank_loss(hq, hd, rel)
-  with pytest.raises(ValueError, match="score_fn"):
-    obj.lambdarank_loss(hq, hd, rel, score_fn=score, hist_score_fn=obj.average_precision_from_histogram)
-  with pytest.raises(ValueError, match="num_levels"):
-    obj.lambdarank_loss(hq, hd, rel, hist_score_fn=obj.average_precision_from_histogram)
+  with pytest.raises(ValueError, match="deltas_fn"):
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=None)
+  with pytest.raises(ValueError, match="deltas_fn"):
+    obj.lambdarank_weights(np.zeros((2, 3), np.int32), rel, deltas_fn="knn_count")
+  with pytest.raises(ValueError, match="deltas_fn"):  # not a [N, N] matrix per query
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=lambda d, a: d.astype(float))
   with pytest.raises(ValueError, match="affinity"):
-    obj.lambdarank_loss(hq, hd, np.zeros((2, 4), np.int32), score_fn=score)
-  with pytest.raises(ValueError, match="affinity"):
-    obj.lambdarank_loss(hq, hd, np.full((2, 3), 2), hist_score_fn=obj.average_precision_from_histogram,
-                        num_levels=2)
+    obj.lambdarank_loss(hq, hd, np.zeros((2, 4), np.int32), deltas_fn=deltas)
   with pytest.raises(ValueError, match="distances"):
-    obj.lambdarank_loss(hq, hd, rel, np.full((2, 3), 5), score_fn=score)
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=deltas, distances=np.full((2, 3), 5))
   with pytest.raises(ValueError, match="distances"):
-    obj.lambdarank_loss(hq, hd, rel, np.zeros((2, 2), np.int32), score_fn=score)
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=deltas, distances=np.zeros((2, 2), np.int32))
+  with pytest.raises(ValueError, match="distances"):
+    obj.lambdarank_weights(np.zeros((3,), np.int32), np.zeros((3,), np.int32), deltas_fn=deltas)
   with pytest.raises(ValueError, match="preference"):
-    obj.lambdarank_loss(hq, hd, np.zeros((2, 3, 2)), score_fn=score)
+    obj.lambdarank_loss(hq, hd, np.zeros((2, 3, 2)), deltas_fn=deltas)
+  with pytest.raises(ValueError, match="pair_mask"):
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=deltas, pair_mask=np.ones((2, 3, 3), np.int32))
+  with pytest.raises(ValueError, match="pair_mask"):
+    obj.lambdarank_weights(np.zeros((2, 3), np.int32), rel, deltas_fn=deltas, pair_mask=np.ones((2, 3), bool))
   with pytest.raises(ValueError, match="swap_bins"):
-    obj.lambdarank_loss(hq, hd, rel, score_fn=score, swap_bins=0)
+    obj.swap_mask(np.zeros((2, 3), np.int32), swap_bins=0)
   with pytest.raises(ValueError, match="top_bins"):
-    obj.lambdarank_loss(hq, hd, rel, score_fn=score, top_bins=1.5)
+    obj.swap_mask(np.zeros((2, 3), np.int32), top_bins=1.5)
   with pytest.raises(ValueError, match="threshold"):
     obj.swap_mask(np.zeros((2, 3), np.int32), threshold="fixed")
-  with pytest.raises(ValueError, match="swap_method"):
-    obj.lambdarank_loss(hq, hd, rel, hist_score_fn=obj.average_precision_from_histogram, num_levels=2,
-                        swap_method="fast")
+  with pytest.raises(ValueError, match="method"):  # a deltas_fn's own checks reach the caller
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=lambda d, a: obj.histogram_swap_deltas(
+        obj.average_precision_from_histogram, d, a, num_bits=4, num_levels=2, method="fast"))
   with pytest.raises(ValueError, match="has_aux"):
-    obj.lambdarank_loss(hq, hd, rel, score_fn=score, has_aux="yes")
+    obj.lambdarank_loss(hq, hd, rel, deltas_fn=deltas, has_aux="yes")
   with pytest.raises(ValueError, match="num_bits"):
     obj.paper_swap_bins(0)
   with pytest.raises(ValueError, match="preference"):

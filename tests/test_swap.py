@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hashjax import objectives as obj
-from hashjax.codes import distance_histogram
+from hashjax.histograms import distance_histogram
 
 # --------------------------------------------------------------------------- references
 
@@ -267,88 +267,173 @@ def test_no_relevant_documents_score_zero():
 _JITTED = {}
 
 
-def _jitted_swaps(name, score_fn, d, a, method):
-  """jit(swap_deltas) compiled once per named score and method (the seeds reuse it)."""
+def _jitted_swaps(name, score_fn, deltas_fn, d, a, method):
+  """The swap matrix by ``method`` ("closed": the named closed form; "auto"/"generic": ``swap_deltas``),
+  jitted once per named score and method (the seeds reuse it)."""
   if (name, method) not in _JITTED:
-    _JITTED[name, method] = jax.jit(lambda d_, a_: obj.swap_deltas(score_fn, d_, a_, method=method))
+    fn = deltas_fn if method == "closed" else (lambda d_, a_: obj.swap_deltas(score_fn, d_, a_, method=method))
+    _JITTED[name, method] = jax.jit(fn)
   return np.asarray(_JITTED[name, method](d, a))
 
 
 _N, _B, _C = 16, 8, 3
 _F = np.random.default_rng(0).uniform(size=(_C, _C)).astype(np.float32)
-# (name, score_fn, reference, which affinity it reads, tolerance)
+_P = functools.partial
+# (name, score_fn, its closed form, reference, which affinity it reads, tolerance)
 _SHIPPED = [
-    ("count_k1", functools.partial(obj.knn_count_score, k=1), lambda e, a: ref_count(e, a, 1), "rel", 0),
-    ("count_k3", functools.partial(obj.knn_count_score, k=3), lambda e, a: ref_count(e, a, 3), "rel", 0),
-    ("majority_exp", functools.partial(obj.knn_majority_score, num_classes=_C, k=3),
+    ("count_k1", _P(obj.knn_count_score, k=1), _P(obj.knn_count_deltas, k=1), lambda e, a: ref_count(e, a, 1),
+     "rel", 0),
+    ("count_k3", _P(obj.knn_count_score, k=3), _P(obj.knn_count_deltas, k=3), lambda e, a: ref_count(e, a, 3),
+     "rel", 0),
+    ("majority_exp", _P(obj.knn_majority_score, num_classes=_C, k=3), _P(obj.knn_majority_deltas, num_classes=_C, k=3),
      lambda e, a: ref_majority(e, a, _C, 3, "expected"), "pairs", 1e-6),
-    ("majority_strict", functools.partial(obj.knn_majority_score, num_classes=_C, k=2, ties="strict"),
+    ("majority_strict", _P(obj.knn_majority_score, num_classes=_C, k=2, ties="strict"),
+     _P(obj.knn_majority_deltas, num_classes=_C, k=2, ties="strict"),
      lambda e, a: ref_majority(e, a, _C, 2, "strict"), "pairs", 0),
-    ("hier", functools.partial(obj.hierarchical_score, similarity=_F, k=3),
+    ("hier", _P(obj.hierarchical_score, similarity=_F, k=3), _P(obj.hierarchical_deltas, similarity=_F, k=3),
      lambda e, a: ref_hier(e, a, _F, 3), "pairs", 1e-5),
-    ("regression_pairs", functools.partial(obj.regression_score, k=2),
+    ("regression_pairs", _P(obj.regression_score, k=2), _P(obj.regression_deltas, k=2),
      lambda e, a: ref_regression(e, a, 2, "pairs"), "offsets", 1e-4),
-    ("regression_pred", functools.partial(obj.regression_score, k=3, mode="prediction"),
+    ("regression_pred", _P(obj.regression_score, k=3, mode="prediction"),
+     _P(obj.regression_deltas, k=3, mode="prediction"),
      lambda e, a: ref_regression(e, a, 3, "prediction"), "offsets", 1e-4),
-    ("retrieval", functools.partial(obj.retrieval_score, radius=2), lambda e, a: ref_retrieval(e, a, 2),
-     "levels", 0),
-    ("ap", functools.partial(obj.average_precision_score, num_bits=_B), ref_ap_formula, "rel", 1e-5),
-    ("ndcg", functools.partial(obj.ndcg_score, num_bits=_B, num_levels=3, k=5),
+    ("retrieval", _P(obj.retrieval_score, radius=2), _P(obj.retrieval_deltas, radius=2),
+     lambda e, a: ref_retrieval(e, a, 2), "levels", 0),
+    ("ap", _P(obj.average_precision_score, num_bits=_B), _P(obj.average_precision_deltas, num_bits=_B),
+     ref_ap_formula, "rel", 1e-5),
+    ("ndcg", _P(obj.ndcg_score, num_bits=_B, num_levels=3, k=5), _P(obj.ndcg_deltas, num_bits=_B, num_levels=3, k=5),
      lambda e, a: ref_ndcg_formula(e, a, 5), "levels", 1e-5),
 ]
 
 
-def test_every_shipped_score_has_a_closed_form():
-  for name, score_fn, *_ in _SHIPPED:
-    assert obj.swap._exact_form(score_fn) is not None, name
-  assert obj.swap._exact_form(lambda d, a: obj.knn_count_score(d, a, k=1)) is None
+def test_every_shipped_score_has_a_named_closed_form():
+  # One closed form per shipped score, named after it and exported next to it.
+  closed = {name for name in obj.swap.__all__ if name.endswith("_deltas")} - {"swap_deltas", "histogram_swap_deltas"}
+  scores = {name for name in obj.scores.__all__ if name.endswith("_score")}
+  assert {name[:-len("_deltas")] for name in closed} == {name[:-len("_score")] for name in scores}
+  assert {case[2].func.__name__ for case in _SHIPPED} == closed
+  assert all(hasattr(obj, name) for name in closed)
 
 
-@pytest.mark.parametrize("method", ["auto", "generic"])
+def _random_affinities(rng):
+  labels = rng.integers(0, _C, size=_N)
+  return {
+      "rel": rng.integers(0, 2, size=_N).astype(np.int32),
+      "levels": rng.integers(0, 3, size=_N).astype(np.int32),
+      "pairs": np.asarray(obj.label_pairs(np.array([int(rng.integers(0, _C))]), labels, num_classes=_C))[0],
+      "offsets": rng.normal(size=_N).astype(np.float32),
+  }
+
+
+@pytest.mark.parametrize("method", ["closed", "auto", "generic"])
 def test_swap_deltas_every_shipped_score(method):
-  # "auto": the shipped scores' closed forms; "generic": vmap over swapped rankings.
+  # "closed": the shipped scores' named closed forms; "auto" / "generic": swap_deltas, vmap over swapped rankings.
   nonzero = Counter()
   for seed in range(3):
     rng = np.random.default_rng(100 + seed)
     d = rng.integers(0, _B + 1, size=_N).astype(np.int32)
-    labels = rng.integers(0, _C, size=_N)
-    affinity = {
-        "rel": rng.integers(0, 2, size=_N).astype(np.int32),
-        "levels": rng.integers(0, 3, size=_N).astype(np.int32),
-        "pairs": np.asarray(obj.label_pairs(np.array([int(rng.integers(0, _C))]), labels, num_classes=_C))[0],
-        "offsets": rng.normal(size=_N).astype(np.float32),
-    }
-    for name, score_fn, ref, kind, tol in _SHIPPED:
+    affinity = _random_affinities(rng)
+    for name, score_fn, deltas_fn, ref, kind, tol in _SHIPPED:
       a = affinity[kind]
       want = brute_swaps(ref, d, a)
-      np.testing.assert_allclose(_jitted_swaps(name, score_fn, d, a, method), want, atol=tol, rtol=0,
+      np.testing.assert_allclose(_jitted_swaps(name, score_fn, deltas_fn, d, a, method), want, atol=tol, rtol=0,
                                  err_msg=name)
       nonzero[name] += np.count_nonzero(want)
   # Every case exercises non-trivial swaps (a test of zeros against zeros could not fail).
   assert min(nonzero.values()) > 0, nonzero
 
 
-@pytest.mark.parametrize("method", ["auto", "generic"])
+def _edge_cases():
+  """(label, distances) with ties, one bin, all bins distinct, fewer bins than k, and one or two documents."""
+  return [
+      ("one bin", np.full(7, 3, np.int32)),
+      ("two bins", np.array([0, 5, 0, 5, 5, 0, 5], np.int32)),
+      ("distinct", np.array([8, 0, 6, 1, 3, 7, 2], np.int32)),
+      ("heavy ties", np.array([2, 2, 2, 2, 6, 6, 1], np.int32)),
+      ("far", np.array([8, 8, 7, 8, 7, 8, 8], np.int32)),
+      ("one document", np.array([4], np.int32)),
+      ("two documents", np.array([1, 6], np.int32)),
+  ]
+
+
+def test_closed_forms_equal_generic_path_and_loop_on_edge_cases():
+  # Ties, empty neighbour boundaries, no relevant document, every document relevant: the closed form, the
+  # generic path and the loop over pairs agree, in the score's dtype.
+  rng = np.random.default_rng(7)
+  for label, d in _edge_cases():
+    n = d.shape[0]
+    labels = rng.integers(0, _C, size=n)
+    variants = {
+        "rel": [rng.integers(0, 2, size=n).astype(np.int32), np.zeros(n, np.int32), np.ones(n, np.int32)],
+        "levels": [rng.integers(0, 3, size=n).astype(np.int32), np.zeros(n, np.int32), np.full(n, 2, np.int32)],
+        "pairs": [np.asarray(obj.label_pairs(np.array([1]), labels, num_classes=_C))[0],
+                  np.asarray(obj.label_pairs(np.array([0]), np.zeros(n, np.int32), num_classes=_C))[0]],
+        "offsets": [rng.normal(size=n).astype(np.float32), np.zeros(n, np.float32)],
+    }
+    for name, score_fn, deltas_fn, ref, kind, tol in _SHIPPED:
+      for a in variants[kind]:
+        closed = _jitted_swaps(name, score_fn, deltas_fn, d, a, "closed")
+        generic = _jitted_swaps(name, score_fn, deltas_fn, d, a, "generic")
+        assert closed.shape == (n, n) and closed.dtype == generic.dtype, (label, name)
+        want = brute_swaps(ref, d, a)
+        np.testing.assert_allclose(np.asarray(closed), want, atol=tol, rtol=0, err_msg=f"{label}: {name}")
+        np.testing.assert_allclose(np.asarray(generic), want, atol=tol, rtol=0, err_msg=f"{label}: {name}")
+
+
+def test_wrapped_shipped_scores_through_swap_deltas_equal_closed_forms():
+  # A user's own wrapper of a shipped score (a lambda, a partial of a partial, a renamed function) goes
+  # through swap_deltas's generic path and gives the named closed form's matrix.
+  rng = np.random.default_rng(12)
+  d = rng.integers(0, _B + 1, size=_N).astype(np.int32)
+  affinity = _random_affinities(rng)
+
+  def my_ap(dist, a):
+    return obj.average_precision_score(dist, a, num_bits=_B)
+
+  wrapped = [
+      (lambda x, a: obj.knn_count_score(x, a, k=2), _P(obj.knn_count_deltas, k=2), "rel", 0),
+      (_P(_P(obj.knn_majority_score, num_classes=_C), k=3), _P(obj.knn_majority_deltas, num_classes=_C, k=3),
+       "pairs", 1e-6),
+      (_P(_P(obj.hierarchical_score, similarity=_F), k=2), _P(obj.hierarchical_deltas, similarity=_F, k=2),
+       "pairs", 1e-5),
+      (lambda x, a: obj.retrieval_score(x, a, radius=3), _P(obj.retrieval_deltas, radius=3), "levels", 0),
+      (lambda x, a: obj.regression_score(x, a, k=2, mode="prediction"), _P(obj.regression_deltas, k=2,
+                                                                           mode="prediction"), "offsets", 1e-5),
+      (my_ap, _P(obj.average_precision_deltas, num_bits=_B), "rel", 1e-5),
+      (_P(_P(obj.ndcg_score, num_bits=_B), num_levels=3), _P(obj.ndcg_deltas, num_bits=_B, num_levels=3),
+       "levels", 1e-5),
+  ]
+  for score_fn, deltas_fn, kind, tol in wrapped:
+    a = affinity[kind]
+    via_swap = np.asarray(jax.jit(lambda x, y, f=score_fn: obj.swap_deltas(f, x, y))(d, a))
+    np.testing.assert_allclose(via_swap, np.asarray(jax.jit(deltas_fn)(d, a)), atol=tol, rtol=0,
+                               err_msg=deltas_fn.func.__name__)
+    assert np.count_nonzero(via_swap) > 0, deltas_fn.func.__name__
+
+
+@pytest.mark.parametrize("method", ["closed", "generic"])
 def test_swap_deltas_tie_aware_scores_enumerated_x64(method):
   # Small lists: compare with the mean over every tie order, in float64. The last case has no
   # relevant document: AP/NDCG are undefined, scored 0, so every swap weight is 0.
+  def swaps(score_fn, deltas_fn):
+    return jax.jit(deltas_fn if method == "closed" else lambda d_, a_: obj.swap_deltas(score_fn, d_, a_))
+
   with jax.enable_x64(True):
-    ap = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.average_precision_score, num_bits=3), d_, a_,
-                                                method=method))
-    ap3 = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.average_precision_score, num_bits=3, k=3),
-                                                 d_, a_, method=method))
-    ndcg4 = jax.jit(lambda d_, a_: obj.swap_deltas(
-        functools.partial(obj.ndcg_score, num_bits=3, num_levels=3, k=4), d_, a_, method=method))
-    ndcg = jax.jit(lambda d_, a_: obj.swap_deltas(functools.partial(obj.ndcg_score, num_bits=3, num_levels=3),
-                                                  d_, a_, method=method))
+    ap = swaps(_P(obj.average_precision_score, num_bits=3), _P(obj.average_precision_deltas, num_bits=3))
+    ap3 = swaps(_P(obj.average_precision_score, num_bits=3, k=3), _P(obj.average_precision_deltas, num_bits=3, k=3))
+    ndcg4 = swaps(_P(obj.ndcg_score, num_bits=3, num_levels=3, k=4), _P(obj.ndcg_deltas, num_bits=3, num_levels=3,
+                                                                         k=4))
+    ndcg = swaps(_P(obj.ndcg_score, num_bits=3, num_levels=3), _P(obj.ndcg_deltas, num_bits=3, num_levels=3))
     ndcg_hist = jax.jit(lambda d_, a_: obj.histogram_swap_deltas(obj.ndcg_from_histogram, d_, a_, num_bits=3,
                                                                  num_levels=3))
     ap3_hist = jax.jit(lambda d_, a_: obj.histogram_swap_deltas(
-        functools.partial(obj.average_precision_from_histogram, k=3), d_, a_, num_bits=3, num_levels=2))
+        _P(obj.average_precision_from_histogram, k=3), d_, a_, num_bits=3, num_levels=2))
     cases = [random_case(seed, 6, 3, 3) for seed in range(2)] + [(random_case(9, 6, 3, 3)[0], np.zeros(6, np.int32))]
     for d, a in cases:
       rel = (a > 0).astype(np.int32)
-      np.testing.assert_allclose(np.asarray(ap(d, rel)), brute_swaps(ref_ap_enumerated, d, list(rel)), atol=1e-12)
+      got_ap = np.asarray(ap(d, rel))
+      assert got_ap.dtype == np.float64
+      np.testing.assert_allclose(got_ap, brute_swaps(ref_ap_enumerated, d, list(rel)), atol=1e-12)
       want = brute_swaps(ref_ndcg_enumerated, d, list(a))
       np.testing.assert_allclose(np.asarray(ndcg(d, a)), want, atol=1e-12)
       np.testing.assert_allclose(np.asarray(ndcg_hist(d, a)), want, atol=1e-12)
@@ -487,12 +572,21 @@ def test_swap_deltas_vmap_over_queries_and_edge_sizes():
   many = np.asarray(jax.jit(jax.vmap(lambda x, y: obj.swap_deltas(s, x, y)))(d, a))
   fast = np.asarray(jax.jit(jax.vmap(lambda x, y: obj.histogram_swap_deltas(
       functools.partial(obj.knn_count_from_histogram, k=2), x, y, num_bits=4, num_levels=2)))(d, a))
+  closed = np.asarray(jax.jit(jax.vmap(functools.partial(obj.knn_count_deltas, k=2)))(d, a))
+  ap = np.asarray(jax.jit(jax.vmap(functools.partial(obj.average_precision_deltas, num_bits=4)))(d, a))
   for q in range(3):
     want = brute_swaps(lambda e, r: ref_count(e, r, 2), d[q], a[q])
     np.testing.assert_array_equal(many[q], want)
     np.testing.assert_array_equal(fast[q], want)
+    np.testing.assert_array_equal(closed[q], want)
+    np.testing.assert_allclose(ap[q], brute_swaps(ref_ap_formula, d[q], a[q]), atol=1e-6, rtol=0)
   one = obj.swap_deltas(s, np.array([3]), np.array([1]))
   assert one.shape == (1, 1) and float(one[0, 0]) == 0.0
+  for deltas_fn in (functools.partial(obj.knn_count_deltas, k=2), functools.partial(obj.retrieval_deltas, radius=1),
+                    functools.partial(obj.average_precision_deltas, num_bits=4),
+                    functools.partial(obj.ndcg_deltas, num_bits=4, num_levels=2)):
+    one = jax.jit(deltas_fn)(np.array([3]), np.array([1]))
+    assert one.shape == (1, 1) and float(one[0, 0]) == 0.0
   assert obj.histogram_swap_deltas(obj.average_precision_from_histogram, np.array([3]), np.array([1]),
                                    num_bits=4, num_levels=2).shape == (1, 1)
 
@@ -519,10 +613,43 @@ def test_bad_inputs_swap():
     obj.swap_deltas(lambda x, y: x.astype(float), d, a)  # not a scalar
   with pytest.raises(ValueError, match="method"):
     obj.swap_deltas(s, d, a, method="table")
-  with pytest.raises(ValueError, match="k"):  # the closed form checks the score's options too
+  with pytest.raises(ValueError, match="k"):  # the score checks its options
     obj.swap_deltas(functools.partial(obj.knn_count_score, k=0), d, a)
   with pytest.raises(ValueError, match="affinity"):
     obj.swap_deltas(functools.partial(obj.knn_majority_score, num_classes=2), d, np.array([0, 5, 1]))
+  # The closed forms check what their scores check.
+  with pytest.raises(ValueError, match="k"):
+    obj.knn_count_deltas(d, a, k=0)
+  with pytest.raises(ValueError, match="distances"):
+    obj.knn_count_deltas(np.zeros((2, 3), np.int32), a)
+  with pytest.raises(ValueError, match="distances"):
+    obj.retrieval_deltas(np.array([0.5, 1.0, 2.0]), a, radius=1)
+  with pytest.raises(ValueError, match="radius"):
+    obj.retrieval_deltas(d, a, radius=-1)
+  with pytest.raises(ValueError, match="affinity"):
+    obj.retrieval_deltas(d, np.array([1, 0]), radius=1)
+  with pytest.raises(ValueError, match="affinity"):
+    obj.knn_majority_deltas(d, np.array([0, 5, 1]), num_classes=2)
+  with pytest.raises(ValueError, match="num_classes"):
+    obj.knn_majority_deltas(d, a, num_classes=0)
+  with pytest.raises(ValueError, match="ties"):
+    obj.knn_majority_deltas(d, a, num_classes=2, ties="random")
+  with pytest.raises(ValueError, match="similarity"):
+    obj.hierarchical_deltas(d, a, similarity=np.ones((2, 3)))
+  with pytest.raises(ValueError, match="mode"):
+    obj.regression_deltas(d, a.astype(float), mode="mse")
+  with pytest.raises(ValueError, match="affinity"):
+    obj.regression_deltas(d, np.array([1.0, np.nan, 0.0]))
+  with pytest.raises(ValueError, match="distances"):
+    obj.average_precision_deltas(d, a, num_bits=1)
+  with pytest.raises(ValueError, match="num_bits"):
+    obj.average_precision_deltas(d, a, num_bits=0)
+  with pytest.raises(ValueError, match="affinity"):
+    obj.ndcg_deltas(d, np.array([1, -1, 0]), num_bits=2)
+  with pytest.raises(ValueError, match="k"):
+    obj.ndcg_deltas(d, a, num_bits=2, k=0)
+  with pytest.raises(ValueError, match="num_levels"):  # traced affinity: the number of levels must be given
+    jax.jit(functools.partial(obj.ndcg_deltas, num_bits=2))(d, a)
   g = functools.partial(obj.knn_count_from_histogram, k=1)
   with pytest.raises(ValueError, match="num_bits"):
     obj.histogram_swap_deltas(g, d, a, num_bits=0, num_levels=2)

@@ -1,4 +1,4 @@
-"""RankNet and LambdaRank losses for learning bit vectors (Nair et al. 2012, Secs. 3.4-4).
+r"""RankNet and LambdaRank losses for learning bit vectors (Nair et al. 2012, Secs. 3.4-4).
 
 A query ``q`` and its documents have sigmoid codes ``h`` in ``[0, 1]`` (eq. 1,
 or logits with ``from_logits=True``); documents are ranked by the relaxed
@@ -15,12 +15,17 @@ Sec. 3.1, with target ``T = 1``::
 
 LambdaRank (eq. 5, Figure 3) multiplies each pair's RankNet gradient by
 ``|Delta S_ab|``, the change of the task score when ``a`` and ``b`` exchange
-their *hard* Hamming distances (:func:`hashjax.objectives.swap_deltas`). As a
-loss: ``sum_ab stop_gradient(|Delta S_ab|) C_ab``, whose gradient is exactly
-that. Options of Sec. 4: swaps only among documents of the nearest
-``ceil(b / 3)`` bins (``swap_bins``, :func:`paper_swap_bins`) and across the
-top-``k`` boundary (``top_bins``); ``subsample_documents`` draws the per-query
-lists (100 documents by default); losses average over the queries of a batch.
+their *hard* Hamming distances. The swap matrix comes from a function the
+caller passes, ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``
+(vmapped over queries): a closed form of :mod:`hashjax.objectives.swap` such
+as ``functools.partial(knn_count_deltas, k=3)``, or
+``lambda d, a: swap_deltas(my_score, d, a)`` for any score. As a loss:
+``sum_ab stop_gradient(|Delta S_ab|) C_ab``, whose gradient is exactly that.
+Options of Sec. 4, as a ``pair_mask`` from :func:`swap_mask`: swaps only among
+documents of the nearest ``ceil(b / 3)`` bins (``swap_bins``,
+:func:`paper_swap_bins`) and across the top-``k`` boundary (``top_bins``);
+``subsample_documents`` draws the per-query lists (100 documents by default);
+losses average over the queries of a batch.
 """
 
 from __future__ import annotations
@@ -34,8 +39,7 @@ import numpy as np
 
 from hashjax import _checks
 from hashjax import relaxations
-from hashjax.objectives import scores as _scores
-from hashjax.objectives import swap as _swap
+from hashjax.objectives import scores
 
 Array = jax.Array
 
@@ -45,9 +49,6 @@ __all__ = [
     "hard_distances", "THRESHOLDS",
 ]
 
-# Queries per step of lax.map for the histogram swap tables.
-_MAP_BATCH = 10
-
 #: Options of ``threshold=``: how ``swap_bins`` / ``top_bins`` count bins.
 THRESHOLDS = ("relative", "absolute")
 
@@ -55,20 +56,12 @@ THRESHOLDS = ("relative", "absolute")
 # --------------------------------------------------------------------------- checks
 
 
-def _check_real(name: str, x: Any, shape_doc: str) -> None:
-  if not hasattr(x, "dtype") or not hasattr(x, "ndim") or np.dtype(x.dtype) == np.bool_ \
-      or not np.issubdtype(np.dtype(x.dtype), np.number) or np.issubdtype(np.dtype(x.dtype), np.complexfloating):
-    raise ValueError(f"{name}: expected a real array {shape_doc}, got "
-                     + (f"dtype {np.dtype(x.dtype).name}" if hasattr(x, "dtype") else type(x).__name__))
-  _checks.check_finite(name, x)
-
-
 def _check_codes(query_codes: Any, doc_codes: Any, from_logits: Any) -> None:
   if not isinstance(from_logits, bool):
     raise ValueError(f"from_logits: expected a bool, got {from_logits!r}")
   what = "logits" if from_logits else "sigmoid outputs in [0, 1]"
-  _check_real("query_codes", query_codes, f"[Q, num_bits] of {what}")
-  _check_real("doc_codes", doc_codes, f"[N, num_bits] or [Q, N, num_bits] of {what}")
+  _checks.check_real("query_codes", query_codes, shape_doc=f"[Q, num_bits] of {what}")
+  _checks.check_real("doc_codes", doc_codes, shape_doc=f"[N, num_bits] or [Q, N, num_bits] of {what}")
   if query_codes.ndim != 2 or query_codes.shape[0] == 0 or query_codes.shape[1] == 0:
     raise ValueError(f"query_codes: expected shape [Q, num_bits] with Q, num_bits >= 1, got {tuple(query_codes.shape)}")
   if doc_codes.ndim not in (2, 3) or doc_codes.shape[-2] == 0:
@@ -94,7 +87,7 @@ def _num_docs(query_codes, doc_codes):
 
 
 def _check_per_doc(name: str, x: Any, shape: tuple, *, what: str) -> None:
-  _check_real(name, x, f"{list(shape)} of {what}")
+  _checks.check_real(name, x, shape_doc=f"{list(shape)} of {what}")
   if tuple(x.shape) != tuple(shape):
     raise ValueError(f"{name}: expected shape {tuple(shape)} ([Q, N], one entry per query and document), "
                      f"got {tuple(x.shape)}")
@@ -109,20 +102,6 @@ def _check_pair_mask(pair_mask: Any, shape: tuple) -> None:
                         else type(pair_mask).__name__))
   if tuple(pair_mask.shape) != tuple(shape):
     raise ValueError(f"pair_mask: expected shape {tuple(shape)}, got {tuple(pair_mask.shape)}")
-
-
-def _check_bins(name: str, value: Any) -> Optional[int]:
-  if value is None:
-    return None
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name}: expected None or an int >= 1 (a number of bins), got {value!r}")
-  return int(value)
-
-
-def _check_threshold(threshold: Any) -> str:
-  if not isinstance(threshold, str) or threshold not in THRESHOLDS:
-    raise ValueError(f"threshold: expected one of {list(THRESHOLDS)}, got {threshold!r}")
-  return threshold
 
 
 # --------------------------------------------------------------------------- scores and pairs
@@ -143,9 +122,9 @@ def _relaxed(query_codes, doc_codes, from_logits):
 
 
 def relaxed_scores(query_codes: Array, doc_codes: Array, *, from_logits: bool = False) -> Array:
-  """Nair's eq. 2 for each query's document list.
+  r"""Nair's eq. 2 for each query's document list.
 
-  .. math:: \\hat s_{qi} = \\sum_j h_{qj} (1 - h_{ij}) + (1 - h_{qj}) h_{ij}
+  .. math:: \hat s_{qi} = \sum_j h_{qj} (1 - h_{ij}) + (1 - h_{qj}) h_{ij}
 
   Args:
     query_codes: ``[Q, num_bits]`` sigmoid outputs (or logits).
@@ -175,9 +154,9 @@ def _hard(query_codes, doc_codes, from_logits):
 
 
 def hard_distances(query_codes: Array, doc_codes: Array, *, from_logits: bool = False) -> Array:
-  """Hamming distances of the rounded codes (``h > 0.5``, i.e. logit ``> 0``).
+  r"""Hamming distances of the rounded codes (``h > 0.5``, i.e. logit ``> 0``).
 
-  .. math:: d_{qi} = \\sum_j [\\, [h_{qj} > 0.5] \\ne [h_{ij} > 0.5] \\,]
+  .. math:: d_{qi} = \sum_j [\, [h_{qj} > 0.5] \ne [h_{ij} > 0.5] \,]
 
   Args:
     query_codes: ``[Q, num_bits]`` sigmoid outputs (or logits).
@@ -200,9 +179,9 @@ def _pairs(preference):
 
 
 def preference_pairs(preference: Array) -> Array:
-  """RankNet pairs of each query's list (Sec. 3.1): ``a`` should rank nearer than ``b``.
+  r"""RankNet pairs of each query's list (Sec. 3.1): ``a`` should rank nearer than ``b``.
 
-  .. math:: P_{ab} = [\\pi_a > \\pi_b]
+  .. math:: P_{ab} = [\pi_a > \pi_b]
 
   Args:
     preference: real ``[..., N]``: relevance, same-label indicator
@@ -216,15 +195,13 @@ def preference_pairs(preference: Array) -> Array:
   >>> preference_pairs(np.array([1, 0, 1])).astype(int).tolist()
   [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
   """
-  _check_real("preference", preference, "[..., N]")
-  if preference.ndim < 1:
-    raise ValueError(f"preference: expected at least one dimension [..., N], got shape {tuple(preference.shape)}")
+  _checks.check_real("preference", preference, shape_doc="[..., N]", min_ndim=1)
   return _pairs(jnp.asarray(preference))
 
 
 def _in_bins(distances, n, threshold):
   if threshold == "relative":
-    return _scores._nearest_bins(distances, n)
+    return scores.nearest_bins_mask(distances, k=n)
   return distances < n
 
 
@@ -240,10 +217,10 @@ def _swap_mask(distances, swap_bins, top_bins, threshold):
 
 def swap_mask(distances: Array, *, swap_bins: Optional[int] = None, top_bins: Optional[int] = None,
               threshold: str = "relative") -> Array:
-  """Which swaps LambdaRank considers (Nair Sec. 4).
+  r"""Which swaps LambdaRank considers (Nair Sec. 4).
 
-  .. math:: M_{ab} = e_a e_b \\, [t_a \\ne t_b], \\quad e_i = [d_i \\in \\text{nearest swap\\_bins bins}],
-            \\; t_i = [d_i \\in \\text{nearest top\\_bins bins}]
+  .. math:: M_{ab} = e_a e_b \, [t_a \ne t_b], \quad e_i = [d_i \in \text{nearest swap\_bins bins}],
+            \; t_i = [d_i \in \text{nearest top\_bins bins}]
 
   Args:
     distances: int ``[..., N]`` hard Hamming distances.
@@ -262,17 +239,17 @@ def swap_mask(distances: Array, *, swap_bins: Optional[int] = None, top_bins: Op
   >>> swap_mask(np.array([0, 5, 9, 9]), swap_bins=2, top_bins=1).astype(int).tolist()
   [[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
   """
-  _scores.check_distances(distances)
-  swap_bins = _check_bins("swap_bins", swap_bins)
-  top_bins = _check_bins("top_bins", top_bins)
-  threshold = _check_threshold(threshold)
+  scores.check_distances(distances)
+  swap_bins = _checks.check_int("swap_bins", swap_bins, low=1, allow_none=True)
+  top_bins = _checks.check_int("top_bins", top_bins, low=1, allow_none=True)
+  threshold = _checks.check_option("threshold", threshold, THRESHOLDS)
   return _swap_mask(jnp.asarray(distances), swap_bins, top_bins, threshold)
 
 
 def paper_swap_bins(num_bits: int) -> int:
-  """Nair's swap restriction: one third of the number of bits, rounded up.
+  r"""Nair's swap restriction: one third of the number of bits, rounded up.
 
-  .. math:: n_{swap} = \\lceil b / 3 \\rceil
+  .. math:: n_{swap} = \lceil b / 3 \rceil
 
   Args:
     num_bits: the code length ``b``.
@@ -288,9 +265,9 @@ def paper_swap_bins(num_bits: int) -> int:
 
 def subsample_documents(key: Array, num_queries: int, num_documents: int, *, num_samples: int = 100,
                         query_indices: Optional[Array] = None) -> Array:
-  """Per-query document lists drawn uniformly without replacement (Nair Sec. 4).
+  r"""Per-query document lists drawn uniformly without replacement (Nair Sec. 4).
 
-  .. math:: L_q \\sim \\mathrm{Uniform}\\{S \\subset [N] \\setminus \\{q\\} : |S| = m\\}
+  .. math:: L_q \sim \mathrm{Uniform}\{S \subset [N] \setminus \{q\} : |S| = m\}
 
   One uniform key per (query, document) and the ``num_samples`` largest:
   ``O(num_queries * num_documents)`` work.
@@ -311,12 +288,9 @@ def subsample_documents(key: Array, num_queries: int, num_documents: int, *, num
   >>> [sorted(r) for r in idx.tolist()]
   [[1, 2, 3, 4], [0, 2, 3, 4]]
   """
-  if not hasattr(key, "dtype") or not (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-                                       or (key.dtype == jnp.uint32 and tuple(key.shape) == (2,))):
-    raise ValueError(f"key: expected a jax.random key, got {getattr(key, 'dtype', type(key).__name__)}")
+  _checks.check_key(key)
   for name, v in (("num_queries", num_queries), ("num_documents", num_documents), ("num_samples", num_samples)):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name}: expected a positive int, got {v!r}")
+    _checks.check_positive_int(name, v)
   available = num_documents - (0 if query_indices is None else 1)
   if num_samples > available:
     raise ValueError(f"num_samples: expected at most {available} (documents available per query), got {num_samples}")
@@ -340,18 +314,18 @@ def _subsample(key, num_queries, num_documents, num_samples, query_indices):
 # --------------------------------------------------------------------------- RankNet
 
 
-def _pair_costs(scores):
+def _pair_costs(s):
   """C_ab = -log P(a > b) = softplus(s_a - s_b), [..., N, N]."""
-  return jax.nn.softplus(scores[..., :, None] - scores[..., None, :])
+  return jax.nn.softplus(s[..., :, None] - s[..., None, :])
 
 
 def ranknet_loss(query_codes: Array, doc_codes: Array, preference: Array, *,
                  pair_mask: Optional[Array] = None, from_logits: bool = False) -> Array:
-  """RankNet (Nair eqs. 3-4) averaged over all preference pairs of each query's list.
+  r"""RankNet (Nair eqs. 3-4) averaged over all preference pairs of each query's list.
 
-  .. math:: L = \\frac{1}{|\\mathcal P|} \\sum_{(q, a, b) \\in \\mathcal P}
-            \\log\\big(1 + e^{\\hat s_{qa} - \\hat s_{qb}}\\big), \\quad
-            \\mathcal P = \\{(q, a, b) : \\pi_{qa} > \\pi_{qb}\\}
+  .. math:: L = \frac{1}{|\mathcal P|} \sum_{(q, a, b) \in \mathcal P}
+            \log\big(1 + e^{\hat s_{qa} - \hat s_{qb}}\big), \quad
+            \mathcal P = \{(q, a, b) : \pi_{qa} > \pi_{qb}\}
 
   Every pair is a (query, better, worse) triplet with target ``T = 1``; the
   mean runs over all triplets of the batch (0 when there is none).
@@ -390,9 +364,9 @@ def _ranknet(query_codes, doc_codes, preference, pair_mask, from_logits):
 
 def triplet_ranknet_loss(query_codes: Array, better_codes: Array, worse_codes: Array, *,
                          from_logits: bool = False) -> Array:
-  """RankNet on explicit (query, better, worse) triplets (Nair eqs. 3-4, Sec. 3.1).
+  r"""RankNet on explicit (query, better, worse) triplets (Nair eqs. 3-4, Sec. 3.1).
 
-  .. math:: L = \\frac{1}{T} \\sum_t \\log\\big(1 + e^{\\hat s(q_t, x^+_t) - \\hat s(q_t, x^-_t)}\\big)
+  .. math:: L = \frac{1}{T} \sum_t \log\big(1 + e^{\hat s(q_t, x^+_t) - \hat s(q_t, x^-_t)}\big)
 
   Args:
     query_codes: ``[T, num_bits]`` sigmoid outputs (or logits).
@@ -421,119 +395,87 @@ def triplet_ranknet_loss(query_codes: Array, better_codes: Array, worse_codes: A
 # --------------------------------------------------------------------------- LambdaRank
 
 
-def _deltas(distances, affinity, score_fn, hist_score_fn, num_bits, num_levels, swap_method):
-  if score_fn is not None:
-    return jax.vmap(lambda d, a: _swap._score_swaps(score_fn, d, a, "auto"))(distances, affinity)
-  one = lambda x: _swap._hist_swaps(hist_score_fn, x[0], x[1], num_bits, num_levels, swap_method)
-  if swap_method == "linear":
-    return jax.vmap(lambda d, a: one((d, a)))(distances, affinity)
-  # The per-query tables are large ([cell pairs, b + 1, V]); a few queries at a time keeps
-  # them in cache (measured 6x faster than vmap over 100 queries at 32 bits on 2 cores).
-  return jax.lax.map(one, (distances, affinity), batch_size=min(_MAP_BATCH, distances.shape[0]))
-
-
-def _weights(distances, affinity, preference, score_fn, hist_score_fn, num_bits, num_levels,
-             swap_method, swap_bins, top_bins, threshold):
-  delta = _deltas(distances, affinity, score_fn, hist_score_fn, num_bits, num_levels, swap_method)
-  dt = jnp.promote_types(delta.dtype, jnp.float32)
-  pairs = _pairs(preference)
-  allowed = pairs & _swap_mask(distances, swap_bins, top_bins, threshold)
-  return jnp.where(allowed, jnp.abs(delta.astype(dt)), 0), pairs
-
-
-def _check_lambdarank_options(distances, affinity, preference, score_fn, hist_score_fn, num_bits,
-                              num_levels, swap_method, swap_bins, top_bins, threshold):
-  if not isinstance(swap_method, str) or swap_method not in _swap.SWAP_METHODS:
-    raise ValueError(f"swap_method: expected one of {list(_swap.SWAP_METHODS)}, got {swap_method!r}")
-  if (score_fn is None) == (hist_score_fn is None):
-    raise ValueError("score_fn: pass exactly one of score_fn (generic swap_deltas) and hist_score_fn "
-                     f"(histogram_swap_deltas), got score_fn={score_fn!r}, hist_score_fn={hist_score_fn!r}")
-  if score_fn is not None:
-    _swap._check_callable("score_fn", score_fn)
-  else:
-    _swap._check_callable("hist_score_fn", hist_score_fn)
-    if isinstance(num_levels, (bool, np.bool_)) or not isinstance(num_levels, (int, np.integer)) \
-        or num_levels < 1:
-      raise ValueError(f"num_levels: expected a positive int with hist_score_fn, got {num_levels!r}")
-  _scores.check_distances(distances, num_bits=num_bits)
+def _check_lambdarank(distances: Any, affinity: Any, deltas_fn: Any, preference: Any, pair_mask: Any, *,
+                      num_bits: Optional[int] = None) -> None:
+  _checks.check_callable("deltas_fn", deltas_fn, what="function deltas_fn(distances[N], affinity[N, ...]) -> [N, N]")
+  scores.check_distances(distances, num_bits=num_bits)
   if distances.ndim != 2:
     raise ValueError(f"distances: expected [Q, N] hard distances, got shape {tuple(distances.shape)}")
-  if not hasattr(affinity, "shape") or tuple(affinity.shape[:2]) != tuple(distances.shape):
+  if not hasattr(affinity, "shape") or not hasattr(affinity, "dtype") \
+      or tuple(affinity.shape[:2]) != tuple(distances.shape):
     raise ValueError(f"affinity: expected a per-document array [Q, N, ...] = {tuple(distances.shape)}, got "
                      + (f"shape {tuple(affinity.shape)}" if hasattr(affinity, "shape") else type(affinity).__name__))
-  if hist_score_fn is not None:
-    if tuple(affinity.shape) != tuple(distances.shape):
-      raise ValueError(f"affinity: expected int levels [Q, N] = {tuple(distances.shape)} with hist_score_fn, "
-                       f"got {tuple(affinity.shape)}")
-    _checks.check_int_range("affinity", affinity, 0, int(num_levels) - 1, what="affinity levels")
   if preference is not None:
     _check_per_doc("preference", preference, tuple(distances.shape), what="preferences")
   else:
     if tuple(affinity.shape) != tuple(distances.shape):
       raise ValueError("preference: required when affinity is not [Q, N]; got affinity of shape "
                        f"{tuple(affinity.shape)}")
-    _check_real("affinity", affinity, "[Q, N] (used as the preference)")
-  return (swap_method, _check_bins("swap_bins", swap_bins), _check_bins("top_bins", top_bins),
-          _check_threshold(threshold))
+    _checks.check_real("affinity", affinity, shape_doc="[Q, N] (used as the preference)")
+  _check_pair_mask(pair_mask, tuple(distances.shape) + (distances.shape[-1],))
 
 
-def lambdarank_weights(distances: Array, affinity: Array, *, score_fn: Optional[Callable] = None,
-                       hist_score_fn: Optional[Callable] = None, num_bits: Optional[int] = None,
-                       num_levels: Optional[int] = None, swap_method: str = "auto",
-                       preference: Optional[Array] = None, swap_bins: Optional[int] = None,
-                       top_bins: Optional[int] = None, threshold: str = "relative") -> Array:
-  """LambdaRank's pair weights ``|Delta S_ab|`` on the preference pairs it swaps.
+def _weights(distances, affinity, deltas_fn, preference, pair_mask):
+  """``(w[Q, N, N], pairs[Q, N, N])``: ``|Delta S|`` on the preferred pairs within the mask, and those pairs."""
+  delta = jax.vmap(deltas_fn)(distances, affinity)
+  shape = tuple(distances.shape) + (distances.shape[-1],)
+  if not hasattr(delta, "shape") or tuple(delta.shape) != shape \
+      or not (jnp.issubdtype(delta.dtype, jnp.floating) or jnp.issubdtype(delta.dtype, jnp.integer)):
+    raise ValueError(f"deltas_fn: expected a real [N, N] swap matrix per query ({shape} over the batch), got "
+                     + _checks.desc(delta))
+  dt = jnp.promote_types(delta.dtype, jnp.float32)
+  pairs = _pairs(preference)
+  allowed = pairs if pair_mask is None else pairs & pair_mask
+  return jnp.where(allowed, jnp.abs(delta.astype(dt)), 0), pairs
 
-  .. math:: w_{qab} = |\\Delta S_{qab}| \\, [\\pi_{qa} > \\pi_{qb}] \\, M_{qab}
 
-  ``Delta S`` from :func:`~hashjax.objectives.swap_deltas` (``score_fn``) or
-  :func:`~hashjax.objectives.histogram_swap_deltas` (``hist_score_fn``,
-  needs ``num_bits`` and ``num_levels``), ``M`` from :func:`swap_mask`.
+def lambdarank_weights(distances: Array, affinity: Array, *, deltas_fn: Callable[[Array, Array], Array],
+                       preference: Optional[Array] = None, pair_mask: Optional[Array] = None) -> Array:
+  r"""LambdaRank's pair weights ``|Delta S_ab|`` on the preference pairs it swaps.
+
+  .. math:: w_{qab} = |\Delta S_{qab}| \, [\pi_{qa} > \pi_{qb}] \, M_{qab}
+
+  ``Delta S_q = deltas_fn(distances[q], affinity[q])``, vmapped over the
+  queries; ``M`` is ``pair_mask`` (all pairs when ``None``), e.g. from
+  :func:`swap_mask`.
 
   Args:
     distances: int ``[Q, N]`` hard Hamming distances.
-    affinity: ``[Q, N, ...]``: what the score reads for each document.
-    score_fn: ``score_fn(distances[N], affinity[N]) -> scalar``.
-    hist_score_fn: ``g(hist[num_bits + 1, num_levels]) -> scalar`` instead.
-    num_bits: code length (required with ``hist_score_fn``).
-    num_levels: affinity levels (required with ``hist_score_fn``).
-    swap_method: ``method`` of :func:`~hashjax.objectives.histogram_swap_deltas`
-      with ``hist_score_fn``; ``"linear"`` is exact and fastest (``O(N^2)`` per
-      query) for the scores that are sums over neighbours (kNN count,
-      retrieval, hierarchical), wrong for AP and the majority vote.
+    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads for each document.
+    deltas_fn: ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``, the
+      swap matrix of one query: a closed form of
+      :mod:`hashjax.objectives.swap` with its options bound (e.g.
+      ``functools.partial(knn_count_deltas, k=3)``),
+      ``lambda d, a: swap_deltas(my_score, d, a)`` for any score, or
+      ``lambda d, a: histogram_swap_deltas(g, d, a, num_bits=b, num_levels=V)``.
     preference: real ``[Q, N]`` defining the pairs; default ``affinity``.
-    swap_bins, top_bins, threshold: see :func:`swap_mask`.
+    pair_mask: optional ``bool[Q, N, N]``: the swaps considered.
 
   Returns:
     float ``[Q, N, N]``, zero except on pairs ``(a, b)`` with ``a`` preferred.
 
   >>> import functools
   >>> import numpy as np
-  >>> from hashjax.objectives.scores import knn_count_score
+  >>> from hashjax.objectives.swap import knn_count_deltas
   >>> lambdarank_weights(np.array([[0, 1, 2]]), np.array([[0, 1, 1]]),
-  ...                    score_fn=functools.partial(knn_count_score, k=1)).tolist()
+  ...                    deltas_fn=functools.partial(knn_count_deltas, k=1)).tolist()
   [[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]]
   """
-  if hist_score_fn is not None:
-    num_bits = _checks.check_num_bits(num_bits)
-  opts = _check_lambdarank_options(distances, affinity, preference, score_fn, hist_score_fn, num_bits,
-                                   num_levels, swap_method, swap_bins, top_bins, threshold)
+  _check_lambdarank(distances, affinity, deltas_fn, preference, pair_mask)
   pref = jnp.asarray(affinity if preference is None else preference)
-  w, _ = _weights(jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity), pref, score_fn,
-                  hist_score_fn, num_bits, None if num_levels is None else int(num_levels), *opts)
+  w, _ = _weights(jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity), deltas_fn, pref,
+                  None if pair_mask is None else jnp.asarray(pair_mask))
   return w
 
 
-def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, distances: Optional[Array] = None, *,
-                    score_fn: Optional[Callable] = None, hist_score_fn: Optional[Callable] = None,
-                    num_levels: Optional[int] = None, swap_method: str = "auto",
-                    preference: Optional[Array] = None, swap_bins: Optional[int] = None,
-                    top_bins: Optional[int] = None, threshold: str = "relative", from_logits: bool = False,
-                    has_aux: bool = False):
-  """LambdaRank (Nair eq. 5, Figure 3) as a loss whose gradient is ``sum |Delta S| x`` RankNet's.
+def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, *,
+                    deltas_fn: Callable[[Array, Array], Array], distances: Optional[Array] = None,
+                    preference: Optional[Array] = None, pair_mask: Optional[Array] = None,
+                    from_logits: bool = False, has_aux: bool = False):
+  r"""LambdaRank (Nair eq. 5, Figure 3) as a loss whose gradient is ``sum |Delta S| x`` RankNet's.
 
-  .. math:: L = \\frac{1}{Q} \\sum_q \\sum_{a, b} \\mathrm{sg}(w_{qab})
-            \\log\\big(1 + e^{\\hat s_{qa} - \\hat s_{qb}}\\big)
+  .. math:: L = \frac{1}{Q} \sum_q \sum_{a, b} \mathrm{sg}(w_{qab})
+            \log\big(1 + e^{\hat s_{qa} - \hat s_{qb}}\big)
 
   with ``w`` from :func:`lambdarank_weights` on the hard distances (``sg`` =
   stop-gradient), so ``grad L = (1/Q) sum_q sum_ab |Delta S_qab| grad C_qab``:
@@ -543,12 +485,14 @@ def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, dista
   Args:
     query_codes: ``[Q, num_bits]`` sigmoid outputs (or logits).
     doc_codes: ``[N, num_bits]`` shared or ``[Q, N, num_bits]`` per-query documents.
-    affinity: ``[Q, N, ...]``: what the score function reads.
+    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads.
+    deltas_fn: ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``, vmapped
+      over queries (see :func:`lambdarank_weights`).
     distances: optional int ``[Q, N]`` hard distances; default: the Hamming
       distances of the rounded codes (:func:`hard_distances`).
-    score_fn, hist_score_fn, num_levels, swap_method, preference, swap_bins,
-      top_bins, threshold: see :func:`lambdarank_weights` (``num_bits`` is the
-      code length).
+    preference: real ``[Q, N]`` defining the pairs; default ``affinity``.
+    pair_mask: optional ``bool[Q, N, N]`` of the swaps considered, e.g.
+      ``swap_mask(distances, swap_bins=.., top_bins=..)``.
     from_logits: codes are logits.
     has_aux: also return ``{"active_pairs", "preference_pairs", "active_fraction"}``:
       how many preference pairs got a non-zero weight.
@@ -558,29 +502,27 @@ def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, dista
 
   >>> import functools
   >>> import numpy as np
-  >>> from hashjax.objectives.scores import knn_count_score
+  >>> from hashjax.objectives.swap import knn_count_deltas
   >>> q = np.array([[1.0, 1.0]]); x = np.array([[0.0, 0.0], [1.0, 1.0]])
-  >>> loss = lambdarank_loss(q, x, np.array([[1, 0]]), score_fn=functools.partial(knn_count_score, k=1))
+  >>> loss = lambdarank_loss(q, x, np.array([[1, 0]]), deltas_fn=functools.partial(knn_count_deltas, k=1))
   >>> round(float(loss), 4)  # |Delta S| = 1 times log(1 + e^(2 - 0))
   2.1269
   """
   _check_codes(query_codes, doc_codes, from_logits)
   if not isinstance(has_aux, bool):
     raise ValueError(f"has_aux: expected a bool, got {has_aux!r}")
-  num_bits = query_codes.shape[-1]
   if distances is None:
     distances = jax.lax.stop_gradient(_hard(query_codes, doc_codes, from_logits))
   q, n = _num_docs(query_codes, doc_codes)
-  if tuple(distances.shape) != (q, n):
-    raise ValueError(f"distances: expected shape {(q, n)} ([Q, N] like the codes), got {tuple(distances.shape)}")
-  opts = _check_lambdarank_options(distances, affinity, preference, score_fn, hist_score_fn, num_bits,
-                                   num_levels, swap_method, swap_bins, top_bins, threshold)
+  if not hasattr(distances, "shape") or tuple(distances.shape) != (q, n):
+    raise ValueError(f"distances: expected shape {(q, n)} ([Q, N] like the codes), got "
+                     + (f"{tuple(distances.shape)}" if hasattr(distances, "shape") else type(distances).__name__))
+  _check_lambdarank(distances, affinity, deltas_fn, preference, pair_mask, num_bits=query_codes.shape[-1])
   pref = jnp.asarray(affinity if preference is None else preference)
-  w, pairs = _weights(jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity), pref, score_fn,
-                      hist_score_fn, num_bits, None if num_levels is None else int(num_levels), *opts)
+  w, pairs = _weights(jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity), deltas_fn, pref,
+                      None if pair_mask is None else jnp.asarray(pair_mask))
   w = jax.lax.stop_gradient(w)
-  s = _relaxed(query_codes, doc_codes, from_logits)
-  loss = jnp.sum(w * _pair_costs(s)) / q
+  loss = jnp.sum(w * _pair_costs(_relaxed(query_codes, doc_codes, from_logits))) / q
   if not has_aux:
     return loss
   active = jnp.sum(w > 0)

@@ -1,4 +1,4 @@
-"""Task score functions S of Nair et al. 2012 for LambdaRank's swap weights.
+r"""Task score functions S of Nair et al. 2012 for LambdaRank's swap weights.
 
 Every score reads one query's Hamming ranking and has the signature of
 :func:`hashjax.objectives.swap_deltas`::
@@ -8,7 +8,9 @@ Every score reads one query's Hamming ranking and has the signature of
 with its options (thresholds, class similarity, code length) keyword-only, to
 be bound with ``functools.partial``. Each histogram-based score also comes as
 ``*_from_histogram(hist[..., num_bits + 1, V]) -> [...]``, the form
-:func:`hashjax.objectives.histogram_swap_deltas` reads.
+:func:`hashjax.objectives.histogram_swap_deltas` reads. The exact swap
+matrices of these scores are the closed forms of :mod:`hashjax.objectives.swap`
+(``knn_count_deltas``, ...), one per score, with the same options.
 
 What ``affinity`` holds depends on the task:
 
@@ -32,15 +34,14 @@ all of them when fewer than ``k`` bins are occupied. The *absolute threshold*
 majority vote is resolved as the expected value under uniformly random
 tie-breaking (``ties="expected"``) or counted as wrong (``ties="strict"``).
 AP and NDCG are tie-aware (He et al. 2018, eqs. 3-4): averaged over all orders
-of the documents within each bin.
-
-The tie-aware AP and NDCG are those of :mod:`hashjax.metrics`, with 0 where
-they are undefined (no relevant document) instead of NaN.
+of the documents within each bin; those of :mod:`hashjax.metrics`, with 0
+where they are undefined (no relevant document) instead of NaN. Every function here
+validates its inputs and computes with ``jax.numpy``: a plain function that a
+caller jits (the training step jits the whole loss).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
 import jax
@@ -57,7 +58,8 @@ __all__ = [
     "regression_score", "average_precision_score", "ndcg_score",
     "knn_count_from_histogram", "knn_majority_from_histogram", "hierarchical_from_histogram",
     "retrieval_from_histogram", "average_precision_from_histogram", "ndcg_from_histogram",
-    "nearest_bins_mask", "label_pairs", "pair_relevance", "target_offsets", "TIES", "REGRESSION_MODES",
+    "majority_from_votes", "nearest_bins_mask", "label_pairs", "pair_relevance", "target_offsets",
+    "TIES", "REGRESSION_MODES",
 ]
 
 #: Options of the majority scores' ``ties=``.
@@ -67,26 +69,16 @@ REGRESSION_MODES = ("pairs", "prediction")
 
 _BIG = np.iinfo(np.int32).max
 
+# The relative threshold is found by k passes of a masked minimum; above this many a loop keeps
+# the traced program small.
+_UNROLL_MAX_K = 16
+
 
 # --------------------------------------------------------------------------- checks
 
 
 def _float():
   return jnp.result_type(float)
-
-
-def _check_int(name: str, value: Any, *, low: int, allow_none: bool = False) -> Optional[int]:
-  if value is None and allow_none:
-    return None
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
-    raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
-  return int(value)
-
-
-def _check_option(name: str, value: Any, options) -> str:
-  if not isinstance(value, str) or value not in options:
-    raise ValueError(f"{name}: expected one of {list(options)}, got {value!r}")
-  return value
 
 
 def check_distances(distances: Any, *, num_bits: Optional[int] = None, min_ndim: int = 1,
@@ -112,32 +104,31 @@ def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document v
     _checks.check_int_range("affinity", affinity, _BIG * -1 if low is None else low,
                             _BIG if high is None else high, what=what)
   else:
-    if np.dtype(affinity.dtype) == np.bool_:
-      raise ValueError(f"affinity: expected numeric {what}, got dtype bool")
-    _checks.check_finite("affinity", affinity)
-    if np.issubdtype(np.dtype(affinity.dtype), np.complexfloating):
-      raise ValueError(f"affinity: expected real {what}, got dtype {np.dtype(affinity.dtype).name}")
+    _checks.check_real("affinity", affinity, shape_doc=f"of {what}")
   _checks.check_shape("affinity", affinity, distances.shape, like="distances")
 
 
-def _check_hist(hist: Any, *, min_levels: int = 1) -> None:
-  if not hasattr(hist, "dtype") or not hasattr(hist, "ndim") or hist.ndim < 2:
-    raise ValueError("hist: expected counts [..., num_bits + 1, V], got "
-                     + (f"shape {tuple(hist.shape)}" if hasattr(hist, "shape") else type(hist).__name__))
-  if hist.shape[-2] < 1 or hist.shape[-1] < min_levels:
-    raise ValueError(f"hist: expected shape [..., num_bits + 1, V] with V >= {min_levels}, "
-                     f"got {tuple(hist.shape)}")
-  if np.dtype(hist.dtype) == np.bool_ or not np.issubdtype(np.dtype(hist.dtype), np.number):
-    raise ValueError(f"hist: expected numeric counts, got dtype {np.dtype(hist.dtype).name}")
-  if _checks.is_concrete(hist) and hist.size:
-    arr = np.asarray(hist)
-    if not np.isfinite(arr).all() or arr.min() < 0:
-      raise ValueError(f"hist: expected non-negative finite counts, got values in [{arr.min()}, {arr.max()}]")
+def check_similarity(similarity: Any) -> int:
+  """``similarity`` must be a finite real square table ``F[C, C]``; returns ``C``."""
+  if not hasattr(similarity, "dtype") or not hasattr(similarity, "ndim") or similarity.ndim != 2 \
+      or similarity.shape[0] != similarity.shape[1] or similarity.shape[0] == 0:
+    raise ValueError("similarity: expected a square class-similarity matrix F[num_classes, num_classes], got "
+                     + _checks.desc(similarity))
+  _checks.check_real("similarity", similarity, shape_doc="F[num_classes, num_classes]")
+  return int(similarity.shape[0])
+
+
+def _check_hist(hist: Any) -> None:
+  _checks.check_real("hist", hist, shape_doc="of counts [..., num_bits + 1, V]", min_ndim=2)
+  if hist.shape[-2] < 1 or hist.shape[-1] < 1:
+    raise ValueError(f"hist: expected shape [..., num_bits + 1, V] with V >= 1, got {tuple(hist.shape)}")
+  if _checks.is_concrete(hist) and hist.size and np.asarray(hist).min() < 0:
+    raise ValueError(f"hist: expected non-negative counts, got a minimum of {np.asarray(hist).min()}")
 
 
 def _check_query_label(query_label: Any, hist: Any, num_classes: int) -> None:
   if not hasattr(query_label, "dtype"):
-    if isinstance(query_label, (int, np.integer)) and not isinstance(query_label, (bool, np.bool_)):
+    if _checks.is_int(query_label):
       query_label = np.asarray(query_label)
     else:
       raise ValueError(f"query_label: expected an int or int array [...], got {query_label!r}")
@@ -149,16 +140,12 @@ def _check_query_label(query_label: Any, hist: Any, num_classes: int) -> None:
                      f"batch shape {tuple(hist.shape[:-2])} of hist") from None
 
 
-def _check_similarity(similarity: Any) -> int:
-  if not hasattr(similarity, "dtype") or not hasattr(similarity, "ndim") or similarity.ndim != 2 \
-      or similarity.shape[0] != similarity.shape[1] or similarity.shape[0] == 0:
-    raise ValueError("similarity: expected a square class-similarity matrix F[num_classes, num_classes], got "
-                     + (f"shape {tuple(similarity.shape)}" if hasattr(similarity, "shape")
-                        else type(similarity).__name__))
-  if np.dtype(similarity.dtype) == np.bool_ or not np.issubdtype(np.dtype(similarity.dtype), np.number):
-    raise ValueError(f"similarity: expected real values, got dtype {np.dtype(similarity.dtype).name}")
-  _checks.check_finite("similarity", similarity)
-  return int(similarity.shape[0])
+def check_label_pairs(affinity: Any, distances: Any, num_classes: Any) -> int:
+  """``affinity`` must hold :func:`label_pairs` codes in ``[0, C^2)`` shaped like ``distances``; returns ``C``."""
+  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", integer=True, low=0,
+                 high=num_classes * num_classes - 1)
+  return num_classes
 
 
 # --------------------------------------------------------------------------- neighbour sets
@@ -174,7 +161,7 @@ def _nearest_bins(distances: Array, k: int) -> Array:
     nxt = jnp.min(jnp.where(d > t, d, _BIG), axis=-1, keepdims=True)
     return jnp.where(nxt == _BIG, t, nxt)
 
-  if k <= 16:
+  if k <= _UNROLL_MAX_K:
     for _ in range(k):
       t = step(None, t)
   else:
@@ -182,30 +169,16 @@ def _nearest_bins(distances: Array, k: int) -> Array:
   return d <= t
 
 
-def _cumsum(x: Array) -> Array:
-  """Inclusive cumulative sum over the last (short, bin) axis as a triangular matmul.
-
-  XLA's CPU cumsum is a reduce-window that costs more than the matmul for the
-  ``num_bits + 1`` bins here, and dominates the swap tables otherwise. Exact for
-  integer-valued floats below 2^24.
-  """
-  x = x.astype(jnp.promote_types(x.dtype, _float()))
-  n = x.shape[-1]
-  upper = jnp.asarray(np.triu(np.ones((n, n))), x.dtype)
-  return jnp.matmul(x, upper, precision=jax.lax.Precision.HIGHEST)
-
-
 def _nearest_bins_of_hist(hist: Array, k: int) -> Array:
   """bool[..., num_bits + 1]: bins up to the k-th non-empty one."""
-  nonempty = (jnp.sum(hist, axis=-1) > 0).astype(_float())
-  before = _cumsum(nonempty) - nonempty
-  return before < k
+  nonempty = (jnp.sum(hist, axis=-1) > 0).astype(jnp.int32)
+  return jnp.cumsum(nonempty, axis=-1) - nonempty < k
 
 
 def nearest_bins_mask(distances: Array, *, k: int) -> Array:
-  """The relative threshold: documents in the ``k`` nearest non-empty distance bins.
+  r"""The relative threshold: documents in the ``k`` nearest non-empty distance bins.
 
-  .. math:: m_i = [\\, |\\{ d_j : d_j < d_i \\}| < k \\,]
+  .. math:: m_i = [\, |\{ d_j : d_j < d_i \}| < k \,]
 
   (the number of *distinct* distances below ``d_i`` is under ``k``). Ties are
   never broken: a bin is taken whole. Fewer than ``k`` occupied bins select
@@ -223,20 +196,17 @@ def nearest_bins_mask(distances: Array, *, k: int) -> Array:
   [True, True, True, False, True, False]
   """
   check_distances(distances)
-  k = _check_int("k", k, low=1)
-  return _nearest_bins_jit(jnp.asarray(distances), k)
-
-
-_nearest_bins_jit = jax.jit(_nearest_bins, static_argnums=1)
+  k = _checks.check_positive_int("k", k)
+  return _nearest_bins(jnp.asarray(distances), k)
 
 
 # --------------------------------------------------------------------------- affinity encodings
 
 
 def label_pairs(query_labels: Array, doc_labels: Array, *, num_classes: int) -> Array:
-  """The ``affinity`` of the label scores: query and document class in one int.
+  r"""The ``affinity`` of the label scores: query and document class in one int.
 
-  .. math:: a_{q,i} = l_q \\cdot C + l_i
+  .. math:: a_{q,i} = l_q \cdot C + l_i
 
   Args:
     query_labels: int ``[Q]`` class labels in ``[0, num_classes)``.
@@ -251,11 +221,11 @@ def label_pairs(query_labels: Array, doc_labels: Array, *, num_classes: int) -> 
   >>> label_pairs(np.array([1, 0]), np.array([1, 2, 0]), num_classes=3).tolist()
   [[4, 5, 3], [1, 2, 0]]
   """
-  num_classes = _check_int("num_classes", num_classes, low=1)
+  num_classes = _checks.check_positive_int("num_classes", num_classes)
   for name, x, nd in (("query_labels", query_labels, (1,)), ("doc_labels", doc_labels, (1, 2))):
     if not hasattr(x, "ndim") or x.ndim not in nd:
-      raise ValueError(f"{name}: expected an int array of {' or '.join(f'{n}-D' for n in nd)} class labels, got "
-                       + (f"shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__))
+      raise ValueError(f"{name}: expected an int array of {' or '.join(f'{n}-D' for n in nd)} class labels, "
+                       f"got {_checks.desc(x)}")
     _checks.check_int_range(name, x, 0, num_classes - 1, what="class labels")
   if doc_labels.ndim == 2 and doc_labels.shape[0] != query_labels.shape[0]:
     raise ValueError(f"doc_labels: expected [N] or [{query_labels.shape[0]}, N] (one row per query), "
@@ -266,9 +236,9 @@ def label_pairs(query_labels: Array, doc_labels: Array, *, num_classes: int) -> 
 
 
 def pair_relevance(pairs: Array, *, num_classes: int) -> Array:
-  """Relevance ``[l_i = l_q]`` of :func:`label_pairs` codes (for RankNet pairs, eq. 7).
+  r"""Relevance ``[l_i = l_q]`` of :func:`label_pairs` codes (for RankNet pairs, eq. 7).
 
-  .. math:: r = [\\lfloor a / C \\rfloor = a \\bmod C]
+  .. math:: r = [\lfloor a / C \rfloor = a \bmod C]
 
   Args:
     pairs: int ``[...]`` label-pair codes in ``[0, C^2)``.
@@ -281,7 +251,7 @@ def pair_relevance(pairs: Array, *, num_classes: int) -> Array:
   >>> pair_relevance(np.array([4, 5, 3]), num_classes=3).tolist()
   [1, 0, 0]
   """
-  num_classes = _check_int("num_classes", num_classes, low=1)
+  num_classes = _checks.check_positive_int("num_classes", num_classes)
   if not hasattr(pairs, "dtype"):
     raise ValueError(f"pairs: expected an int array of label-pair codes, got {type(pairs).__name__}")
   _checks.check_int_range("pairs", pairs, 0, num_classes * num_classes - 1, what="label-pair codes")
@@ -290,7 +260,7 @@ def pair_relevance(pairs: Array, *, num_classes: int) -> Array:
 
 
 def target_offsets(query_targets: Array, doc_targets: Array) -> Array:
-  """The ``affinity`` of :func:`regression_score`: document minus query target.
+  r"""The ``affinity`` of :func:`regression_score`: document minus query target.
 
   .. math:: a_{q,i} = t_i - t_q
 
@@ -307,11 +277,10 @@ def target_offsets(query_targets: Array, doc_targets: Array) -> Array:
   [[-0.5, 2.0]]
   """
   for name, x, nd in (("query_targets", query_targets, (1,)), ("doc_targets", doc_targets, (1, 2))):
-    if not hasattr(x, "ndim") or x.ndim not in nd or np.dtype(x.dtype) == np.bool_:
-      raise ValueError(f"{name}: expected a real array of {' or '.join(f'{n}-D' for n in nd)} targets, got "
-                       + (f"shape {tuple(x.shape)} dtype {x.dtype}" if hasattr(x, "shape")
-                          else type(x).__name__))
-    _checks.check_finite(name, x)
+    _checks.check_real(name, x, shape_doc=f"of {' or '.join(f'{n}-D' for n in nd)} targets")
+    if x.ndim not in nd:
+      raise ValueError(f"{name}: expected a real array of {' or '.join(f'{n}-D' for n in nd)} targets, "
+                       f"got {_checks.desc(x)}")
   if doc_targets.ndim == 2 and doc_targets.shape[0] != query_targets.shape[0]:
     raise ValueError(f"doc_targets: expected [N] or [{query_targets.shape[0]}, N], got {tuple(doc_targets.shape)}")
   q = jnp.asarray(query_targets)
@@ -323,16 +292,16 @@ def target_offsets(query_targets: Array, doc_targets: Array) -> Array:
 # --------------------------------------------------------------------------- classification
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
-def _knn_count(distances, affinity, k):
-  dt = jnp.promote_types(affinity.dtype, _float())
-  return jnp.sum(jnp.where(_nearest_bins(distances, k), affinity.astype(dt), 0), axis=-1)
+def _masked_sum(mask: Array, values: Array) -> Array:
+  """``sum_i [mask_i] values_i`` over the last axis, in ``values``' float type."""
+  dt = jnp.promote_types(values.dtype, _float())
+  return jnp.sum(jnp.where(mask, values.astype(dt), 0), axis=-1)
 
 
 def knn_count_score(distances: Array, affinity: Array, *, k: int = 3) -> Array:
-  """Nair's eq. 7: same-label documents among the ``k`` nearest non-empty bins.
+  r"""Nair's eq. 7: same-label documents among the ``k`` nearest non-empty bins.
 
-  .. math:: S_C = \\sum_{i : d_i \\text{ in the } k \\text{ nearest non-empty bins}} a_i
+  .. math:: S_C = \sum_{i : d_i \text{ in the } k \text{ nearest non-empty bins}} a_i
 
   With ``affinity = [l_i = l_q]`` this counts same-label neighbours (eq. 7);
   graded levels sum the levels (eq. 10 with ``F`` = the level).
@@ -351,12 +320,38 @@ def knn_count_score(distances: Array, affinity: Array, *, k: int = 3) -> Array:
   """
   check_distances(distances)
   check_affinity(affinity, distances, what="relevance levels")
-  k = _check_int("k", k, low=1)
-  return _knn_count(jnp.asarray(distances), jnp.asarray(affinity), k)
+  k = _checks.check_positive_int("k", k)
+  return _masked_sum(_nearest_bins(jnp.asarray(distances), k), jnp.asarray(affinity))
 
 
-def _majority(votes, same, ties):
-  """votes[..., C], same[...] (the query label's votes) -> [...] float."""
+def majority_from_votes(votes: Array, query_votes: Array, *, ties: str = "expected") -> Array:
+  r"""Nair's eq. 6 from vote counts: whether the query's class wins the majority vote.
+
+  .. math:: S_C = \frac{[\, v_{l_q} = \max_c v_c > 0 \,]}{|\{c : v_c = \max_c v_c\}|}
+            \quad (\text{ties="expected"}), \qquad
+            [\, v_{l_q} = \max_c v_c > 0,\ \text{one top class} \,] \quad (\text{ties="strict"})
+
+  Args:
+    votes: ``[..., C]`` votes per class (counts).
+    query_votes: ``[...]`` the votes of the query's class ``v_{l_q}``.
+    ties: ``"expected"``: a tie among ``m`` top classes that includes the
+      query's scores ``1 / m`` (uniformly random tie-breaking); ``"strict"``:
+      scores 0.
+
+  Returns:
+    float ``[...]`` in ``[0, 1]``.
+
+  >>> import numpy as np
+  >>> majority_from_votes(np.array([[2, 2, 1], [3, 1, 0]]), np.array([2, 1])).tolist()
+  [0.5, 0.0]
+  """
+  ties = _checks.check_option("ties", ties, TIES)
+  for name, x, nd in (("votes", votes, 1), ("query_votes", query_votes, 0)):
+    _checks.check_real(name, x, shape_doc="of vote counts", min_ndim=nd)
+  if tuple(query_votes.shape) != tuple(votes.shape[:-1]):
+    raise ValueError(f"query_votes: expected shape {tuple(votes.shape[:-1])} (votes without its class axis), "
+                     f"got {tuple(query_votes.shape)}")
+  votes, same = jnp.asarray(votes), jnp.asarray(query_votes)
   top = jnp.max(votes, axis=-1)
   num_top = jnp.sum(votes == top[..., None], axis=-1)
   win = (same == top) & (top > 0)
@@ -365,20 +360,13 @@ def _majority(votes, same, ties):
   return (win & (num_top == 1)).astype(_float())
 
 
-@functools.partial(jax.jit, static_argnames=("num_classes", "k", "ties"))
-def _knn_majority(distances, pairs, num_classes, k, ties):
-  mask = _nearest_bins(distances, k)
-  lq, ld = pairs // num_classes, pairs % num_classes
-  votes = jnp.sum(jax.nn.one_hot(ld, num_classes, dtype=jnp.int32) * mask[..., None], axis=-2)
-  same = jnp.sum(mask & (lq == ld), axis=-1)
-  return _majority(votes, same, ties)
-
-
 def knn_majority_score(distances: Array, affinity: Array, *, num_classes: int, k: int = 3,
                        ties: str = "expected") -> Array:
-  """Nair's eq. 6: whether the majority label of the ``k`` nearest non-empty bins is the query's.
+  r"""Nair's eq. 6: whether the majority label of the ``k`` nearest non-empty bins is the query's.
 
-  .. math:: S_C = [\\mathrm{MAJORITY}(l_{d_1}, \\dots, l_{d_L}) = l_q]
+  .. math:: S_C = [\mathrm{MAJORITY}(l_{d_1}, \dots, l_{d_L}) = l_q]
+
+  The vote is :func:`majority_from_votes` of the neighbours' class counts.
 
   Args:
     distances: int ``[..., N]`` Hamming distances.
@@ -386,9 +374,7 @@ def knn_majority_score(distances: Array, affinity: Array, *, num_classes: int, k
       (:func:`label_pairs`).
     num_classes: ``C``.
     k: the relative threshold (``>= 1``).
-    ties: ``"expected"``: a tie among ``m`` top classes that includes the
-      query's scores ``1 / m`` (uniformly random tie-breaking); ``"strict"``:
-      scores 0.
+    ties: ``"expected"`` or ``"strict"`` (see :func:`majority_from_votes`).
 
   Returns:
     float ``[...]`` in ``[0, 1]``.
@@ -400,26 +386,22 @@ def knn_majority_score(distances: Array, affinity: Array, *, num_classes: int, k
   >>> knn_majority_score(np.array([[0, 1, 1, 2, 2]]), pairs, num_classes=3, k=3).tolist()
   [0.5]
   """
-  num_classes = _check_int("num_classes", num_classes, low=1)
   check_distances(distances)
-  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", integer=True, low=0,
-                 high=num_classes * num_classes - 1)
-  k = _check_int("k", k, low=1)
-  ties = _check_option("ties", ties, TIES)
-  return _knn_majority(jnp.asarray(distances), jnp.asarray(affinity), num_classes, k, ties)
-
-
-@functools.partial(jax.jit, static_argnames=("k",))
-def _hierarchical(distances, pairs, similarity, k):
-  dt = jnp.promote_types(similarity.dtype, _float())
-  f = similarity.astype(dt).reshape(-1)[pairs]
-  return jnp.sum(jnp.where(_nearest_bins(distances, k), f, 0), axis=-1)
+  num_classes = check_label_pairs(affinity, distances, num_classes)
+  k = _checks.check_positive_int("k", k)
+  ties = _checks.check_option("ties", ties, TIES)
+  mask = _nearest_bins(jnp.asarray(distances), k)
+  pairs = jnp.asarray(affinity)
+  lq, ld = pairs // num_classes, pairs % num_classes
+  votes = jnp.sum(jax.nn.one_hot(ld, num_classes, dtype=jnp.int32) * mask[..., None], axis=-2)
+  same = jnp.sum(mask & (lq == ld), axis=-1)
+  return majority_from_votes(votes, same, ties=ties)
 
 
 def hierarchical_score(distances: Array, affinity: Array, *, similarity: Array, k: int = 3) -> Array:
-  """Nair's eq. 10: class similarity ``F(l_q, l_i)`` summed over the ``k`` nearest non-empty bins.
+  r"""Nair's eq. 10: class similarity ``F(l_q, l_i)`` summed over the ``k`` nearest non-empty bins.
 
-  .. math:: S_{Hier} = \\sum_{i \\in \\text{neighbours}} F(l_q, l_i)
+  .. math:: S_{Hier} = \sum_{i \in \text{neighbours}} F(l_q, l_i)
 
   A similarity function ``F(a, b)`` over ``C`` classes is passed as its table
   ``F[a, b]``; with ``F`` = identity this is eq. 7.
@@ -439,27 +421,21 @@ def hierarchical_score(distances: Array, affinity: Array, *, similarity: Array, 
   >>> hierarchical_score(np.array([[0, 2, 5]]), pairs, similarity=F, k=2).tolist()
   [1.5]
   """
-  num_classes = _check_similarity(similarity)
+  num_classes = check_similarity(similarity)
   check_distances(distances)
-  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", integer=True, low=0,
-                 high=num_classes * num_classes - 1)
-  k = _check_int("k", k, low=1)
-  return _hierarchical(jnp.asarray(distances), jnp.asarray(affinity), jnp.asarray(similarity), k)
+  check_label_pairs(affinity, distances, num_classes)
+  k = _checks.check_positive_int("k", k)
+  f = jnp.asarray(similarity).reshape(-1)[jnp.asarray(affinity)]
+  return _masked_sum(_nearest_bins(jnp.asarray(distances), k), f)
 
 
 # --------------------------------------------------------------------------- retrieval and regression
 
 
-@functools.partial(jax.jit, static_argnames=("radius",))
-def _retrieval(distances, affinity, radius):
-  dt = jnp.promote_types(affinity.dtype, _float())
-  return jnp.sum(jnp.where(distances <= radius, affinity.astype(dt), 0), axis=-1)
-
-
 def retrieval_score(distances: Array, affinity: Array, *, radius: int) -> Array:
-  """Nair's eq. 8: relevant documents within the absolute threshold (distance ``<= radius``).
+  r"""Nair's eq. 8: relevant documents within the absolute threshold (distance ``<= radius``).
 
-  .. math:: S_R = \\sum_{i : d_i \\le r} a_i
+  .. math:: S_R = \sum_{i : d_i \le r} a_i
 
   Not normalised by the number retrieved (Nair Sec. 3.5.2). Precision at
   Hamming distance ``< 2`` corresponds to ``radius=1``.
@@ -478,26 +454,15 @@ def retrieval_score(distances: Array, affinity: Array, *, radius: int) -> Array:
   """
   check_distances(distances)
   check_affinity(affinity, distances, what="relevance levels")
-  radius = _check_int("radius", radius, low=0)
-  return _retrieval(jnp.asarray(distances), jnp.asarray(affinity), radius)
-
-
-@functools.partial(jax.jit, static_argnames=("k", "mode"))
-def _regression(distances, offsets, k, mode):
-  mask = _nearest_bins(distances, k)
-  o = offsets.astype(jnp.promote_types(offsets.dtype, _float()))
-  count = jnp.sum(mask, axis=-1)
-  if mode == "pairs":
-    return jnp.sum(jnp.where(mask, o * o, 0), axis=-1) / count
-  mean = jnp.sum(jnp.where(mask, o, 0), axis=-1) / count
-  return mean * mean
+  radius = _checks.check_int("radius", radius, low=0)
+  return _masked_sum(jnp.asarray(distances) <= radius, jnp.asarray(affinity))
 
 
 def regression_score(distances: Array, affinity: Array, *, k: int = 3, mode: str = "pairs") -> Array:
-  """Nair's eq. 11: squared target error of the ``k`` nearest non-empty bins (lower is better).
+  r"""Nair's eq. 11: squared target error of the ``k`` nearest non-empty bins (lower is better).
 
-  .. math:: S_{Reg} = \\frac{1}{L} \\sum_{i=1}^{L} (t_q - t_{d_i})^2 \\quad (\\text{mode="pairs"}),
-            \\qquad \\Big(t_q - \\frac{1}{L} \\sum_i t_{d_i}\\Big)^2 \\quad (\\text{mode="prediction"})
+  .. math:: S_{Reg} = \frac{1}{L} \sum_{i=1}^{L} (t_q - t_{d_i})^2 \quad (\text{mode="pairs"}),
+            \qquad \Big(t_q - \frac{1}{L} \sum_i t_{d_i}\Big)^2 \quad (\text{mode="prediction"})
 
   ``"pairs"`` is eq. 11 as printed; ``"prediction"`` is the squared error of
   the kNN regression estimate (the neighbours' mean target). An error, not a
@@ -520,9 +485,16 @@ def regression_score(distances: Array, affinity: Array, *, k: int = 3, mode: str
   """
   check_distances(distances)
   check_affinity(affinity, distances, what="target offsets")
-  k = _check_int("k", k, low=1)
-  mode = _check_option("mode", mode, REGRESSION_MODES)
-  return _regression(jnp.asarray(distances), jnp.asarray(affinity), k, mode)
+  k = _checks.check_positive_int("k", k)
+  mode = _checks.check_option("mode", mode, REGRESSION_MODES)
+  mask = _nearest_bins(jnp.asarray(distances), k)
+  offsets = jnp.asarray(affinity)
+  offsets = offsets.astype(jnp.promote_types(offsets.dtype, _float()))
+  count = jnp.sum(mask, axis=-1)
+  if mode == "pairs":
+    return _masked_sum(mask, offsets * offsets) / count
+  mean = _masked_sum(mask, offsets) / count
+  return mean * mean
 
 
 # --------------------------------------------------------------------------- tie-aware AP and NDCG
@@ -534,7 +506,7 @@ def _zero_if_undefined(x):
 
 
 def average_precision_score(distances: Array, affinity: Array, *, num_bits: int, k: Optional[int] = None) -> Array:
-  """Tie-aware average precision AP_T (He et al. 2018, eq. 3), from :mod:`hashjax.metrics`.
+  r"""Tie-aware average precision AP_T (He et al. 2018, eq. 3), from :mod:`hashjax.metrics`.
 
   .. math:: AP_T = \frac{1}{\min(N^+, k)} \sum_d \frac{n_d^+}{n_d} \sum_{t=N_{d-1}+1}^{\min(N_d, k)}
             \frac{N_{d-1}^+ + (t - N_{d-1} - 1) \frac{n_d^+ - 1}{n_d - 1} + 1}{t}
@@ -559,15 +531,14 @@ def average_precision_score(distances: Array, affinity: Array, *, num_bits: int,
   num_bits = _checks.check_num_bits(num_bits)
   check_distances(distances, num_bits=num_bits)
   check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
-  k = _check_int("k", k, low=1, allow_none=True)
+  k = _checks.check_int("k", k, low=1, allow_none=True)
   relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
-  with metrics._compiled_formulas():  # pylint: disable=protected-access
-    return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
+  return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
 
 
 def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
                k: Optional[int] = None) -> Array:
-  """Tie-aware NDCG (He et al. 2018, eq. 4), from :mod:`hashjax.metrics`, optionally cut at ``k``.
+  r"""Tie-aware NDCG (He et al. 2018, eq. 4), from :mod:`hashjax.metrics`, optionally cut at ``k``.
 
   .. math:: NDCG_T = \frac{1}{Z} \sum_d \frac{\sum_{i : d_i = d} G(a_i)}{n_d}
             \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \frac{1}{\log_2(t + 1)}, \quad G(a) = 2^a - 1
@@ -594,31 +565,24 @@ def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: 
   num_bits = _checks.check_num_bits(num_bits)
   check_distances(distances, num_bits=num_bits)
   check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
-  k = _check_int("k", k, low=1, allow_none=True)
-  with metrics._compiled_formulas():  # pylint: disable=protected-access
-    return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
-                                                     num_levels=num_levels))
+  k = _checks.check_int("k", k, low=1, allow_none=True)
+  return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
+                                                   num_levels=num_levels))
 
 
 # --------------------------------------------------------------------------- histogram forms
 
 
-def _level_weights(num_levels, dt):
-  return jnp.arange(num_levels, dtype=dt)
-
-
-@functools.partial(jax.jit, static_argnames=("k",))
-def _knn_count_hist(hist, k):
-  dt = jnp.promote_types(hist.dtype, _float())
-  h = hist.astype(dt)
-  per_bin = h @ _level_weights(h.shape[-1], dt)
-  return jnp.sum(jnp.where(_nearest_bins_of_hist(h, k), per_bin, 0), axis=-1)
+def _level_sums(hist: Array) -> Array:
+  """``[..., num_bits + 1]``: per bin, the sum of the items' levels ``sum_v v n_{d,v}``."""
+  h = hist.astype(jnp.promote_types(hist.dtype, _float()))
+  return jnp.sum(h * jnp.arange(h.shape[-1], dtype=h.dtype), axis=-1)  # not a matmul: exact on every backend
 
 
 def knn_count_from_histogram(hist: Array, *, k: int = 3) -> Array:
-  """:func:`knn_count_score` from a histogram: level-weighted counts of the ``k`` nearest non-empty bins.
+  r""":func:`knn_count_score` from a histogram: level-weighted counts of the ``k`` nearest non-empty bins.
 
-  .. math:: S_C = \\sum_{d \\in \\text{top-}k} \\sum_v v \\, n_{d,v}
+  .. math:: S_C = \sum_{d \in \text{top-}k} \sum_v v \, n_{d,v}
 
   Args:
     hist: ``[..., num_bits + 1, V]`` counts per distance and affinity level.
@@ -628,14 +592,15 @@ def knn_count_from_histogram(hist: Array, *, k: int = 3) -> Array:
     float ``[...]``.
 
   >>> import numpy as np
-  >>> from hashjax.codes import distance_histogram
+  >>> from hashjax.histograms import distance_histogram
   >>> h = distance_histogram(np.array([1, 1, 3, 5, 9]), np.array([1, 0, 1, 1, 1]), num_bits=9)
   >>> knn_count_from_histogram(h, k=3).tolist()
   3.0
   """
   _check_hist(hist)
-  k = _check_int("k", k, low=1)
-  return _knn_count_hist(jnp.asarray(hist), k)
+  k = _checks.check_positive_int("k", k)
+  hist = jnp.asarray(hist)
+  return jnp.sum(jnp.where(_nearest_bins_of_hist(hist, k), _level_sums(hist), 0), axis=-1)
 
 
 def _votes_of_hist(hist, k):
@@ -643,18 +608,10 @@ def _votes_of_hist(hist, k):
   return jnp.sum(jnp.where(mask[..., None], hist, 0), axis=-2)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "ties"))
-def _knn_majority_hist(hist, query_label, k, ties):
-  votes = _votes_of_hist(hist, k)
-  lq = jnp.broadcast_to(query_label, votes.shape[:-1]).astype(jnp.int32)
-  same = jnp.take_along_axis(votes, lq[..., None], axis=-1)[..., 0]
-  return _majority(votes, same, ties)
-
-
 def knn_majority_from_histogram(hist: Array, *, query_label: Any, k: int = 3, ties: str = "expected") -> Array:
-  """:func:`knn_majority_score` from a histogram over *document labels* (eq. 6).
+  r""":func:`knn_majority_score` from a histogram over *document labels* (eq. 6).
 
-  .. math:: S_C = [\\arg\\max_c \\textstyle\\sum_{d \\in \\text{top-}k} n_{d,c} = l_q]
+  .. math:: S_C = [\arg\max_c \textstyle\sum_{d \in \text{top-}k} n_{d,c} = l_q]
 
   Args:
     hist: ``[..., num_bits + 1, C]`` counts per distance and document class.
@@ -666,30 +623,25 @@ def knn_majority_from_histogram(hist: Array, *, query_label: Any, k: int = 3, ti
     float ``[...]`` in ``[0, 1]``.
 
   >>> import numpy as np
-  >>> from hashjax.codes import distance_histogram
+  >>> from hashjax.histograms import distance_histogram
   >>> h = distance_histogram(np.array([0, 1, 1, 2, 2]), np.array([0, 1, 1, 0, 2]), num_bits=2, num_levels=3)
   >>> knn_majority_from_histogram(h, query_label=0, k=3).tolist()
   0.5
   """
   _check_hist(hist)
   _check_query_label(query_label, hist, hist.shape[-1])
-  k = _check_int("k", k, low=1)
-  ties = _check_option("ties", ties, TIES)
-  return _knn_majority_hist(jnp.asarray(hist), jnp.asarray(query_label), k, ties)
-
-
-@functools.partial(jax.jit, static_argnames=("k",))
-def _hierarchical_hist(hist, query_label, similarity, k):
-  dt = jnp.promote_types(jnp.promote_types(hist.dtype, similarity.dtype), _float())
-  votes = _votes_of_hist(hist.astype(dt), k)
-  row = similarity.astype(dt)[jnp.broadcast_to(query_label, votes.shape[:-1]).astype(jnp.int32)]
-  return jnp.sum(votes * row, axis=-1)
+  k = _checks.check_positive_int("k", k)
+  ties = _checks.check_option("ties", ties, TIES)
+  votes = _votes_of_hist(jnp.asarray(hist), k)
+  lq = jnp.broadcast_to(jnp.asarray(query_label), votes.shape[:-1]).astype(jnp.int32)
+  same = jnp.take_along_axis(votes, lq[..., None], axis=-1)[..., 0]
+  return majority_from_votes(votes, same, ties=ties)
 
 
 def hierarchical_from_histogram(hist: Array, *, query_label: Any, similarity: Array, k: int = 3) -> Array:
-  """:func:`hierarchical_score` from a histogram over document labels (eq. 10).
+  r""":func:`hierarchical_score` from a histogram over document labels (eq. 10).
 
-  .. math:: S_{Hier} = \\sum_{d \\in \\text{top-}k} \\sum_c n_{d,c} F(l_q, c)
+  .. math:: S_{Hier} = \sum_{d \in \text{top-}k} \sum_c n_{d,c} F(l_q, c)
 
   Args:
     hist: ``[..., num_bits + 1, C]`` counts per distance and document class.
@@ -701,33 +653,29 @@ def hierarchical_from_histogram(hist: Array, *, query_label: Any, similarity: Ar
     float ``[...]``.
 
   >>> import numpy as np
-  >>> from hashjax.codes import distance_histogram
+  >>> from hashjax.histograms import distance_histogram
   >>> h = distance_histogram(np.array([0, 2, 5]), np.array([0, 1, 1]), num_bits=5)
   >>> hierarchical_from_histogram(h, query_label=0, similarity=np.array([[1.0, 0.5], [0.5, 1.0]]), k=2).tolist()
   1.5
   """
   _check_hist(hist)
-  num_classes = _check_similarity(similarity)
+  num_classes = check_similarity(similarity)
   if hist.shape[-1] != num_classes:
     raise ValueError(f"hist: expected {num_classes} class levels (the size of similarity), "
                      f"got shape {tuple(hist.shape)}")
   _check_query_label(query_label, hist, num_classes)
-  k = _check_int("k", k, low=1)
-  return _hierarchical_hist(jnp.asarray(hist), jnp.asarray(query_label), jnp.asarray(similarity), k)
-
-
-@functools.partial(jax.jit, static_argnames=("radius",))
-def _retrieval_hist(hist, radius):
-  dt = jnp.promote_types(hist.dtype, _float())
-  h = hist.astype(dt)
-  per_bin = h @ _level_weights(h.shape[-1], dt)
-  return jnp.sum(per_bin[..., : radius + 1], axis=-1)
+  k = _checks.check_positive_int("k", k)
+  hist, similarity = jnp.asarray(hist), jnp.asarray(similarity)
+  dt = jnp.promote_types(jnp.promote_types(hist.dtype, similarity.dtype), _float())
+  votes = _votes_of_hist(hist.astype(dt), k)
+  row = similarity.astype(dt)[jnp.broadcast_to(jnp.asarray(query_label), votes.shape[:-1]).astype(jnp.int32)]
+  return jnp.sum(votes * row, axis=-1)
 
 
 def retrieval_from_histogram(hist: Array, *, radius: int) -> Array:
-  """:func:`retrieval_score` from a histogram (eq. 8): level-weighted counts at distance ``<= radius``.
+  r""":func:`retrieval_score` from a histogram (eq. 8): level-weighted counts at distance ``<= radius``.
 
-  .. math:: S_R = \\sum_{d \\le r} \\sum_v v \\, n_{d,v}
+  .. math:: S_R = \sum_{d \le r} \sum_v v \, n_{d,v}
 
   Args:
     hist: ``[..., num_bits + 1, V]`` counts.
@@ -741,12 +689,12 @@ def retrieval_from_histogram(hist: Array, *, radius: int) -> Array:
   2.0
   """
   _check_hist(hist)
-  radius = _check_int("radius", radius, low=0)
-  return _retrieval_hist(jnp.asarray(hist), radius)
+  radius = _checks.check_int("radius", radius, low=0)
+  return jnp.sum(_level_sums(jnp.asarray(hist))[..., : radius + 1], axis=-1)
 
 
 def average_precision_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
-  """:func:`average_precision_score` from a histogram (levels ``>= 1`` relevant).
+  r""":func:`average_precision_score` from a histogram (levels ``>= 1`` relevant).
 
   .. math:: AP_T = \frac{1}{\min(N^+, k)} \sum_d \frac{n_d^+}{n_d} \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \beta_d(t)
 
@@ -763,13 +711,12 @@ def average_precision_from_histogram(hist: Array, *, k: Optional[int] = None) ->
   >>> round(float(average_precision_from_histogram(np.array([[1, 1], [0, 0], [0, 0]]))), 4)
   0.75
   """
-  k = _check_int("k", k, low=1, allow_none=True)
-  with metrics._compiled_formulas():  # pylint: disable=protected-access
-    return _zero_if_undefined(metrics.tie_aware_ap_from_histogram(hist, k=k))
+  k = _checks.check_int("k", k, low=1, allow_none=True)
+  return _zero_if_undefined(metrics.tie_aware_ap_from_histogram(hist, k=k))
 
 
 def ndcg_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
-  """:func:`ndcg_score` from a histogram (level ``v`` has gain ``2^v - 1``).
+  r""":func:`ndcg_score` from a histogram (level ``v`` has gain ``2^v - 1``).
 
   .. math:: NDCG_T = \frac{1}{Z} \sum_d \sum_v \frac{G(v) n_{d,v}}{n_d}
             \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \frac{1}{\log_2(t + 1)}
@@ -787,6 +734,5 @@ def ndcg_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
   >>> round(float(ndcg_from_histogram(np.array([[1, 0], [0, 1], [0, 0]]))), 4)
   0.6309
   """
-  k = _check_int("k", k, low=1, allow_none=True)
-  with metrics._compiled_formulas():  # pylint: disable=protected-access
-    return _zero_if_undefined(metrics.tie_aware_ndcg_from_histogram(hist, k=k))
+  k = _checks.check_int("k", k, low=1, allow_none=True)
+  return _zero_if_undefined(metrics.tie_aware_ndcg_from_histogram(hist, k=k))

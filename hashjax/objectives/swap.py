@@ -1,4 +1,4 @@
-"""Swap-delta matrices: how a score changes when two documents exchange places.
+r"""Swap-delta matrices: how a score changes when two documents exchange places.
 
 For a query's Hamming ranking, "exchanging the positions" of documents ``a``
 and ``b`` means exchanging their distances (their bins). LambdaRank (Nair et
@@ -7,37 +7,43 @@ al. 2012, eq. 5 and Figure 3) weights each pair's RankNet gradient by
 
   Delta S[a, b] = S(distances with entries a and b exchanged) - S(distances)
 
-Three paths compute the same ``[N, N]`` matrix:
+Three kinds of function compute the same ``[N, N]`` matrix for one query
+(symmetric, zero diagonal); the caller picks one and passes it on (to
+:func:`hashjax.objectives.lambdarank_loss` as ``deltas_fn``):
 
 * :func:`swap_deltas` (generic): any pure ``score_fn(distances, affinity)``,
-  evaluated on every swapped ranking with ``vmap`` (``N (N - 1) / 2`` calls,
-  the matrix is symmetric with a zero diagonal);
-* :func:`swap_deltas` (exact closed forms, chosen automatically for the
-  scores of :mod:`hashjax.objectives.scores`): a swap keeps every bin's total,
-  so the relative threshold's neighbour set, the radius set and the tie-aware
+  evaluated on every swapped ranking with ``vmap`` (``N (N - 1) / 2`` calls);
+* the closed forms, one per score of :mod:`hashjax.objectives.scores`, with
+  that score's options: :func:`knn_count_deltas`, :func:`retrieval_deltas`,
+  :func:`hierarchical_deltas`, :func:`knn_majority_deltas`,
+  :func:`regression_deltas`, :func:`ndcg_deltas`,
+  :func:`average_precision_deltas`. A swap keeps every bin's total, so the
+  relative threshold's neighbour set, the radius set and the tie-aware
   discount of each bin stay put. The kNN, hierarchical, retrieval and
   regression scores and the tie-aware NDCG are ``F(sum_i w(d_i) x_i)`` with
   ``w`` read from the bin totals, and exchanging ``a`` and ``b`` moves the sum
   by ``(w(d_b) - w(d_a)) (x_a - x_b)``: ``O(N^2)`` work, no score evaluation
-  per pair. Tie-aware AP is not of that form, but its bins' harmonic sums
-  read only the bin totals too: moving one relevant item from bin ``i`` to bin
+  per pair. Tie-aware AP is not of that form, but its bins' harmonic sums read
+  only the bin totals too: moving one relevant item from bin ``i`` to bin
   ``j`` changes it by a closed form in the bins between, a ``(b+1)^2`` table
   from one pass of prefix sums;
-* :func:`histogram_swap_deltas` (fast): for scores that read only the
-  histogram ``hist[num_bits + 1, V]``. A swap moves one item of level ``v_a``
-  from bin ``d_a`` to ``d_b`` and one of level ``v_b`` back, so ``Delta S``
-  depends only on the cells ``(d_a, v_a)`` and ``(d_b, v_b)``: the score is
-  evaluated once per pair of cells (a ``(b+1) V x (b+1) V`` table) and the
-  table is gathered per pair of documents.
+* :func:`histogram_swap_deltas`: for scores that read only the histogram
+  ``hist[num_bits + 1, V]``. A swap moves one item of level ``v_a`` from bin
+  ``d_a`` to ``d_b`` and one of level ``v_b`` back, so ``Delta S`` depends
+  only on the cells ``(d_a, v_a)`` and ``(d_b, v_b)``: the score is evaluated
+  once per pair of cells (a ``(b+1) V x (b+1) V`` table) and the table is
+  gathered per pair of documents.
 
-Both are pure and traceable; wrap them in ``jax.jit`` (with the score function
-closed over) and ``jax.vmap`` over queries.
+All are pure and traceable: ``jax.vmap`` them over queries and ``jax.jit``
+the caller (the score function closed over). Each closed form equals
+:func:`swap_deltas` of its score (``tests/test_swap.py`` checks both against
+a loop over pairs).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -45,24 +51,25 @@ import numpy as np
 
 from hashjax import _checks
 from hashjax import _special
-from hashjax import codes
-from hashjax import metrics
+from hashjax import histograms
 from hashjax.objectives import scores
-from hashjax.objectives.scores import check_distances
 
 Array = jax.Array
 
-__all__ = ["swap_deltas", "histogram_swap_deltas", "SWAP_METHODS", "SCORE_SWAP_METHODS"]
+__all__ = [
+    "swap_deltas", "histogram_swap_deltas", "knn_count_deltas", "retrieval_deltas", "hierarchical_deltas",
+    "knn_majority_deltas", "regression_deltas", "ndcg_deltas", "average_precision_deltas",
+    "SWAP_METHODS", "SCORE_SWAP_METHODS",
+]
 
 #: Options of :func:`histogram_swap_deltas`'s ``method=``.
 SWAP_METHODS = ("auto", "table", "pairs", "linear")
-#: Options of :func:`swap_deltas`'s ``method=``.
+#: Options of :func:`swap_deltas`'s ``method=`` (both evaluate the score on every swapped ranking).
 SCORE_SWAP_METHODS = ("auto", "generic")
 
 
-def _check_callable(name: str, fn: Any) -> None:
-  if not callable(fn):
-    raise ValueError(f"{name}: expected a callable score function, got {type(fn).__name__}")
+def _float():
+  return jnp.result_type(float)
 
 
 def _check_scalar_score(name: str, value: Any) -> Array:
@@ -75,8 +82,8 @@ def _check_scalar_score(name: str, value: Any) -> Array:
   return value
 
 
-def _check_one_query(distances: Any, affinity: Any) -> None:
-  check_distances(distances)
+def _check_one_query(distances: Any, affinity: Any, *, num_bits: Optional[int] = None) -> None:
+  scores.check_distances(distances, num_bits=num_bits)
   if distances.ndim != 1:
     raise ValueError(f"distances: expected one query's distances [N] (vmap for many), "
                      f"got shape {tuple(distances.shape)}")
@@ -85,6 +92,9 @@ def _check_one_query(distances: Any, affinity: Any) -> None:
   if affinity.ndim < 1 or affinity.shape[0] != distances.shape[0]:
     raise ValueError(f"affinity: expected a per-document array [{distances.shape[0]}, ...] "
                      f"(one entry per document of distances), got shape {tuple(affinity.shape)}")
+
+
+# --------------------------------------------------------------------------- the generic path
 
 
 def _swapped_pairs(n: int):
@@ -98,7 +108,50 @@ def _symmetric(n, ia, ib, upper):
   return out.at[ib, ia].set(upper)
 
 
-def _generic(score_fn, distances, affinity):
+def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, affinity: Any, *,
+                method: str = "auto") -> Array:
+  r"""The LambdaRank swap matrix of any score function, for one query.
+
+  .. math:: \Delta S_{ab} = S(d^{(a \leftrightarrow b)}, a) - S(d, a)
+
+  where ``d^(a<->b)`` is ``distances`` with entries ``a`` and ``b``
+  exchanged. The result is symmetric with a zero diagonal. ``score_fn`` is
+  evaluated on all ``N (N - 1) / 2`` swapped rankings at once with ``vmap``
+  (``method="auto"`` and ``"generic"`` alike): any pure score function,
+  however it is wrapped. For many queries,
+  ``jax.vmap(lambda d, a: swap_deltas(score_fn, d, a))``; for speed,
+  ``jax.jit`` that (the score function is traced, not a jit argument).
+
+  The shipped scores also have exact closed forms in ``O(N^2)``, passed
+  explicitly where a swap matrix is wanted: :func:`knn_count_deltas`,
+  :func:`retrieval_deltas`, :func:`hierarchical_deltas`,
+  :func:`knn_majority_deltas`, :func:`regression_deltas`,
+  :func:`ndcg_deltas`, :func:`average_precision_deltas` (same options as the
+  score, same matrix).
+
+  Args:
+    score_fn: pure, traceable ``score_fn(distances[N], affinity) -> scalar``,
+      e.g. a score of :mod:`hashjax.objectives.scores` with its options bound
+      by ``functools.partial``.
+    distances: int ``[N]`` Hamming distances of the query's documents.
+    affinity: ``[N, ...]`` per-document array the score reads (relevance
+      levels, label pairs, target offsets...); passed through unchanged.
+    method: ``"auto"`` or ``"generic"`` (the same path).
+
+  Returns:
+    ``[N, N]`` array in the score's dtype.
+
+  >>> import functools
+  >>> import numpy as np
+  >>> from hashjax.objectives.scores import retrieval_score
+  >>> s = functools.partial(retrieval_score, radius=0)
+  >>> swap_deltas(s, np.array([0, 3, 1]), np.array([0, 1, 1])).tolist()
+  [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+  """
+  _checks.check_callable("score_fn", score_fn, what="score function")
+  _checks.check_option("method", method, SCORE_SWAP_METHODS)
+  _check_one_query(distances, affinity)
+  distances, affinity = jnp.asarray(distances), jnp.asarray(affinity)
   n = distances.shape[0]
   base = _check_scalar_score("score_fn", score_fn(distances, affinity))
   if n == 1:
@@ -110,71 +163,10 @@ def _generic(score_fn, distances, affinity):
     d = jnp.where(pos == a, distances[b], jnp.where(pos == b, distances[a], distances))
     return score_fn(d, affinity)
 
-  upper = jax.vmap(swapped)(ia, ib) - base
-  return _symmetric(n, ia, ib, upper)
+  return _symmetric(n, ia, ib, jax.vmap(swapped)(ia, ib) - base)
 
 
-def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, affinity: Any, *,
-                method: str = "auto") -> Array:
-  """The LambdaRank swap matrix of any score function, for one query.
-
-  .. math:: \\Delta S_{ab} = S(d^{(a \\leftrightarrow b)}, a) - S(d, a)
-
-  where ``d^(a<->b)`` is ``distances`` with entries ``a`` and ``b``
-  exchanged. The result is symmetric with a zero diagonal. For many queries,
-  ``jax.vmap(lambda d, a: swap_deltas(score_fn, d, a))``; for speed,
-  ``jax.jit`` that (the score function is traced, not a jit argument).
-
-  ``method="generic"`` evaluates ``score_fn`` on all ``N (N - 1) / 2``
-  swapped rankings at once with ``vmap``: any pure score function.
-  ``method="auto"`` (default) does the same for a function of your own, and
-  for a score of :mod:`hashjax.objectives.scores` (the function itself or a
-  ``functools.partial`` of it with keyword options) uses its exact closed
-  form instead: ``(w(d_b) - w(d_a)) (x_a - x_b)`` moved through the score
-  for the neighbour-set and NDCG scores, a table over pairs of bins for
-  tie-aware AP (module docstring). Both agree with a loop over pairs (``tests/test_swap.py``).
-
-  Args:
-    score_fn: pure, traceable ``score_fn(distances[N], affinity) -> scalar``,
-      e.g. a score of :mod:`hashjax.objectives.scores` with its options bound
-      by ``functools.partial``.
-    distances: int ``[N]`` Hamming distances of the query's documents.
-    affinity: ``[N, ...]`` per-document array the score reads (relevance
-      levels, label pairs, target offsets...); passed through unchanged.
-    method: ``"auto"`` or ``"generic"``.
-
-  Returns:
-    ``[N, N]`` array in the score's dtype.
-
-  >>> import functools
-  >>> import numpy as np
-  >>> from hashjax.objectives.scores import retrieval_score
-  >>> s = functools.partial(retrieval_score, radius=0)
-  >>> swap_deltas(s, np.array([0, 3, 1]), np.array([0, 1, 1])).tolist()
-  [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
-  >>> swap_deltas(s, np.array([0, 3, 1]), np.array([0, 1, 1]), method="generic").tolist()
-  [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
-  """
-  _check_callable("score_fn", score_fn)
-  if not isinstance(method, str) or method not in SCORE_SWAP_METHODS:
-    raise ValueError(f"method: expected one of {list(SCORE_SWAP_METHODS)}, got {method!r}")
-  _check_one_query(distances, affinity)
-  return _score_swaps(score_fn, jnp.asarray(distances), jnp.asarray(affinity), method)
-
-
-def _score_swaps(score_fn, distances, affinity, method):
-  """:func:`swap_deltas` without the checks (the path inside ``lambdarank_weights``)."""
-  exact = _exact_form(score_fn) if method == "auto" else None
-  if exact is None:
-    return _generic(score_fn, distances, affinity)
-  # The score itself checks its options and the affinity's range (and fixes the dtype).
-  base = _check_scalar_score("score_fn", score_fn(distances, affinity))
-  if distances.shape[0] == 1:
-    return jnp.zeros((1, 1), base.dtype)
-  return exact(distances, affinity).astype(base.dtype)
-
-
-# --------------------------------------------------------------------------- exact closed forms
+# --------------------------------------------------------------------------- closed forms: sums over neighbours
 
 
 def _exchange(w, x):
@@ -188,42 +180,163 @@ def _exchange(w, x):
   return dw.reshape(dw.shape + (1,) * (x.ndim - 1)) * dx
 
 
-def _float_like(x):
-  return jnp.promote_types(x.dtype, scores._float())
-
-
 def _neighbour_sum(inside, x):
   """Swap deltas of ``sum_i [i inside] x_i`` (the set ``inside`` is fixed by the bin totals)."""
-  dt = _float_like(x)
+  dt = jnp.promote_types(x.dtype, _float())
   return _exchange(inside.astype(dt), x.astype(dt))
 
 
-def _knn_count_exact(distances, affinity, *, k=3):
-  return _neighbour_sum(scores._nearest_bins(distances, k), affinity)
+def knn_count_deltas(distances: Array, affinity: Array, *, k: int = 3) -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.knn_count_score` (Nair eq. 7), for one query.
+
+  .. math:: \Delta S_{ab} = (m_b - m_a)(a_a - a_b), \quad m_i = [d_i \text{ in the } k
+            \text{ nearest non-empty bins}]
+
+  A swap keeps every bin's total, so the neighbour set ``m`` of the relative
+  threshold stays put: only which documents sit in it changes.
+
+  Args:
+    distances: int ``[N]`` Hamming distances.
+    affinity: ``[N]`` relevance (int levels or real weights).
+    k: the relative threshold (``>= 1``).
+
+  Returns:
+    float ``[N, N]``, equal to ``swap_deltas(partial(knn_count_score, k=k), distances, affinity)``.
+
+  >>> import numpy as np
+  >>> knn_count_deltas(np.array([0, 1, 2]), np.array([0, 1, 1]), k=1).tolist()
+  [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+  """
+  _check_one_query(distances, affinity)
+  scores.check_affinity(affinity, distances, what="relevance levels")
+  k = _checks.check_positive_int("k", k)
+  return _neighbour_sum(scores.nearest_bins_mask(distances, k=k), jnp.asarray(affinity))
 
 
-def _retrieval_exact(distances, affinity, *, radius):
-  return _neighbour_sum(distances <= radius, affinity)
+def retrieval_deltas(distances: Array, affinity: Array, *, radius: int) -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.retrieval_score` (Nair eq. 8), for one query.
+
+  .. math:: \Delta S_{ab} = ([d_b \le r] - [d_a \le r])(a_a - a_b)
+
+  Args:
+    distances: int ``[N]`` Hamming distances.
+    affinity: ``[N]`` relevance (int levels or real weights).
+    radius: the absolute threshold ``r >= 0``.
+
+  Returns:
+    float ``[N, N]``, equal to ``swap_deltas(partial(retrieval_score, radius=radius), distances, affinity)``.
+
+  >>> import numpy as np
+  >>> retrieval_deltas(np.array([0, 3, 1]), np.array([0, 1, 1]), radius=0).tolist()
+  [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+  """
+  _check_one_query(distances, affinity)
+  scores.check_affinity(affinity, distances, what="relevance levels")
+  radius = _checks.check_int("radius", radius, low=0)
+  return _neighbour_sum(jnp.asarray(distances) <= radius, jnp.asarray(affinity))
 
 
-def _hierarchical_exact(distances, affinity, *, similarity, k=3):
-  return _neighbour_sum(scores._nearest_bins(distances, k), jnp.asarray(similarity).reshape(-1)[affinity])
+def hierarchical_deltas(distances: Array, affinity: Array, *, similarity: Array, k: int = 3) -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.hierarchical_score` (Nair eq. 10), for one query.
+
+  .. math:: \Delta S_{ab} = (m_b - m_a)\big(F(l_q, l_a) - F(l_q, l_b)\big)
+
+  with ``m`` the neighbour set of the ``k`` nearest non-empty bins, which a
+  swap keeps.
+
+  Args:
+    distances: int ``[N]`` Hamming distances.
+    affinity: int ``[N]`` label pairs ``l_q * C + l_i``
+      (:func:`~hashjax.objectives.label_pairs`).
+    similarity: real ``[C, C]`` table of ``F``.
+    k: the relative threshold (``>= 1``).
+
+  Returns:
+    float ``[N, N]``, equal to :func:`swap_deltas` of the score with these options.
+
+  >>> import numpy as np
+  >>> F = np.array([[1.0, 0.5], [0.5, 1.0]])
+  >>> hierarchical_deltas(np.array([0, 2]), np.array([0, 1]), similarity=F, k=1).tolist()
+  [[0.0, -0.5], [-0.5, 0.0]]
+  """
+  num_classes = scores.check_similarity(similarity)
+  _check_one_query(distances, affinity)
+  scores.check_label_pairs(affinity, distances, num_classes)
+  k = _checks.check_positive_int("k", k)
+  f = jnp.asarray(similarity).reshape(-1)[jnp.asarray(affinity)]
+  return _neighbour_sum(scores.nearest_bins_mask(distances, k=k), f)
 
 
-def _knn_majority_exact(distances, affinity, *, num_classes, k=3, ties="expected"):
-  inside = scores._nearest_bins(distances, k).astype(jnp.int32)
-  lq, ld = affinity // num_classes, affinity % num_classes
+def knn_majority_deltas(distances: Array, affinity: Array, *, num_classes: int, k: int = 3,
+                        ties: str = "expected") -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.knn_majority_score` (Nair eq. 6), for one query.
+
+  .. math:: \Delta S_{ab} = \mathrm{maj}\big(v + (m_b - m_a)(e_{l_a} - e_{l_b})\big) - \mathrm{maj}(v)
+
+  where ``v`` are the neighbours' class votes, ``e_c`` the unit vote for
+  class ``c``, and ``maj`` is :func:`~hashjax.objectives.majority_from_votes`:
+  a swap moves at most one vote between two classes.
+
+  Args:
+    distances: int ``[N]`` Hamming distances.
+    affinity: int ``[N]`` label pairs ``l_q * C + l_i``
+      (:func:`~hashjax.objectives.label_pairs`).
+    num_classes: ``C``.
+    k: the relative threshold (``>= 1``).
+    ties: ``"expected"`` or ``"strict"`` (see the score).
+
+  Returns:
+    float ``[N, N]``, equal to :func:`swap_deltas` of the score with these options.
+
+  >>> import numpy as np
+  >>> knn_majority_deltas(np.array([0, 1, 2]), np.array([1, 0, 1]), num_classes=2, k=1).tolist()
+  [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+  """
+  _check_one_query(distances, affinity)
+  num_classes = scores.check_label_pairs(affinity, distances, num_classes)
+  k = _checks.check_positive_int("k", k)
+  ties = _checks.check_option("ties", ties, scores.TIES)
+  inside = scores.nearest_bins_mask(distances, k=k).astype(jnp.int32)
+  pairs = jnp.asarray(affinity)
+  lq, ld = pairs // num_classes, pairs % num_classes
   onehot = jax.nn.one_hot(ld, num_classes, dtype=jnp.int32)
   own = (lq == ld).astype(jnp.int32)  # votes for the query's class, as eq. 6 reads them
-  votes, same = inside @ onehot, jnp.sum(inside * own)
-  swapped = scores._majority(votes + _exchange(inside, onehot), same + _exchange(inside, own), ties)
-  return swapped - scores._majority(votes, same, ties)
+  votes, same = jnp.sum(inside[:, None] * onehot, axis=0), jnp.sum(inside * own)
+  swapped = scores.majority_from_votes(votes + _exchange(inside, onehot), same + _exchange(inside, own), ties=ties)
+  return swapped - scores.majority_from_votes(votes, same, ties=ties)
 
 
-def _regression_exact(distances, affinity, *, k=3, mode="pairs"):
-  dt = _float_like(affinity)
-  inside = scores._nearest_bins(distances, k).astype(dt)
-  w, o = inside / jnp.sum(inside), affinity.astype(dt)  # the neighbour count is fixed by the bin totals
+def regression_deltas(distances: Array, affinity: Array, *, k: int = 3, mode: str = "pairs") -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.regression_score` (Nair eq. 11), for one query.
+
+  .. math:: \Delta S_{ab} = \frac{(m_b - m_a)(o_a^2 - o_b^2)}{L} \quad (\text{"pairs"}), \qquad
+            \Big(\bar o + \frac{(m_b - m_a)(o_a - o_b)}{L}\Big)^2 - \bar o^2 \quad (\text{"prediction"})
+
+  with ``m`` the neighbour set (``L`` documents, fixed by the bin totals),
+  ``o`` the target offsets and ``\bar o`` their mean over the neighbours.
+
+  Args:
+    distances: int ``[N]`` Hamming distances.
+    affinity: real ``[N]`` target offsets ``t_i - t_q``
+      (:func:`~hashjax.objectives.target_offsets`).
+    k: the relative threshold (``>= 1``).
+    mode: ``"pairs"`` or ``"prediction"``.
+
+  Returns:
+    float ``[N, N]``, equal to :func:`swap_deltas` of the score with these options.
+
+  >>> import numpy as np
+  >>> regression_deltas(np.array([0, 1]), np.array([1.0, 3.0]), k=1).tolist()
+  [[0.0, 8.0], [8.0, 0.0]]
+  """
+  _check_one_query(distances, affinity)
+  scores.check_affinity(affinity, distances, what="target offsets")
+  k = _checks.check_positive_int("k", k)
+  mode = _checks.check_option("mode", mode, scores.REGRESSION_MODES)
+  offsets = jnp.asarray(affinity)
+  dt = jnp.promote_types(offsets.dtype, _float())
+  inside = scores.nearest_bins_mask(distances, k=k).astype(dt)
+  w, o = inside / jnp.sum(inside), offsets.astype(dt)  # the neighbour count is fixed by the bin totals
   if mode == "pairs":
     return _exchange(w, o * o)
   mean = jnp.sum(w * o)
@@ -231,36 +344,112 @@ def _regression_exact(distances, affinity, *, k=3, mode="pairs"):
   return moved * moved - mean * mean
 
 
-def _ndcg_exact(distances, affinity, *, num_bits, num_levels=None, k=None):
-  num_levels = codes._levels(affinity, num_levels)
-  dt = scores._float()
-  hist = _histogram(distances.astype(jnp.int32), affinity.astype(jnp.int32), num_bits, num_levels)
-  gains, w, ideal = metrics._ndcg_parts(hist, jnp.int32(metrics._check_cutoff(k)), dt)
-  # No positive gain: NDCG is undefined, scored 0 for every ranking (scores._zero_if_undefined).
+# --------------------------------------------------------------------------- closed forms: tie-aware NDCG and AP
+
+
+def _check_relevance_levels(distances, affinity, num_bits):
+  num_bits = _checks.check_num_bits(num_bits)
+  _check_one_query(distances, affinity, num_bits=num_bits)
+  scores.check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
+  return num_bits
+
+
+def _range_discounts(before, count, cutoff, dt):
+  """``sum_{t=a+1}^{c} 1 / log2(t + 1)`` over the ranks ``a = before .. before + count`` cut at ``cutoff``."""
+  lo = jnp.minimum(before, cutoff)
+  return _special.discount_range(lo, jnp.maximum(lo, jnp.minimum(before + count, cutoff)), dt)
+
+
+def ndcg_deltas(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
+                k: Optional[int] = None) -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.ndcg_score` (tie-aware NDCG@k), for one query.
+
+  .. math:: \Delta S_{ab} = \frac{(w_{d_b} - w_{d_a})(G(a_a) - G(a_b))}{Z}, \quad
+            w_d = \frac{1}{n_d} \sum_{t=N_{d-1}+1}^{\min(N_d, k)} \frac{1}{\log_2(t + 1)}
+
+  ``w_d`` is the mean discount of bin ``d``'s positions over its tie orders,
+  ``G(a) = 2^a - 1`` and ``Z`` the ideal DCG@k: both read only the bin and
+  level totals, which a swap keeps. 0 when no document has a positive gain
+  (the score is 0 for every ranking then).
+
+  Args:
+    distances: int ``[N]`` Hamming distances in ``[0, num_bits]``.
+    affinity: int ``[N]`` relevance levels ``>= 0``.
+    num_bits: the code length ``b``.
+    num_levels: number of levels ``V``; inferred from a concrete ``affinity``,
+      required under ``jit``/``vmap``.
+    k: optional cutoff position (``>= 1``).
+
+  Returns:
+    float ``[N, N]``, equal to :func:`swap_deltas` of the score with these options.
+
+  >>> import numpy as np
+  >>> np.round(ndcg_deltas(np.array([0, 1]), np.array([0, 1]), num_bits=1), 4).tolist()
+  [[0.0, 0.3691], [0.3691, 0.0]]
+  """
+  num_bits = _check_relevance_levels(distances, affinity, num_bits)
+  num_levels = histograms.num_levels_of(affinity, num_levels)
+  if num_levels > 64:
+    raise ValueError(f"num_levels: expected at most 64 levels (gain 2^v - 1), got {num_levels}")
+  cutoff = _checks.check_cutoff(k)
+  dt = _float()
+  d, a = jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity).astype(jnp.int32)
+  hist = histograms.distance_histogram(d, a, num_bits=num_bits, num_levels=num_levels)
+  n = jnp.sum(hist, axis=1)  # per bin
+  w = jnp.where(n > 0, _range_discounts(jnp.cumsum(n) - n, n, cutoff, dt) / jnp.maximum(n, 1).astype(dt), 0.0)
+  gains = jnp.asarray(np.exp2(np.arange(num_levels)) - 1, dt)
+  per_level = jnp.sum(hist, axis=0)[::-1]  # the ideal order: the highest level first
+  ideal = jnp.sum(gains[::-1] * _range_discounts(jnp.cumsum(per_level) - per_level, per_level, cutoff, dt))
   w = jnp.where(ideal > 0, w / jnp.where(ideal > 0, ideal, 1.0), 0.0)
-  return _exchange(w[distances], gains[affinity])
+  return _exchange(w[d], gains[a])
 
 
-def _ap_exact(distances, affinity, *, num_bits, k=None):
-  # He et al.'s eq. 3 per bin d (metrics._ap_core): with P_d the relevant items before bin d,
-  #   min(N+, k) AP_T = sum_d alpha_d p_d (P_d + 1) + beta_d p_d (p_d - 1),
-  # alpha_d = dH_d / n_d, beta_d = S1_d / (n_d (n_d - 1)) read only the bin totals (and k), which a
-  # swap keeps. A swap that matters moves one relevant item from bin i to bin j (and an irrelevant
-  # one back): p_i - 1, p_j + 1, and P_d - 1 (i < j) or + 1 (i > j) for the bins in between.
-  relevance = (affinity > 0).astype(jnp.int32)
-  hist = _histogram(distances, relevance, num_bits, 2)
-  dt = scores._float()
-  n, p, before, p_before = metrics._counts(hist, ("n", "p", "before", "p_before"))
-  cutoff = jnp.int32(metrics._check_cutoff(k))
+def average_precision_deltas(distances: Array, affinity: Array, *, num_bits: int,
+                             k: Optional[int] = None) -> Array:
+  r"""Exact swap matrix of :func:`~hashjax.objectives.average_precision_score` (tie-aware AP@k), for one query.
+
+  .. math:: \min(N^+, k)\, AP_T = \sum_d \alpha_d\, p_d (P_d + 1) + \beta_d\, p_d (p_d - 1), \quad
+            \alpha_d = \frac{\Delta H_d}{n_d}, \; \beta_d = \frac{S_{1,d}}{n_d (n_d - 1)}
+
+  (He et al. eq. 3 per bin ``d``: ``p_d`` relevant of ``n_d`` documents,
+  ``P_d`` relevant before it, ``Delta H_d`` and ``S_{1,d}`` the harmonic
+  sums over its ranks cut at ``k``.) ``alpha`` and ``beta`` read only the bin
+  totals, which a swap keeps; a swap that matters moves one relevant document
+  from bin ``i`` to bin ``j`` (and an irrelevant one back): ``p_i - 1``,
+  ``p_j + 1``, and ``P_d -+ 1`` for the bins between. Those changes form a
+  ``(b+1) x (b+1)`` table over pairs of bins, gathered per pair of documents.
+  0 when no document is relevant.
+
+  Args:
+    distances: int ``[N]`` Hamming distances in ``[0, num_bits]``.
+    affinity: int ``[N]`` levels (``> 0`` = relevant).
+    num_bits: the code length ``b``.
+    k: optional rank cutoff.
+
+  Returns:
+    float ``[N, N]``, equal to :func:`swap_deltas` of the score with these options.
+
+  >>> import numpy as np
+  >>> average_precision_deltas(np.array([0, 1]), np.array([0, 1]), num_bits=1).tolist()
+  [[0.0, 0.5], [0.5, 0.0]]
+  """
+  num_bits = _check_relevance_levels(distances, affinity, num_bits)
+  cutoff = _checks.check_cutoff(k)
+  dt = _float()
+  d = jnp.asarray(distances).astype(jnp.int32)
+  relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
+  hist = histograms.distance_histogram(d, relevance, num_bits=num_bits, num_levels=2)
+  n, p = jnp.sum(hist, axis=1), hist[:, 1]
+  before = jnp.cumsum(n) - n
   dh, s1 = _special.harmonic_range(before, jnp.clip(cutoff, before, before + n), dt)
-  n, p, pb = n.astype(dt), p.astype(dt), p_before.astype(dt)
+  n, p, pb = n.astype(dt), p.astype(dt), (jnp.cumsum(p) - p).astype(dt)
   alpha = dh / jnp.maximum(n, 1.0)
   beta = jnp.where(n > 1, s1 / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
-  upto = scores._cumsum(alpha * p)  # sum_{e <= d} alpha_e p_e
+  upto = jnp.cumsum(alpha * p)  # sum_{e <= d} alpha_e p_e
   below = upto - alpha * p  # sum_{e < d}
   arrive = 2.0 * beta * p  # the pair term of a bin of p relevant items gaining one
   leave = 2.0 * beta * (1.0 - p)  # ... and losing one
-  # Relevant item leaves bin i for a farther bin j (rows i, columns j), or for a nearer one.
+  # A relevant item leaves bin i for a farther bin j (rows i, columns j), or for a nearer one.
   farther = ((leave - alpha * (pb + 1.0))[:, None] + (alpha * (pb - p) + arrive)[None, :]
              - (below[None, :] - upto[:, None]))
   nearer = ((leave + alpha * (p - pb - 2.0))[:, None] + (alpha * (pb + 1.0) + arrive)[None, :]
@@ -269,37 +458,13 @@ def _ap_exact(distances, affinity, *, num_bits, k=None):
   table = jnp.where(bins[:, None] < bins[None, :], farther, jnp.where(bins[:, None] > bins[None, :], nearer, 0.0))
   npos = jnp.sum(relevance)
   table = jnp.where(npos > 0, table / jnp.maximum(jnp.minimum(npos, cutoff), 1).astype(dt), 0.0)
-  rel = relevance.astype(bool)
-  moved = table[distances[:, None], distances[None, :]]  # a relevant, b irrelevant: a goes to b's bin
-  return jnp.where(rel[:, None] & ~rel[None, :], moved, jnp.where(~rel[:, None] & rel[None, :], moved.T, 0.0))
+  # A relevant a and an irrelevant b: a goes to b's bin, table[d_a, d_b]; the other way round, table[d_b, d_a].
+  # One gather from both orientations (a gather and its transpose cost several times more under vmap).
+  moved = jnp.stack([table.T, table])[relevance[:, None], d[:, None], d[None, :]]
+  return jnp.where(relevance[:, None] != relevance[None, :], moved, 0.0)
 
 
-#: The shipped scores' closed forms: ``exact(distances[N], affinity[N], **options) -> [N, N]``.
-_EXACT = {
-    scores.knn_count_score: _knn_count_exact,
-    scores.retrieval_score: _retrieval_exact,
-    scores.hierarchical_score: _hierarchical_exact,
-    scores.knn_majority_score: _knn_majority_exact,
-    scores.regression_score: _regression_exact,
-    scores.ndcg_score: _ndcg_exact,
-    scores.average_precision_score: _ap_exact,
-}
-
-
-def _exact_form(score_fn):
-  """The closed form of a shipped score (or a keyword ``partial`` of one), options bound; else None."""
-  fn, keywords = score_fn, {}
-  if isinstance(score_fn, functools.partial) and not score_fn.args:
-    fn, keywords = score_fn.func, score_fn.keywords
-  try:
-    exact = _EXACT.get(fn)
-  except TypeError:  # an unhashable callable is not one of ours
-    return None
-  return None if exact is None else functools.partial(exact, **keywords)
-
-
-def _histogram(distances, affinity, num_bits, num_levels):
-  return jnp.zeros((num_bits + 1, num_levels), jnp.int32).at[distances, affinity].add(1)
+# --------------------------------------------------------------------------- histogram scores
 
 
 def _moves(d1, v1, d2, v2, num_bits, num_levels):
@@ -334,46 +499,11 @@ def _table_np(num_bits: int, num_levels: int):
   return c1.astype(np.int32), c2.astype(np.int32), delta.reshape(c1.size, num_bits + 1, num_levels)
 
 
-def _hist_swaps(hist_score_fn, distances, affinity, num_bits, num_levels, method):
-  n = distances.shape[0]
-  distances = distances.astype(jnp.int32)
-  affinity = affinity.astype(jnp.int32)
-  hist = _histogram(distances, affinity, num_bits, num_levels)
-  base = _check_scalar_score("hist_score_fn", hist_score_fn(hist))
-  if n == 1:
-    return jnp.zeros((1, 1), base.dtype)
-  cells = (num_bits + 1) * num_levels
-  if method == "linear":
-    # Delta S = <grad g, Delta n>: exact when g is affine in the histogram on the set of
-    # histograms with the same bin totals and level totals (which every swap preserves).
-    dt = jnp.promote_types(base.dtype, jnp.float32)
-    psi = jax.grad(lambda h: hist_score_fn(h).astype(dt))(hist.astype(dt))
-    p = psi[distances[None, :], affinity[:, None]]  # p[i, j] = psi[d_j, v_i]
-    own = jnp.diagonal(p)
-    return (p + p.T - own[:, None] - own[None, :]).astype(dt)
-  if method == "auto":
-    method = "table" if num_bits * (num_bits + 1) * num_levels * (num_levels - 1) < n * (n - 1) else "pairs"
-  if method == "pairs":
-    ia, ib = _swapped_pairs(n)
-    moved = hist + _moves(distances[ia], affinity[ia], distances[ib], affinity[ib], num_bits, num_levels)
-    return _symmetric(n, ia, ib, jax.vmap(hist_score_fn)(moved) - base)
-  # Table over the cell pairs whose swap changes the histogram (constants of num_bits, V);
-  # every other entry is 0. Cells with no item give impossible (negative) histograms;
-  # those entries are never gathered.
-  c1, c2, moves = _table_np(num_bits, num_levels)
-  if c1.size == 0:  # one level: no swap changes anything
-    return jnp.zeros((n, n), base.dtype)
-  moved = hist + jnp.asarray(moves)
-  table = _symmetric(cells, jnp.asarray(c1), jnp.asarray(c2), jax.vmap(hist_score_fn)(moved) - base)
-  cell = distances * num_levels + affinity
-  return table[cell[:, None], cell[None, :]]
-
-
 def histogram_swap_deltas(hist_score_fn: Callable[[Array], Array], distances: Array, affinity: Array, *,
                           num_bits: int, num_levels: int, method: str = "auto") -> Array:
-  """:func:`swap_deltas` for scores of the histogram, one evaluation per pair of cells.
+  r""":func:`swap_deltas` for scores of the histogram, one evaluation per pair of cells.
 
-  .. math:: \\Delta S_{ab} = g(n + e_{d_b v_a} + e_{d_a v_b} - e_{d_a v_a} - e_{d_b v_b}) - g(n)
+  .. math:: \Delta S_{ab} = g(n + e_{d_b v_a} + e_{d_a v_b} - e_{d_a v_a} - e_{d_b v_b}) - g(n)
 
   where ``n`` is the ``[num_bits + 1, V]`` histogram of the query and ``g``
   the score. ``method="table"`` evaluates ``g`` once per pair of cells
@@ -416,18 +546,44 @@ def histogram_swap_deltas(hist_score_fn: Callable[[Array], Array], distances: Ar
   >>> histogram_swap_deltas(g, np.array([0, 3, 1]), np.array([0, 1, 1]), num_bits=3, num_levels=2).tolist()
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
-  _check_callable("hist_score_fn", hist_score_fn)
+  _checks.check_callable("hist_score_fn", hist_score_fn, what="histogram score function")
   num_bits = _checks.check_num_bits(num_bits)
-  if isinstance(num_levels, (bool, np.bool_)) or not isinstance(num_levels, (int, np.integer)) \
-      or num_levels < 1:
-    raise ValueError(f"num_levels: expected a positive int, got {num_levels!r}")
-  if not isinstance(method, str) or method not in SWAP_METHODS:
-    raise ValueError(f"method: expected one of {list(SWAP_METHODS)}, got {method!r}")
-  _check_one_query(distances, affinity)
-  check_distances(distances, num_bits=num_bits)
+  num_levels = _checks.check_positive_int("num_levels", num_levels)
+  method = _checks.check_option("method", method, SWAP_METHODS)
+  _check_one_query(distances, affinity, num_bits=num_bits)
   if affinity.shape != distances.shape:
     raise ValueError(f"affinity: expected int levels of shape {tuple(distances.shape)} like distances, "
                      f"got {tuple(affinity.shape)}")
-  _checks.check_int_range("affinity", affinity, 0, int(num_levels) - 1, what="affinity levels")
-  return _hist_swaps(hist_score_fn, jnp.asarray(distances), jnp.asarray(affinity), num_bits,
-                     int(num_levels), method)
+  _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
+  n = distances.shape[0]
+  distances = jnp.asarray(distances).astype(jnp.int32)
+  affinity = jnp.asarray(affinity).astype(jnp.int32)
+  hist = histograms.distance_histogram(distances, affinity, num_bits=num_bits, num_levels=num_levels)
+  base = _check_scalar_score("hist_score_fn", hist_score_fn(hist))
+  if n == 1:
+    return jnp.zeros((1, 1), base.dtype)
+  cells = (num_bits + 1) * num_levels
+  if method == "linear":
+    # Delta S = <grad g, Delta n>: exact when g is affine in the histogram on the set of
+    # histograms with the same bin totals and level totals (which every swap preserves).
+    dt = jnp.promote_types(base.dtype, jnp.float32)
+    psi = jax.grad(lambda h: hist_score_fn(h).astype(dt))(hist.astype(dt))
+    p = psi[distances[None, :], affinity[:, None]]  # p[i, j] = psi[d_j, v_i]
+    own = jnp.diagonal(p)
+    return (p + p.T - own[:, None] - own[None, :]).astype(dt)
+  if method == "auto":
+    method = "table" if num_bits * (num_bits + 1) * num_levels * (num_levels - 1) < n * (n - 1) else "pairs"
+  if method == "pairs":
+    ia, ib = _swapped_pairs(n)
+    moved = hist + _moves(distances[ia], affinity[ia], distances[ib], affinity[ib], num_bits, num_levels)
+    return _symmetric(n, ia, ib, jax.vmap(hist_score_fn)(moved) - base)
+  # Table over the cell pairs whose swap changes the histogram (constants of num_bits, V);
+  # every other entry is 0. Cells with no item give impossible (negative) histograms;
+  # those entries are never gathered.
+  c1, c2, moves = _table_np(num_bits, num_levels)
+  if c1.size == 0:  # one level: no swap changes anything
+    return jnp.zeros((n, n), base.dtype)
+  moved = hist + jnp.asarray(moves)
+  table = _symmetric(cells, jnp.asarray(c1), jnp.asarray(c2), jax.vmap(hist_score_fn)(moved) - base)
+  cell = distances * num_levels + affinity
+  return table[cell[:, None], cell[None, :]]

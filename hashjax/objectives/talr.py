@@ -48,9 +48,17 @@ DISTANCES = {
 
 
 def metric_fn(name: str, **options) -> Callable[[Array], Array]:
-  """A relaxed metric by name: ``"ap"`` (options: ``harmonic``) or ``"ndcg"`` (``discount``).
+  r"""A relaxed metric by name: ``"ap"`` (options: ``harmonic``) or ``"ndcg"`` (``discount``).
 
-  .. math:: m : \\mathrm{hist}[\\ldots, b + 1, V] \\mapsto [\\ldots]
+  .. math:: m : \mathrm{hist}[\ldots, b + 1, V] \mapsto [\ldots]
+
+  Args:
+    name: ``"ap"`` (:func:`hashjax.relaxations.relaxed_ap`) or ``"ndcg"``
+      (:func:`hashjax.relaxations.relaxed_ndcg`).
+    **options: keyword options of that function, bound with ``functools.partial``.
+
+  Returns:
+    ``metric(hist[..., num_bits + 1, V]) -> [...]``.
 
   >>> import numpy as np
   >>> f = metric_fn("ap", harmonic="digamma")
@@ -78,10 +86,10 @@ def _alpha(alpha: Schedule, step: Array) -> Array:
 
 def ranking_loss(distances: Array, affinity: Array, *, metric: Callable[[Array], Array],
                  num_bits: int, num_levels: int, width: float = 1.0) -> tuple:
-  """Minus the mean relaxed metric of real-valued distances, over queries with a relevant item.
+  r"""Minus the mean relaxed metric of real-valued distances, over queries with a relevant item.
 
-  .. math:: L = -\\frac{1}{|Q^+|} \\sum_{q \\in Q^+} m(\\tilde h_q), \\quad
-            \\tilde h_q = \\mathrm{softhist}(\\tilde d_q, a_q)
+  .. math:: L = -\frac{1}{|Q^+|} \sum_{q \in Q^+} m(\tilde h_q), \quad
+            \tilde h_q = \mathrm{softhist}(\tilde d_q, a_q)
 
   Args:
     distances: real ``[Q, N]`` relaxed distances in ``[0, num_bits]``.
@@ -112,9 +120,9 @@ def ranking_loss(distances: Array, affinity: Array, *, metric: Callable[[Array],
 def query_vs_rest(mapping, *, metric: Callable[[Array], Array], num_bits: int, num_levels: int = 2,
                   distance: Union[str, Callable] = "relaxed_hamming", alpha: Schedule = 1.0,
                   width: float = 1.0) -> Callable:
-  """Minibatch objective: each of ``M`` items is a query against the other ``M - 1``.
+  r"""Minibatch objective: each of ``M`` items is a query against the other ``M - 1``.
 
-  .. math:: L(\\theta) = -\\frac{1}{|Q^+|} \\sum_{q} m\\big(\\mathrm{softhist}(\\{\\tilde d(\\phi_q, \\phi_i)\\}_{i \\ne q})\\big)
+  .. math:: L(\theta) = -\frac{1}{|Q^+|} \sum_{q} m\big(\mathrm{softhist}(\{\tilde d(\phi_q, \phi_i)\}_{i \ne q})\big)
 
   Args:
     mapping: a module from :func:`hashjax.mappings.make_mapping`.
@@ -155,9 +163,9 @@ def query_vs_rest(mapping, *, metric: Callable[[Array], Array], num_bits: int, n
 def query_vs_database(mapping, *, metric: Callable[[Array], Array], num_bits: int,
                       num_levels: int = 2, distance: Union[str, Callable] = "relaxed_hamming",
                       alpha: Schedule = 1.0, width: float = 1.0, cached: bool = False) -> Callable:
-  """Objective of queries against a sampled set of database items (both through the mapping).
+  r"""Objective of queries against a sampled set of database items (both through the mapping).
 
-  .. math:: L(\\theta) = -\\frac{1}{|Q^+|} \\sum_{q} m\\big(\\mathrm{softhist}(\\{\\tilde d(\\phi_q, \\phi_i)\\}_{i \\in S})\\big)
+  .. math:: L(\theta) = -\frac{1}{|Q^+|} \sum_{q} m\big(\mathrm{softhist}(\{\tilde d(\phi_q, \phi_i)\}_{i \in S})\big)
 
   Args: as :func:`query_vs_rest`, and ``cached``: treat the database codes as
     constants (``stop_gradient``), as codes cached from the current parameters

@@ -1,25 +1,23 @@
 r"""Benchmarks LambdaRank's swap-delta matrices and a 32-bit training run (Nair et al. 2012).
 
-  python -m experiments.benchmark_swap                 # N = 100 documents, 32 bits, then the training run
-  python -m experiments.benchmark_swap --notrain       # the swap matrices only (about a minute)
-  python -m experiments.benchmark_swap --num_docs=200 --bits=64 --repeats=500
+  python -m experiments.benchmarks.swap                 # N = 100 documents, 32 bits, then the training run
+  python -m experiments.benchmarks.swap --notrain       # the swap matrices only (about a minute)
+  python -m experiments.benchmarks.swap --small         # N = 30, 16 bits, a 10-query batch, no training run
+  python -m experiments.benchmarks.swap --num_docs=200 --bits=64 --repeats=500
 
 Part 1, for every shipped score function: milliseconds to compute one
 query's ``[N, N]`` swap matrix ``Delta S`` after compilation, by each path
 that applies to it:
 
-* ``generic``: :func:`hashjax.objectives.swap_deltas` with
-  ``method="generic"`` (``vmap`` over the ``N (N - 1) / 2`` swapped
-  rankings, any score function);
-* ``exact``: :func:`hashjax.objectives.swap_deltas` as called by default
-  (``method="auto"``): the shipped score's closed form;
+* ``generic``: :func:`hashjax.objectives.swap_deltas` (``vmap`` over the
+  ``N (N - 1) / 2`` swapped rankings, any score function);
+* ``closed``: the score's closed form (:func:`hashjax.objectives.knn_count_deltas`, ...);
 * ``table`` / ``pairs`` / ``linear``: :func:`hashjax.objectives.histogram_swap_deltas`
   for the scores with a histogram form (``linear`` only where it is exact:
   the sums over neighbours);
 * ``batch/q``: the same matrices for a batch of ``--batch`` queries inside
-  :func:`hashjax.objectives.lambdarank_weights` (as training computes them),
-  divided by the batch size (``generic``: the score wrapped in a lambda, which
-  has no closed form).
+  :func:`hashjax.objectives.lambdarank_weights` (as training computes them,
+  the path passed as its ``deltas_fn``), divided by the batch size.
 
 Each figure is the median (and the best) of ``--repeats`` timed calls of the
 ``jax.jit``-compiled function on fixed inputs (``block_until_ready``), with
@@ -30,11 +28,10 @@ with 10 uniform classes, the label-pair codes of the label scores, Gaussian
 target offsets for regression, ``k = 3`` nearest non-empty bins, radius 1.
 
 Part 2 (``--train``, default on): ``configs/lambdarank_knn.py`` as shipped
-(32 bits, MNIST-10k, its default options: 3,000 steps with shifted images),
-timed by :mod:`hashjax.train` (training only, the evaluation hooks excluded)
-and as the wall time of the whole :func:`experiments.nair_lib.train_and_evaluate`,
-with glibc's heap padding of ``experiments.train``
-(:func:`experiments.common.pad_malloc_heaps`).
+(32 bits, MNIST-10k), timed by :mod:`hashjax.train` (training only, the
+evaluation hooks excluded) and as the wall time of the whole
+:func:`experiments.methods.train_and_evaluate`, with glibc's heap padding of
+``experiments.train`` (:func:`experiments.common.pad_malloc_heaps`).
 """
 
 from __future__ import annotations
@@ -57,6 +54,7 @@ _BITS = flags.DEFINE_integer("bits", 32, "Code length b.")
 _BATCH = flags.DEFINE_integer("batch", 100, "Queries per batch for the batched column (0: skip).")
 _REPEATS = flags.DEFINE_integer("repeats", 200, "Timed calls per path.")
 _TRAIN = flags.DEFINE_bool("train", True, "Also time a 32-bit training run (configs/lambdarank_knn.py).")
+_SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 30, 16 bits, batch 10, 5 repeats, no training run.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random inputs.")
 
 NUM_CLASSES = 10
@@ -65,11 +63,12 @@ TARGET_TRAIN_S = 120.0
 
 
 class Case:
-  """A score: its generic form, its histogram form (or None), the affinity each reads, the pairs' preference."""
+  """A score: its function, its closed form, its histogram form (or None), the affinity each reads, the preference."""
 
-  def __init__(self, name, score_fn, affinity, preference, hist_fn=None, hist_affinity=None, num_levels=None,
-               linear=False):
-    self.name, self.score_fn, self.affinity, self.preference = name, score_fn, affinity, preference
+  def __init__(self, name, score_fn, closed_fn, affinity, preference, hist_fn=None, hist_affinity=None,
+               num_levels=None, linear=False):
+    self.name, self.score_fn, self.closed_fn = name, score_fn, closed_fn
+    self.affinity, self.preference = affinity, preference
     self.hist_fn, self.hist_affinity, self.num_levels, self.linear = hist_fn, hist_affinity, num_levels, linear
 
 
@@ -90,21 +89,25 @@ def make_cases(*, bits: int, num_docs: int, num_queries: int, seed: int):
   # label bound: for the benchmark one fixed query label (its matrices are query-specific).
   q0 = int(ql[0])
   p = functools.partial
+  o = objectives
   cases = [
-      Case("knn_count (eq. 7)", p(objectives.knn_count_score, k=3), rel, rel,
-           p(objectives.knn_count_from_histogram, k=3), rel, 2, linear=True),
-      Case("knn_majority (eq. 6)", p(objectives.knn_majority_score, num_classes=NUM_CLASSES, k=3), pairs, rel,
-           p(objectives.knn_majority_from_histogram, query_label=q0, k=3), dl.astype(np.int32), NUM_CLASSES),
-      Case("hierarchical (eq. 10)", p(objectives.hierarchical_score, similarity=sim, k=3), pairs, rel,
-           p(objectives.hierarchical_from_histogram, query_label=q0, similarity=sim, k=3),
+      Case("knn_count (eq. 7)", p(o.knn_count_score, k=3), p(o.knn_count_deltas, k=3), rel, rel,
+           p(o.knn_count_from_histogram, k=3), rel, 2, linear=True),
+      Case("knn_majority (eq. 6)", p(o.knn_majority_score, num_classes=NUM_CLASSES, k=3),
+           p(o.knn_majority_deltas, num_classes=NUM_CLASSES, k=3), pairs, rel,
+           p(o.knn_majority_from_histogram, query_label=q0, k=3), dl.astype(np.int32), NUM_CLASSES),
+      Case("hierarchical (eq. 10)", p(o.hierarchical_score, similarity=sim, k=3),
+           p(o.hierarchical_deltas, similarity=sim, k=3), pairs, rel,
+           p(o.hierarchical_from_histogram, query_label=q0, similarity=sim, k=3),
            dl.astype(np.int32), NUM_CLASSES, linear=True),
-      Case("retrieval (eq. 8)", p(objectives.retrieval_score, radius=1), rel, rel,
-           p(objectives.retrieval_from_histogram, radius=1), rel, 2, linear=True),
-      Case("regression (eq. 11)", p(objectives.regression_score, k=3), offsets, -np.abs(offsets)),
-      Case("tie-aware AP", p(objectives.average_precision_score, num_bits=bits), rel, rel,
-           objectives.average_precision_from_histogram, rel, 2),
-      Case("tie-aware NDCG", p(objectives.ndcg_score, num_bits=bits, num_levels=4), levels, levels,
-           objectives.ndcg_from_histogram, levels, 4),
+      Case("retrieval (eq. 8)", p(o.retrieval_score, radius=1), p(o.retrieval_deltas, radius=1), rel, rel,
+           p(o.retrieval_from_histogram, radius=1), rel, 2, linear=True),
+      Case("regression (eq. 11)", p(o.regression_score, k=3), p(o.regression_deltas, k=3), offsets,
+           -np.abs(offsets)),
+      Case("tie-aware AP", p(o.average_precision_score, num_bits=bits), p(o.average_precision_deltas, num_bits=bits),
+           rel, rel, o.average_precision_from_histogram, rel, 2),
+      Case("tie-aware NDCG", p(o.ndcg_score, num_bits=bits, num_levels=4),
+           p(o.ndcg_deltas, num_bits=bits, num_levels=4), levels, levels, o.ndcg_from_histogram, levels, 4),
   ]
   return distances, cases
 
@@ -147,30 +150,30 @@ def bench_swaps(*, bits: int, num_docs: int, batch: int, repeats: int, seed: int
   rows = []
   for case in cases:
     d0 = distances[0]
-    generic = jax.jit(functools.partial(objectives.swap_deltas, case.score_fn, method="generic"))
+    generic_fn = lambda d, a, f=case.score_fn: objectives.swap_deltas(f, d, a)
+    generic = jax.jit(generic_fn)
     reference, compile_s = _first_call(generic, (d0, case.affinity[0]))
-    wrapped = lambda d, a, f=case.score_fn: f(d, a)  # not a shipped score: lambdarank takes the generic path
-    paths = [("generic", generic, case.affinity, compile_s, {"score_fn": wrapped})]
-    exact = jax.jit(functools.partial(objectives.swap_deltas, case.score_fn))
-    got, compile_s = _first_call(exact, (d0, case.affinity[0]))
-    _check_same(case.name, "exact", got, reference)
-    paths.append(("exact", exact, case.affinity, compile_s, {"score_fn": case.score_fn}))
+    paths = [("generic", generic, case.affinity, compile_s, generic_fn)]
+    closed = jax.jit(case.closed_fn)
+    got, compile_s = _first_call(closed, (d0, case.affinity[0]))
+    _check_same(case.name, "closed", got, reference)
+    paths.append(("closed", closed, case.affinity, compile_s, case.closed_fn))
     if case.hist_fn is not None:
       methods = (("table",) if _auto_picks_table(bits, case.num_levels, num_docs) else ()) + ("pairs",) \
                 + (("linear",) if case.linear else ())
       for method in methods:
-        fn = jax.jit(functools.partial(objectives.histogram_swap_deltas, case.hist_fn, num_bits=bits,
-                                       num_levels=case.num_levels, method=method))
+        hist_fn = functools.partial(objectives.histogram_swap_deltas, case.hist_fn, num_bits=bits,
+                                    num_levels=case.num_levels, method=method)
+        fn = jax.jit(hist_fn)
         got, compile_s = _first_call(fn, (d0, case.hist_affinity[0]))
         _check_same(case.name, method, got, reference)
-        paths.append((method, fn, case.hist_affinity, compile_s,
-                      {"hist_score_fn": case.hist_fn, "num_bits": bits, "num_levels": case.num_levels,
-                       "swap_method": method}))
-    for method, fn, affinity, compile_s, kwargs in paths:
+        paths.append((method, fn, case.hist_affinity, compile_s, hist_fn))
+    for method, fn, affinity, compile_s, deltas_fn in paths:
       row = {"score": case.name, "path": method, "compile_s": compile_s, **time_fn(fn, (d0, affinity[0]), repeats)}
       # The label scores' histogram forms bind one query's label: no batch of queries for them.
-      if batch and not (method not in ("generic", "exact") and case.num_levels == NUM_CLASSES):
-        weights = jax.jit(lambda d, a, pref, kw=kwargs: objectives.lambdarank_weights(d, a, preference=pref, **kw))
+      if batch and not (method not in ("generic", "closed") and case.num_levels == NUM_CLASSES):
+        weights = jax.jit(lambda d, a, pref, f=deltas_fn: objectives.lambdarank_weights(d, a, deltas_fn=f,
+                                                                                        preference=pref))
         args = (distances[:batch], affinity[:batch], case.preference[:batch])
         _first_call(weights, args)
         row["batch_ms_per_query"] = time_fn(weights, args, max(3, repeats // 20))["median_ms"] / batch
@@ -197,12 +200,14 @@ def bench_training() -> Dict[str, float]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  bits, n = _BITS.value, _NUM_DOCS.value
+  small = _SMALL.value
+  bits, n = (16, 30) if small else (_BITS.value, _NUM_DOCS.value)
+  batch, repeats = (10, 5) if small else (_BATCH.value, _REPEATS.value)
   print(f"swap-delta matrix, N = {n} documents, {bits} bits, jax {jax.__version__} on "
         f"{jax.devices()[0].platform} ({jax.device_count()} device): ms per query (median / best of "
-        f"{_REPEATS.value}), batch/q = one query's share of a {_BATCH.value}-query lambdarank_weights call")
+        f"{repeats}), batch/q = one query's share of a {batch}-query lambdarank_weights call")
   print(f"{'score':<22}{'path':>8}{'median':>10}{'best':>9}{'batch/q':>10}{'compile s':>10}")
-  rows = bench_swaps(bits=bits, num_docs=n, batch=_BATCH.value, repeats=_REPEATS.value, seed=_SEED.value)
+  rows = bench_swaps(bits=bits, num_docs=n, batch=batch, repeats=repeats, seed=_SEED.value)
   fastest: Dict[str, float] = {}
   for r in rows:
     fastest[r["score"]] = min(fastest.get(r["score"], np.inf), r["median_ms"])
@@ -210,7 +215,7 @@ def main(argv):
   print(f"fastest path under {TARGET_MS} ms (median): {len(met)} of {len(fastest)} scores"
         + ("" if len(met) == len(fastest) else
            f"; over: {', '.join(f'{s} {ms:.2f} ms' for s, ms in fastest.items() if s not in met)}"))
-  if _TRAIN.value:
+  if _TRAIN.value and not small:
     common.pad_malloc_heaps()
     t = bench_training()
     print(f"training run (configs/lambdarank_knn.py, 32 bits, {t['num_steps']:,} steps): "
