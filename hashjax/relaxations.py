@@ -1,13 +1,18 @@
 """Continuous relaxations for tie-aware learning to hash (He et al. 2018, Sec. 4).
 
-The relaxed pipeline mirrors the discrete one in :mod:`hashjax.codes`::
+The relaxed pipeline mirrors the discrete one (:mod:`hashjax.codes`, :mod:`hashjax.histograms`)::
 
   logits --relax--> codes in [-1, 1] --relaxed distance--> distances[..., Q, N]
          --soft_histogram--> hist[..., num_bits + 1, V] --relaxed_ap / relaxed_ndcg--> [..., Q]
 
 Every function is pure and jit/vmap/grad-able; options are keyword-only; the
 default dtype is float32 (float64 inputs stay float64 under
-``jax.enable_x64``).
+``jax.enable_x64``). The metrics of histograms (:func:`relaxed_ap`, ...) are
+written once against an array namespace: numpy on the host for concrete
+histograms (a call at a new shape compiles nothing), jax.numpy when traced
+(inside a caller's ``jit``, ``vmap`` or ``grad``: the training step). Their
+harmonic and discount sums are those of :mod:`hashjax._special`, shared with
+the exact metrics.
 
 Notation (He et al. 2018, Sec. 3.2 and 4.1): ``c[d, v]`` is the (soft) count of
 items at distance ``d`` with affinity level ``v``, ``c_d = sum_v c[d, v]``,
@@ -39,7 +44,6 @@ gives the mask to average a loss over the queries that count.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -48,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax import _special
 
 Array = jax.Array
 
@@ -65,21 +70,6 @@ DISCOUNTS = ("exact", "li", "simplified")
 _LN2 = math.log(2.0)
 # Floor of the counts eqs. 7-8 divide by or take the log of (they diverge at 0).
 _EPS = 1e-6
-# Steps of the recurrences shifted before the asymptotic expansions take over:
-# Stirling's series of psi (truncation error < 1e-11 relative) and the
-# Euler-Maclaurin series of the cumulative discount (< 1e-10).
-_SHIFT = 8
-_F_SHIFT = 16
-# Half-width of the window around c_d = 1 where the removable singularity of
-# the digamma AP's slope term is bridged by quadratic interpolation, per dtype:
-# wide enough that rounding divided by (c_d - 1) stays small, narrow enough
-# that the interpolation error (~ tau^3) does.
-_TAU = {np.dtype(np.float32): 0.125, np.dtype(np.float64): 0.01}
-# Gauss-Legendre nodes/weights on [0, 1] for integrals of the discount in
-# u = log(t + 1) (smooth integrands; 16 nodes reach float64 rounding).
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(16)
-_GL_X = tuple(float(x) for x in (_GL_X + 1.0) / 2.0)
-_GL_W = tuple(float(w) for w in _GL_W / 2.0)
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -87,20 +77,8 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def _float_dtype(x) -> Any:
-  return jnp.promote_types(x.dtype, jnp.float32)
-
-
-def _check_real(name: str, x: Any, *, shape_doc: str, min_ndim: int = 1) -> None:
-  if not hasattr(x, "dtype") or np.dtype(x.dtype) == np.bool_:
-    raise ValueError(f"{name}: expected a real-valued array {shape_doc}, got "
-                     + ("dtype bool" if hasattr(x, "dtype") else type(x).__name__))
-  _checks.check_finite(name, x)
-  if np.issubdtype(np.dtype(x.dtype), np.complexfloating):
-    raise ValueError(f"{name}: expected a real-valued array {shape_doc}, "
-                     f"got dtype {np.dtype(x.dtype).name}")
-  if x.ndim < min_ndim:
-    raise ValueError(f"{name}: expected at least {min_ndim} dimension(s) {shape_doc}, "
-                     f"got shape {tuple(x.shape)}")
+  """The float dtype of results from ``x``: float32, or float64 for float64 inputs under x64."""
+  return jax.dtypes.canonicalize_dtype(jnp.promote_types(x.dtype, jnp.float32))
 
 
 def _check_range(name: str, x: Any, low: float, high: float, what: str) -> None:
@@ -113,7 +91,7 @@ def _check_range(name: str, x: Any, low: float, high: float, what: str) -> None:
 
 def _check_codes(query, items, *, low=None, high=None, what=""):
   for name, x, rows in (("query", query, "Q"), ("items", items, "N")):
-    _check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2)
+    _checks.check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2)
     if x.shape[-1] == 0:
       raise ValueError(f"{name}: expected shape [..., {rows}, num_bits] with num_bits >= 1, "
                        f"got {tuple(x.shape)}")
@@ -130,49 +108,29 @@ def _check_codes(query, items, *, low=None, high=None, what=""):
 
 
 def _check_hist(hist: Any, *, levels_doc: str) -> None:
-  _check_real("hist", hist, shape_doc=f"[..., num_bits + 1, {levels_doc}]", min_ndim=2)
+  _checks.check_real("hist", hist, shape_doc=f"[..., num_bits + 1, {levels_doc}]", min_ndim=2)
   if hist.shape[-2] == 0 or hist.shape[-1] == 0:
     raise ValueError(f"hist: expected shape [..., num_bits + 1, {levels_doc}] with no empty axis, "
                      f"got {tuple(hist.shape)}")
   _check_range("hist", hist, 0.0, np.inf, "non-negative (soft) counts")
 
 
-def _check_option(name: str, value: Any, options) -> str:
-  if not isinstance(value, str) or value not in options:
-    raise ValueError(f"{name}: expected one of {list(options)}, got {value!r}")
-  return value
-
-
-def _check_positive_scalar(name: str, value: Any, *, allow_traced: bool) -> None:
-  if isinstance(value, (bool, np.bool_)):
-    raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
-  if isinstance(value, (int, float, np.integer, np.floating)):
-    if not (math.isfinite(float(value)) and float(value) > 0):
-      raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+def _check_alpha(alpha: Any) -> None:
+  """A positive finite number, or a float scalar array (which may be traced: a slope annealed under jit)."""
+  if getattr(alpha, "ndim", None) == 0 and np.issubdtype(np.dtype(alpha.dtype), np.floating):
+    if _checks.is_concrete(alpha):
+      _checks.check_number("alpha", float(np.asarray(alpha)), low=0, low_open=True)
     return
-  if allow_traced and hasattr(value, "dtype") and getattr(value, "ndim", None) == 0 \
-      and np.issubdtype(np.dtype(value.dtype), np.floating):
-    if _checks.is_concrete(value):
-      v = float(np.asarray(value))
-      if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name}: expected a positive finite number, got {v!r}")
-    return
-  raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+  _checks.check_number("alpha", alpha, low=0, low_open=True)
 
 
 # --------------------------------------------------------------------------- relaxed codes and distances
 
 
-@jax.jit
-def _relax(logits, alpha):
-  x = logits.astype(_float_dtype(logits))
-  return jnp.tanh(0.5 * alpha * x)
-
-
 def relax(logits: Array, *, alpha: float) -> Array:
-  """Relaxed hash codes: the sigmoid relaxation of ``sgn`` (He et al. eq. 6).
+  r"""Relaxed hash codes: the sigmoid relaxation of ``sgn`` (He et al. eq. 6).
 
-  .. math:: \\tilde\\phi_j = 2 \\sigma(\\alpha f_j) - 1 = \\tanh(\\alpha f_j / 2)
+  .. math:: \tilde\phi_j = 2 \sigma(\alpha f_j) - 1 = \tanh(\alpha f_j / 2)
 
   Computed as the ``tanh`` form, which is exact in floating point for large
   ``|alpha f|`` (no ``1 - 1`` cancellation). As ``alpha -> inf`` the codes tend
@@ -190,41 +148,24 @@ def relax(logits: Array, *, alpha: float) -> Array:
   >>> relax(jnp.array([-2.0, 0.0, 2.0]), alpha=1.0).round(4).tolist()
   [-0.7616, 0.0, 0.7616]
   """
-  _check_real("logits", logits, shape_doc="[..., num_bits]")
-  _check_positive_scalar("alpha", alpha, allow_traced=True)
-  return _relax(jnp.asarray(logits), alpha)
+  _checks.check_real("logits", logits, shape_doc="[..., num_bits]", min_ndim=1)
+  _check_alpha(alpha)
+  logits = jnp.asarray(logits)
+  return jnp.tanh(0.5 * alpha * logits.astype(_float_dtype(logits)))
 
 
 def _inner(query, items):
+  """The codes in their common float dtype and their inner products ``[..., Q, N]``."""
+  query, items = jnp.asarray(query), jnp.asarray(items)
   dt = jnp.promote_types(_float_dtype(query), _float_dtype(items))
-  q = query.astype(dt)
-  x = items.astype(dt)
+  q, x = query.astype(dt), items.astype(dt)
   return q, x, jnp.matmul(q, jnp.swapaxes(x, -1, -2), precision=_HIGHEST)
 
 
-@jax.jit
-def _relaxed_hamming(query, items):
-  q, _, qx = _inner(query, items)
-  return 0.5 * (q.shape[-1] - qx)
-
-
-@jax.jit
-def _nair_hamming(query, items):
-  q, x, qx = _inner(query, items)
-  return jnp.sum(q, -1)[..., :, None] + jnp.sum(x, -1)[..., None, :] - 2.0 * qx
-
-
-@jax.jit
-def _squared_euclidean(query, items):
-  q, x, qx = _inner(query, items)
-  sq = jnp.sum(q * q, -1)[..., :, None] + jnp.sum(x * x, -1)[..., None, :] - 2.0 * qx
-  return jnp.maximum(sq, 0.0)
-
-
 def relaxed_hamming(query: Array, items: Array) -> Array:
-  """Relaxed Hamming distance between codes in ``[-1, 1]`` (He et al. eq. 5).
+  r"""Relaxed Hamming distance between codes in ``[-1, 1]`` (He et al. eq. 5).
 
-  .. math:: \\tilde d(q, i) = \\tfrac{1}{2} (b - \\tilde\\phi_q^\\top \\tilde\\phi_i)
+  .. math:: \tilde d(q, i) = \tfrac{1}{2} (b - \tilde\phi_q^\top \tilde\phi_i)
 
   Equals the Hamming distance for ``±1`` codes and lies in ``[0, b]`` (up to
   rounding) for codes in ``[-1, 1]``. One ``[Q, b] x [b, N]`` matmul.
@@ -242,13 +183,14 @@ def relaxed_hamming(query: Array, items: Array) -> Array:
   [[1.625]]
   """
   _check_codes(query, items, low=-1.0, high=1.0, what="relaxed codes")
-  return _relaxed_hamming(jnp.asarray(query), jnp.asarray(items))
+  q, _, qx = _inner(query, items)
+  return 0.5 * (q.shape[-1] - qx)
 
 
 def nair_hamming(query: Array, items: Array) -> Array:
-  """Nair et al.'s relaxed Hamming score for sigmoid outputs (their eq. 2).
+  r"""Nair et al.'s relaxed Hamming score for sigmoid outputs (their eq. 2).
 
-  .. math:: \\hat s(q, i) = \\sum_j h_{qj} (1 - h_{ij}) + (1 - h_{qj}) h_{ij}
+  .. math:: \hat s(q, i) = \sum_j h_{qj} (1 - h_{ij}) + (1 - h_{qj}) h_{ij}
 
   The expected Hamming distance between independent bits that are 1 with
   probabilities ``h``: equal to the Hamming distance for ``{0, 1}`` codes, but
@@ -267,13 +209,14 @@ def nair_hamming(query: Array, items: Array) -> Array:
   [[1.5, 0.5]]
   """
   _check_codes(query, items, low=0.0, high=1.0, what="sigmoid outputs")
-  return _nair_hamming(jnp.asarray(query), jnp.asarray(items))
+  q, x, qx = _inner(query, items)
+  return jnp.sum(q, -1)[..., :, None] + jnp.sum(x, -1)[..., None, :] - 2.0 * qx
 
 
 def squared_euclidean(query: Array, items: Array) -> Array:
-  """Squared Euclidean distance between real codes.
+  r"""Squared Euclidean distance between real codes.
 
-  .. math:: \\|h_q - h_i\\|^2 = \\|h_q\\|^2 + \\|h_i\\|^2 - 2 h_q^\\top h_i
+  .. math:: \|h_q - h_i\|^2 = \|h_q\|^2 + \|h_i\|^2 - 2 h_q^\top h_i
 
   Equals the Hamming distance for ``{0, 1}`` codes and 4 times it for ``±1``
   codes (scale ``width`` or the codes accordingly before
@@ -292,7 +235,8 @@ def squared_euclidean(query: Array, items: Array) -> Array:
   [[1.0, 1.0]]
   """
   _check_codes(query, items)
-  return _squared_euclidean(jnp.asarray(query), jnp.asarray(items))
+  q, x, qx = _inner(query, items)
+  return jnp.maximum(jnp.sum(q * q, -1)[..., :, None] + jnp.sum(x * x, -1)[..., None, :] - 2.0 * qx, 0.0)
 
 
 #: The relaxed distances by name; all share ``(query[..., Q, b], items[..., N, b]) -> [..., Q, N]``.
@@ -303,22 +247,14 @@ DISTANCES = {
 }
 
 
-@jax.jit
-def _off_diagonal(x):
-  m = x.shape[-1]
-  # Row r keeps columns 0..r-1 and r+1..m-1: column k of the result is k + (k >= r).
-  cols = jnp.arange(m - 1)[None, :] + (jnp.arange(m - 1)[None, :] >= jnp.arange(m)[:, None])
-  return jnp.take_along_axis(x, jnp.broadcast_to(cols, x.shape[:-1] + (m - 1,)), axis=-1)
-
-
 def off_diagonal(x: Array) -> Array:
-  """Drops the diagonal of square ``[..., M, M]`` matrices: query-vs-rest retrieval.
+  r"""Drops the diagonal of square ``[..., M, M]`` matrices: query-vs-rest retrieval.
 
   In minibatch training every example is a query against the rest of the batch
   (He et al. Sec. 4.2); apply this to both ``distances`` and ``affinity`` before
   :func:`soft_histogram` so an example never retrieves itself.
 
-  .. math:: y_{r, k} = x_{r, k + [k \\ge r]}, \\quad k < M - 1
+  .. math:: y_{r, k} = x_{r, k + [k \ge r]}, \quad k < M - 1
 
   Args:
     x: ``[..., M, M]`` array (any dtype), ``M >= 2``.
@@ -333,36 +269,27 @@ def off_diagonal(x: Array) -> Array:
   if not hasattr(x, "shape") or x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape[-1] < 2:
     raise ValueError("x: expected square matrices [..., M, M] with M >= 2, got "
                      + (f"shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__))
-  return _off_diagonal(jnp.asarray(x))
+  x = jnp.asarray(x)
+  m = x.shape[-1]
+  # Row r keeps columns 0..r-1 and r+1..m-1: column k of the result is k + (k >= r).
+  cols = jnp.arange(m - 1)[None, :] + (jnp.arange(m - 1)[None, :] >= jnp.arange(m)[:, None])
+  return jnp.take_along_axis(x, jnp.broadcast_to(cols, x.shape[:-1] + (m - 1,)), axis=-1)
 
 
 # --------------------------------------------------------------------------- soft histograms
 
 
-@functools.partial(jax.jit, static_argnames=("num_bits", "num_levels", "width"))
-def _soft_histogram(distances, affinity, num_bits, num_levels, width):
-  dt = _float_dtype(distances)
-  x = distances.astype(dt)
-  r = x[..., :, None] - jnp.arange(num_bits + 1, dtype=dt)  # [..., N, b + 1]
-  # |r| as r * sign(r): its derivative at r = 0 is 0 (the symmetric subgradient
-  # of the kernel's peak), where jnp.abs would give +1.
-  a = r * jnp.sign(r)
-  kernel = jnp.where(a < width, 1.0 - a / width, 0.0)
-  onehot = jax.nn.one_hot(affinity, num_levels, dtype=dt)  # [..., N, V]
-  return jnp.einsum("...nd,...nv->...dv", kernel, onehot, precision=_HIGHEST)
-
-
 def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_levels: int,
                    width: float = 1.0) -> Array:
-  """Soft per-level histogram of real distances with a triangular kernel (He et al. eq. 14).
+  r"""Soft per-level histogram of real distances with a triangular kernel (He et al. eq. 14).
 
-  .. math:: c_{d,v} = \\sum_{i: a_i = v} \\max\\Big(0, 1 - \\frac{|\\tilde d_i - d|}{\\Delta}\\Big),
-            \\quad d = 0, \\dots, b
+  .. math:: c_{d,v} = \sum_{i: a_i = v} \max\Big(0, 1 - \frac{|\tilde d_i - d|}{\Delta}\Big),
+            \quad d = 0, \dots, b
 
   With ``width=1`` an item at ``d <= x <= d + 1`` splits its unit mass
   linearly between bins ``d`` and ``d + 1`` (linear interpolation), so at
   integer distances this is exactly the counting histogram of
-  :func:`hashjax.codes.distance_histogram`. For other widths the kernel is
+  :func:`hashjax.histograms.distance_histogram`. For other widths the kernel is
   eq. 14 as printed: an item in ``[0, b]`` contributes total mass ``Delta``
   when ``Delta`` is an integer (not 1), and items farther than ``Delta``
   outside ``[0, b]`` contribute nothing.
@@ -396,190 +323,30 @@ def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_leve
   [[0.0, 1.0], [0.0, 0.75], [1.0, 0.25]]
   """
   num_bits = _checks.check_num_bits(num_bits)
-  if isinstance(num_levels, (bool, np.bool_)) or not isinstance(num_levels, (int, np.integer)) \
-      or num_levels < 1:
-    raise ValueError(f"num_levels: expected a positive int, got {num_levels!r}")
-  _check_positive_scalar("width", width, allow_traced=False)
-  _check_real("distances", distances, shape_doc="[..., N]")
-  _checks.check_int_range("affinity", affinity, 0, int(num_levels) - 1, what="affinity levels")
+  num_levels = _checks.check_positive_int("num_levels", num_levels)
+  width = _checks.check_number("width", width, low=0, low_open=True)
+  _checks.check_real("distances", distances, shape_doc="[..., N]", min_ndim=1)
+  _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
   _checks.check_shape("affinity", affinity, distances.shape, like="distances")
-  return _soft_histogram(jnp.asarray(distances), jnp.asarray(affinity), num_bits, int(num_levels),
-                         float(width))
+  distances = jnp.asarray(distances)
+  dt = _float_dtype(distances)
+  r = distances.astype(dt)[..., :, None] - jnp.arange(num_bits + 1, dtype=dt)  # [..., N, b + 1]
+  # |r| as r * sign(r): its derivative at r = 0 is 0 (the symmetric subgradient
+  # of the kernel's peak), where jnp.abs would give +1.
+  a = r * jnp.sign(r)
+  kernel = jnp.where(a < width, 1.0 - a / width, 0.0)
+  onehot = jax.nn.one_hot(jnp.asarray(affinity), num_levels, dtype=dt)  # [..., N, V]
+  return jnp.einsum("...nd,...nv->...dv", kernel, onehot, precision=_HIGHEST)
 
 
-# --------------------------------------------------------------------------- special functions
-
-
-def _safe_div(num, den, ok):
-  """num / den where ``ok``, 0 elsewhere, with finite gradients on both branches."""
-  return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
-
-
-def _log1p_over(v):
-  """log1p(v) / v for v >= 0 (1 at v = 0), accurate and smooth at small v."""
-  small = v < 1e-3
-  vs = jnp.where(small, 1.0, v)
-  series = 1.0 - v * (0.5 - v * (1.0 / 3.0 - v * 0.25))
-  return jnp.where(small, series, jnp.log1p(vs) / vs)
-
-
-def _one_minus_log1p_over(v):
-  """1 - log1p(v) / v for v >= 0, without cancellation at small v."""
-  small = v < 0.1
-  vs = jnp.where(small, 1.0, v)
-  series = jnp.zeros_like(v)
-  for k in range(13, 1, -1):  # sum_{k>=2} (-1)^k v^(k-1) / k, truncation < 1e-13 at v < 0.1
-    series = v * (1.0 / k - series)
-  return jnp.where(small, series, 1.0 - jnp.log1p(vs) / vs)
-
-
-def _stirling_tail(x, y):
-  """(psi(y) - psi(x) - log y + log x) / (y - x) by Stirling's series, for x, y >= 8.
-
-  Written in u = 1/x, w = 1/y: the series' powers of x y (up to (x y)^8) would
-  overflow float32 once x y > 6.8e4, i.e. once about 253 items are ranked
-  ahead of a bin, and turn the gradient into inf / inf = NaN.
-  """
-  u, w = 1.0 / x, 1.0 / y
-  uw, u2, w2 = u * w, u * u, w * w
-  common = uw * (u + w)  # (x + y) / (x y)^2
-  t = 0.5 * uw + common / 12.0
-  t = t - common * (u2 + w2) / 120.0
-  t = t + common * (u2 * u2 + u2 * w2 + w2 * w2) / 252.0
-  return t - common * (u2 + w2) * (u2 * u2 + w2 * w2) / 240.0
-
-
-def _steps(x, num):
-  """x[..., None] + [0, 1, ..., num - 1]: the shifted arguments of a recurrence."""
-  return x[..., None] + jnp.arange(num, dtype=x.dtype)
-
-
-def _harmonic_parts(s, n):
-  """h1 = (psi(s + n) - psi(s)) / n and g = 1 - s h1, for s >= 1, n >= 0.
-
-  h1 is psi'(s) at n = 0; for integer n it is the mean of 1/t over
-  t = s .. s + n - 1. Every term is explicitly proportional to n (no
-  cancellation): the recurrence psi(x) = psi(x + M) - sum_{j<M} 1/(x + j), then
-  Stirling's series of psi at X = s + M >= 9 (truncation error < 1e-11
-  relative). g reuses the same terms with 1 - s / X = M / X and the series of
-  1 - log1p(v) / v cancelled analytically, so what cancels in g is O(M / s)
-  terms, not O(1) ones.
-  """
-  s, n = jnp.broadcast_arrays(s, n)
-  sj = _steps(s, _SHIFT)
-  head = jnp.sum(1.0 / (sj * (sj + n[..., None])), -1)
-  x = s + _SHIFT
-  v = n / x
-  tail = _stirling_tail(x, x + n)
-  h1 = head + _log1p_over(v) / x + tail
-  g = _SHIFT / x + (s / x) * _one_minus_log1p_over(v) - s * (tail + head)
-  return h1, g
-
-
-def _harmonic_divdiff(s, n):
-  return _harmonic_parts(s, n)[0]
-
-
-def _slope_at_one(s):
-  """1 - s psi'(s + 1): the slope term h2(s, 1), see _digamma_terms."""
-  z = s + (_SHIFT + 1)
-  sj = _steps(s + 1.0, _SHIFT)
-  tail = (0.5 / z ** 2 + 1.0 / (6.0 * z ** 3) - 1.0 / (30.0 * z ** 5) + 1.0 / (42.0 * z ** 7)
-          - 1.0 / (30.0 * z ** 9))
-  return (_SHIFT + 1) / z - s * jnp.sum(1.0 / (sj * sj), -1) - s * tail
-
-
-def _digamma_terms(s, n):
-  """h1(s, n) (see _harmonic_parts) and h2(s, n) = (1 - s h1) / (n - 1) = -s psi[s, s + 1, s + n].
-
-  For integer n >= 2, h2 = (1 / (n (n - 1))) sum_{k<n} k / (s + k), the mean
-  of the interpolated within-tie position term of eq. 3. Its singularity at
-  n = 1 is removable; within |n - 1| < tau it is bridged by the quadratic
-  through n = 1 - tau, 1, 1 + tau (the middle value from psi'). One call
-  evaluates the four abscissae n, n away from 1, 1 - tau and 1 + tau.
-  """
-  tau = _TAU.get(np.dtype(n.dtype), 0.125)
-  s, n = jnp.broadcast_arrays(s, n)
-  near = jnp.abs(n - 1.0) < tau
-  m = jnp.stack([n, jnp.where(near, 1.0 + 2.0 * tau, n), jnp.full_like(n, 1.0 - tau),
-                 jnp.full_like(n, 1.0 + tau)])
-  h1, g = _harmonic_parts(jnp.broadcast_to(s, m.shape), m)
-  far, lo, hi = g[1] / (m[1] - 1.0), g[2] / -tau, g[3] / tau
-  mid = _slope_at_one(s)
-  e = n - 1.0
-  quad = mid + e * (hi - lo) / (2.0 * tau) + e * e * (hi - 2.0 * mid + lo) / (2.0 * tau ** 2)
-  return h1[0], jnp.where(near, quad, far)
-
-
-def _discount_divdiff(u, n):
-  """(D(u + n) - D(u)) / n for u >= 1, n >= 0, without cancellation."""
-  return -_LN2 * _log1p_over(n / (u + 1.0)) / ((u + 1.0) * jnp.log1p(u) * jnp.log1p(u + n))
-
-
-def _gl_nodes(lo, hi):
-  """Gauss-Legendre abscissae on [lo, hi] along a new last axis."""
-  return lo[..., None] + (hi - lo)[..., None] * jnp.asarray(_GL_X, lo.dtype)
-
-
-def _gl_mean(values):
-  return jnp.sum(values * jnp.asarray(_GL_W, values.dtype), -1)
-
-
-def _ei_diff(u1, u2):
-  """Ei(u2) - Ei(u1) for u1, u2 > 0: log(u2 / u1) + int (e^u - 1) / u du (entire integrand)."""
-  u = _gl_nodes(u1, u2)
-  return jnp.log(u2) - jnp.log(u1) + (u2 - u1) * _gl_mean(jnp.expm1(u) / u)
-
-
-def _em_integrand(t):
-  """D + D'/2 + D''/12 - D''''/720 at t, times dt/du = t + 1 (u = log(t + 1)).
-
-  With w = log(t + 1) and p = 1 / (t + 1): D = ln2 / w, D' = -ln2 p / w^2,
-  D'' = ln2 p^2 (w + 2) / w^3, D'''' = ln2 p^4 (6 w^3 + 22 w^2 + 36 w + 24) / w^5.
-  """
-  w = jnp.log1p(t)
-  p = 1.0 / (t + 1.0)
-  d4 = p ** 4 * (((6.0 * w + 22.0) * w + 36.0) * w + 24.0) / w ** 5
-  return _LN2 * (t + 1.0) * (1.0 / w - 0.5 * p / w ** 2 + p * p * (w + 2.0) / (12.0 * w ** 3) - d4 / 720.0)
-
-
-def _cumulative_discount_divdiff(a, n):
-  """(F(a + n) - F(a)) / n, F the continuation of sum_{t <= x} D(t); F'(a) at n = 0.
-
-  F(x) = F(x + M) - sum_{j=1..M} D(x + j) with M = 16, then the
-  Euler-Maclaurin expansion F(X) = K + int^X (D + D'/2 + D''/12 - D''''/720)
-  at X = a + M, whose divided difference needs no K (the next term changes it
-  by < 1e-10). Its mean over [X, X + n] is taken by Gauss-Legendre in
-  u = log(t + 1), where the integrand is smooth over any interval length; the
-  Jacobian (u2 - u1) / n = log1p(n / (X + 1)) / n stays accurate as n -> 0.
-  """
-  a, n = jnp.broadcast_arrays(a, n)
-  aj = _steps(a + 1.0, _F_SHIFT)
-  acc = -jnp.sum(_discount_divdiff(aj, n[..., None]), -1)
-  x = a + _F_SHIFT
-  u1 = jnp.log1p(x)
-  u2 = jnp.log1p(x + n)
-  t = jnp.expm1(_gl_nodes(u1, u2))
-  return acc + _log1p_over(n / (x + 1.0)) / (x + 1.0) * _gl_mean(_em_integrand(t))
-
-
-@jax.jit
-def _harmonic_number(x):
-  x = x.astype(_float_dtype(x))
-  return x * _harmonic_divdiff(jnp.ones_like(x), x)
-
-
-@jax.jit
-def _cumulative_discount(x):
-  x = x.astype(_float_dtype(x))
-  return x * _cumulative_discount_divdiff(jnp.zeros_like(x), x)
+# --------------------------------------------------------------------------- continuations
 
 
 def harmonic_number(x: Array) -> Array:
-  """The harmonic numbers continued to real ``x >= 0``: ``H(x) = psi(x + 1) + gamma``.
+  r"""The harmonic numbers continued to real ``x >= 0``: ``H(x) = psi(x + 1) + gamma``.
 
-  .. math:: H(x) = \\sum_{k \\ge 1} \\Big( \\frac{1}{k} - \\frac{1}{k + x} \\Big),
-            \\qquad H(n) = \\sum_{t=1}^{n} \\frac{1}{t}
+  .. math:: H(x) = \sum_{k \ge 1} \Big( \frac{1}{k} - \frac{1}{k + x} \Big),
+            \qquad H(n) = \sum_{t=1}^{n} \frac{1}{t}
 
   The interpolant behind ``harmonic="digamma"``: the partial harmonic sum of a
   tie is ``H(C_d) - H(C_{d-1}) = psi(C_d + 1) - psi(C_{d-1} + 1)``.
@@ -594,16 +361,17 @@ def harmonic_number(x: Array) -> Array:
   >>> harmonic_number(jnp.array([0.0, 1.0, 3.0, 0.5])).round(5).tolist()
   [0.0, 1.0, 1.83333, 0.61371]
   """
-  _check_real("x", x, shape_doc="[...]", min_ndim=0)
+  _checks.check_real("x", x, shape_doc="[...]", min_ndim=0)
   _check_range("x", x, 0.0, np.inf, "non-negative values")
-  return _harmonic_number(jnp.asarray(x))
+  dtype = _float_dtype(x)
+  return _special.apply_xp(lambda x, xp: _special.harmonic_number(x.astype(dtype), xp), x)
 
 
 def cumulative_discount(x: Array) -> Array:
-  """Cumulative DCG discount continued to real ``x >= 0`` (exact at integers).
+  r"""Cumulative DCG discount continued to real ``x >= 0`` (exact at integers).
 
-  .. math:: F(x) = \\sum_{k \\ge 1} \\big( D(k) - D(k + x) \\big), \\quad
-            D(t) = \\frac{1}{\\log_2(t + 1)}, \\qquad F(n) = \\sum_{t=1}^{n} D(t)
+  .. math:: F(x) = \sum_{k \ge 1} \big( D(k) - D(k + x) \big), \quad
+            D(t) = \frac{1}{\log_2(t + 1)}, \qquad F(n) = \sum_{t=1}^{n} D(t)
 
   The DCG analogue of :func:`harmonic_number` and the interpolant behind
   ``discount="exact"``: the discount sum of a tie, ``sum_{t = C_{d-1}+1}^{C_d}
@@ -633,55 +401,50 @@ def cumulative_discount(x: Array) -> Array:
   >>> cumulative_discount(jnp.array([0.0, 1.0, 2.0, 1.5])).round(5).tolist()
   [0.0, 1.0, 1.63093, 1.33877]
   """
-  _check_real("x", x, shape_doc="[...]", min_ndim=0)
+  _checks.check_real("x", x, shape_doc="[...]", min_ndim=0)
   _check_range("x", x, 0.0, np.inf, "non-negative values")
-  return _cumulative_discount(jnp.asarray(x))
+  dtype = _float_dtype(x)
+  return _special.apply_xp(lambda x, xp: _special.cumulative_discount(x.astype(dtype), xp), x)
 
 
 # --------------------------------------------------------------------------- relaxed AP
 
 
-def _exclusive_cumsum(x, axis):
-  c = jnp.cumsum(x, axis=axis)
-  zero = jnp.zeros_like(jax.lax.slice_in_dim(x, 0, 1, axis=axis))
-  return jnp.concatenate([zero, jax.lax.slice_in_dim(c, 0, x.shape[axis] - 1, axis=axis)], axis=axis)
+def _safe_div(num, den, ok, xp):
+  """num / den where ``ok``, 0 elsewhere, with finite gradients on both branches."""
+  return xp.where(ok, num / xp.where(ok, den, 1.0), 0.0)
 
 
-def _ap_bins_digamma(cpos, c, pos_before, before):
-  h1, h2 = _digamma_terms(before + 1.0, c)
-  return cpos * ((pos_before + 1.0) * h1 + (cpos - 1.0) * h2)
+def _exclusive_cumsum(x, xp):
+  """Sums of ``x`` over the bins before each bin (last axis)."""
+  return xp.concatenate([xp.zeros_like(x[..., :1]), xp.cumsum(x, axis=-1)[..., :-1]], axis=-1)
 
 
-def _ap_bins_ln(cpos, c, pos_before, before):
-  s = before + 1.0
-  at_one = c == 1.0
-  ratio = (cpos - 1.0) / jnp.where(at_one, 1.0, c - 1.0)
-  slope = jnp.where(at_one, 0.0, jnp.clip(ratio, 0.0, 1.0))
-  log_term = jnp.log(jnp.maximum(before + c, _EPS)) - jnp.log1p(before)
-  frac = cpos / jnp.maximum(c, _EPS)
-  return cpos * slope + frac * (pos_before + 1.0 - slope * s) * log_term
-
-
-@functools.partial(jax.jit, static_argnames="harmonic")
-def _relaxed_ap(hist, harmonic):
-  hist = hist.astype(_float_dtype(hist))
-  cneg, cpos = hist[..., 0], hist[..., 1]
-  c = cneg + cpos
-  before = _exclusive_cumsum(c, -1)
-  pos_before = _exclusive_cumsum(cpos, -1)
-  bins = (_ap_bins_digamma if harmonic == "digamma" else _ap_bins_ln)(cpos, c, pos_before, before)
-  total = jnp.sum(cpos, -1)
+def _relaxed_ap(hist, harmonic, dtype, xp):
+  hist = hist.astype(dtype)
+  cpos = hist[..., 1]
+  c = hist[..., 0] + cpos
+  before, pos_before = _exclusive_cumsum(c, xp), _exclusive_cumsum(cpos, xp)
+  if harmonic == "digamma":
+    h1, h2 = _special.harmonic_slopes(before + 1.0, c, xp)
+    bins = cpos * ((pos_before + 1.0) * h1 + (cpos - 1.0) * h2)
+  else:
+    at_one = c == 1.0
+    slope = xp.where(at_one, 0.0, xp.clip((cpos - 1.0) / xp.where(at_one, 1.0, c - 1.0), 0.0, 1.0))
+    log_term = xp.log(xp.maximum(before + c, _EPS)) - xp.log1p(before)
+    bins = cpos * slope + cpos / xp.maximum(c, _EPS) * (pos_before + 1.0 - slope * (before + 1.0)) * log_term
+  total = xp.sum(cpos, axis=-1)
   # Flooring the normaliser keeps the gradient finite when leaked soft mass
   # makes the relevant total tiny but non-zero (1 / total^2 would overflow).
-  return _safe_div(jnp.sum(bins, -1), jnp.maximum(total, _EPS), total > 0)
+  return _safe_div(xp.sum(bins, axis=-1), xp.maximum(total, _EPS), total > 0, xp)
 
 
 def relaxed_ap(hist: Array, *, harmonic: str = "digamma") -> Array:
-  """Relaxed tie-aware AP from a (soft) two-level histogram (He et al. eq. 7).
+  r"""Relaxed tie-aware AP from a (soft) two-level histogram (He et al. eq. 7).
 
-  .. math:: \\mathrm{AP}_r = \\frac{1}{C^+_b} \\sum_{d=0}^{b} c_d^+ \\Big[
-            (C^+_{d-1} + 1) \\frac{S_d}{c_d}
-            + (c_d^+ - 1) \\frac{c_d - (C_{d-1} + 1) S_d}{c_d (c_d - 1)} \\Big]
+  .. math:: \mathrm{AP}_r = \frac{1}{C^+_b} \sum_{d=0}^{b} c_d^+ \Big[
+            (C^+_{d-1} + 1) \frac{S_d}{c_d}
+            + (c_d^+ - 1) \frac{c_d - (C_{d-1} + 1) S_d}{c_d (c_d - 1)} \Big]
 
   This is eq. 3 summed in closed form: within a tie the interpolated precision
   is ``beta_d(t) = A + B / t`` (eq. 9) with ``A = (c_d^+ - 1) / (c_d - 1)``,
@@ -718,7 +481,7 @@ def relaxed_ap(hist: Array, *, harmonic: str = "digamma") -> Array:
   Args:
     hist: ``[..., num_bits + 1, 2]`` non-negative (soft) counts, level 0
       irrelevant, level 1 relevant (from :func:`soft_histogram` or
-      :func:`hashjax.codes.distance_histogram`).
+      :func:`hashjax.histograms.distance_histogram`).
     harmonic: ``"digamma"`` or ``"ln"``.
 
   Returns:
@@ -737,60 +500,49 @@ def relaxed_ap(hist: Array, *, harmonic: str = "digamma") -> Array:
   if hist.shape[-1] != 2:
     raise ValueError(f"hist: expected 2 levels [..., num_bits + 1, 2] (irrelevant, relevant), "
                      f"got shape {tuple(hist.shape)}")
-  harmonic = _check_option("harmonic", harmonic, HARMONICS)
-  return _relaxed_ap(jnp.asarray(hist), harmonic)
+  harmonic = _checks.check_option("harmonic", harmonic, HARMONICS)
+  return _special.apply_xp(_relaxed_ap, hist, harmonic=harmonic, dtype=_float_dtype(hist))
 
 
 # --------------------------------------------------------------------------- relaxed DCG / NDCG
 
 
-def _mean_discount(before, count, discount):
+def _mean_discount(before, count, discount, xp):
   """Average discount per item of a tie at positions before + 1 .. before + count."""
   if discount == "exact":
-    return _cumulative_discount_divdiff(before, count)
+    return _special.discount_mean(before, count, xp)
   if discount == "simplified":
-    return _LN2 / jnp.log(before + 0.5 * (count + 1.0) + 1.0)
+    return _LN2 / xp.log(before + 0.5 * (count + 1.0) + 1.0)
   # "li": eq. 8, ln 2 (Li(C_d + 1) - Li(C_{d-1} + 2)) / c_d with Li(x) = Ei(ln x).
-  li = _ei_diff(jnp.log(before + 2.0), jnp.log1p(jnp.maximum(before + count, _EPS)))
-  return _LN2 * li / jnp.maximum(count, _EPS)
+  li = _special.ei_difference(xp.log(before + 2.0), xp.log1p(xp.maximum(before + count, _EPS)), xp)
+  return _LN2 * li / xp.maximum(count, _EPS)
 
 
-def _gains(num_levels, dtype):
-  return jnp.exp2(jnp.arange(num_levels, dtype=dtype)) - 1.0
+def _relaxed_dcg(hist, discount, dtype, xp):
+  hist = hist.astype(dtype)
+  gains = np.exp2(np.arange(hist.shape[-1])).astype(dtype) - 1.0
+  count = xp.sum(hist, axis=-1)
+  before = _exclusive_cumsum(count, xp)
+  return xp.sum(xp.sum(hist * gains, axis=-1) * _mean_discount(before, count, discount, xp), axis=-1)
 
 
-def _dcg(hist, discount):
-  gains = _gains(hist.shape[-1], hist.dtype)
-  count = jnp.sum(hist, -1)
-  gained = jnp.sum(hist * gains, -1)
-  return jnp.sum(gained * _mean_discount(_exclusive_cumsum(count, -1), count, discount), -1)
-
-
-def _ideal(totals, discount):
+def _ideal_dcg(level_totals, discount, dtype, xp):
   # Counting sort over levels: the ideal ranking puts each level in its own
   # tie, highest gain first.
-  gains = _gains(totals.shape[-1], totals.dtype)[::-1]
-  count = totals[..., ::-1]
-  return jnp.sum(gains * count * _mean_discount(_exclusive_cumsum(count, -1), count, discount), -1)
+  count = level_totals.astype(dtype)[..., ::-1]
+  gains = np.exp2(np.arange(count.shape[-1])[::-1]).astype(dtype) - 1.0
+  return xp.sum(gains * count * _mean_discount(_exclusive_cumsum(count, xp), count, discount, xp), axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames="discount")
-def _relaxed_dcg(hist, discount):
-  return _dcg(hist.astype(_float_dtype(hist)), discount)
+def _has_relevant(hist, xp):
+  return xp.sum(hist[..., 1:], axis=(-2, -1)) > 0
 
 
-@functools.partial(jax.jit, static_argnames="discount")
-def _ideal_dcg(totals, discount):
-  return _ideal(totals.astype(_float_dtype(totals)), discount)
-
-
-@functools.partial(jax.jit, static_argnames="discount")
-def _relaxed_ndcg(hist, discount):
-  hist = hist.astype(_float_dtype(hist))
-  dcg = _dcg(hist, discount)
-  ideal = _ideal(jnp.sum(hist, -2), discount)
-  ok = (ideal > 0) & _has_relevant(hist)
-  return _safe_div(dcg, jnp.maximum(ideal, _EPS), ok)
+def _relaxed_ndcg(hist, discount, dtype, xp):
+  hist = hist.astype(dtype)
+  ideal = _ideal_dcg(xp.sum(hist, axis=-2), discount, dtype, xp)
+  ok = (ideal > 0) & _has_relevant(hist, xp)
+  return _safe_div(_relaxed_dcg(hist, discount, dtype, xp), xp.maximum(ideal, _EPS), ok, xp)
 
 
 _DCG_FORMS = """\
@@ -817,10 +569,10 @@ _DCG_FORMS = """\
 
 
 def relaxed_dcg(hist: Array, *, discount: str = "exact") -> Array:
-  """Relaxed tie-aware DCG from a (soft) multi-level histogram (He et al. eq. 8).
+  r"""Relaxed tie-aware DCG from a (soft) multi-level histogram (He et al. eq. 8).
 
-  .. math:: \\mathrm{DCG}_r = \\sum_{d=0}^{b} \\Big( \\sum_v G(v) c_{d,v} \\Big) W_d,
-            \\qquad G(v) = 2^v - 1
+  .. math:: \mathrm{DCG}_r = \sum_{d=0}^{b} \Big( \sum_v G(v) c_{d,v} \Big) W_d,
+            \qquad G(v) = 2^v - 1
 
   {forms}
   Args:
@@ -837,15 +589,15 @@ def relaxed_dcg(hist: Array, *, discount: str = "exact") -> Array:
   2.696394
   """
   _check_hist(hist, levels_doc="V")
-  discount = _check_option("discount", discount, DISCOUNTS)
-  return _relaxed_dcg(jnp.asarray(hist), discount)
+  discount = _checks.check_option("discount", discount, DISCOUNTS)
+  return _special.apply_xp(_relaxed_dcg, hist, discount=discount, dtype=_float_dtype(hist))
 
 
 def ideal_dcg(level_totals: Array, *, discount: str = "exact") -> Array:
-  """Relaxed ideal DCG from (soft) level totals: the counting sort over levels.
+  r"""Relaxed ideal DCG from (soft) level totals: the counting sort over levels.
 
-  .. math:: \\mathrm{IDCG}_r = \\sum_{v} G(v)\\, m_v\\, W(M_{>v}, m_v), \\qquad
-            M_{>v} = \\sum_{u > v} m_u
+  .. math:: \mathrm{IDCG}_r = \sum_{v} G(v)\, m_v\, W(M_{>v}, m_v), \qquad
+            M_{>v} = \sum_{u > v} m_u
 
   The ideal ranking of He et al. Sec. 3.2 puts all items of the highest level
   first, then the next, ...: a histogram whose ties are the levels. It is
@@ -870,18 +622,18 @@ def ideal_dcg(level_totals: Array, *, discount: str = "exact") -> Array:
   >>> round(float(ideal_dcg(np.array([1., 1., 1.]))), 6)   # 3 D(1) + 1 D(2)
   3.63093
   """
-  _check_real("level_totals", level_totals, shape_doc="[..., V]")
+  _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", min_ndim=1)
   if level_totals.shape[-1] == 0:
     raise ValueError(f"level_totals: expected at least one level, got shape {tuple(level_totals.shape)}")
   _check_range("level_totals", level_totals, 0.0, np.inf, "non-negative (soft) counts")
-  discount = _check_option("discount", discount, DISCOUNTS)
-  return _ideal_dcg(jnp.asarray(level_totals), discount)
+  discount = _checks.check_option("discount", discount, DISCOUNTS)
+  return _special.apply_xp(_ideal_dcg, level_totals, discount=discount, dtype=_float_dtype(level_totals))
 
 
 def relaxed_ndcg(hist: Array, *, discount: str = "exact") -> Array:
-  """Relaxed tie-aware NDCG: relaxed DCG over the relaxed ideal DCG (He et al. eq. 8).
+  r"""Relaxed tie-aware NDCG: relaxed DCG over the relaxed ideal DCG (He et al. eq. 8).
 
-  .. math:: \\mathrm{NDCG}_r = \\mathrm{DCG}_r / \\mathrm{IDCG}_r
+  .. math:: \mathrm{NDCG}_r = \mathrm{DCG}_r / \mathrm{IDCG}_r
 
   Numerator :func:`relaxed_dcg`, denominator :func:`ideal_dcg` of the level
   totals ``hist.sum(-2)``, both with the same ``discount``.
@@ -908,25 +660,18 @@ def relaxed_ndcg(hist: Array, *, discount: str = "exact") -> Array:
   0.732563
   """
   _check_hist(hist, levels_doc="V")
-  discount = _check_option("discount", discount, DISCOUNTS)
-  return _relaxed_ndcg(jnp.asarray(hist), discount)
+  discount = _checks.check_option("discount", discount, DISCOUNTS)
+  return _special.apply_xp(_relaxed_ndcg, hist, discount=discount, dtype=_float_dtype(hist))
 
 
 relaxed_dcg.__doc__ = relaxed_dcg.__doc__.replace("{forms}", _DCG_FORMS.strip("\n").lstrip())
 relaxed_ndcg.__doc__ = relaxed_ndcg.__doc__.replace("{forms}", _DCG_FORMS.strip("\n").lstrip())
 
 
-def _has_relevant(hist):
-  return jnp.sum(hist[..., 1:], axis=(-2, -1)) > 0
-
-
-_has_relevant_jit = jax.jit(_has_relevant)
-
-
 def has_relevant(hist: Array) -> Array:
-  """Mask of queries with relevant mass: where relaxed AP/NDCG are defined.
+  r"""Mask of queries with relevant mass: where relaxed AP/NDCG are defined.
 
-  .. math:: m = \\Big[ \\sum_{d} \\sum_{v \\ge 1} c_{d,v} > 0 \\Big]
+  .. math:: m = \Big[ \sum_{d} \sum_{v \ge 1} c_{d,v} > 0 \Big]
 
   Use it to average a training loss over the queries that count, e.g.
   ``-(m * relaxed_ap(hist)).sum() / jnp.maximum(m.sum(), 1)``.
@@ -942,4 +687,4 @@ def has_relevant(hist: Array) -> Array:
   [False, True]
   """
   _check_hist(hist, levels_doc="V")
-  return _has_relevant_jit(jnp.asarray(hist))
+  return _special.apply_xp(_has_relevant, hist)

@@ -574,13 +574,36 @@ def test_degenerate_bins_give_finite_values_and_gradients():
 def test_jit_and_vmap_agree_with_eager():
   rng = np.random.default_rng(18)
   h = jnp.asarray(rng.uniform(0, 3, (Q, B + 1, 2)), jnp.float32)
-  eager = R.relaxed_ap(h)
-  np.testing.assert_array_equal(jax.jit(R.relaxed_ap)(h), eager)
+  eager = R.relaxed_ap(h)  # concrete: numpy on the host; under jit: jax.numpy (the same formula, rounded apart)
+  np.testing.assert_allclose(jax.jit(R.relaxed_ap)(h), eager, rtol=1e-6)
   np.testing.assert_allclose(jax.vmap(R.relaxed_ap)(h.reshape(2, 3, B + 1, 2)).reshape(-1), eager, rtol=1e-6)
   d = jnp.asarray(rng.uniform(0, B, (3, 10)), jnp.float32)
   a = jnp.asarray(rng.integers(0, 2, (3, 10)))
   soft = jax.jit(lambda d, a: R.soft_histogram(d, a, num_bits=B, num_levels=2))
   np.testing.assert_allclose(soft(d, a), R.soft_histogram(d, a, num_bits=B, num_levels=2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("x64,transform", [(False, lambda f: jax.jit(jax.vmap(f))), (True, jax.jit)],
+                         ids=["float32-vmap", "float64-jit"])
+def test_relaxed_metrics_concrete_and_traced_agree(x64, transform):
+  # Concrete histograms run the formulas with numpy on the host, traced ones with jax.numpy.
+  rng = np.random.default_rng(21)
+  h2 = rng.uniform(0, 3, (Q, B + 1, 2))
+  h3 = rng.uniform(0, 3, (Q, B + 1, 3))
+  h3[0] = 0.0  # no mass at all
+  x = rng.uniform(0, 40, (Q, 4))
+  cases = [(lambda h, o=o: R.relaxed_ap(h, harmonic=o), h2) for o in R.HARMONICS]
+  cases += [(lambda h, o=o: R.relaxed_ndcg(h, discount=o), h3) for o in R.DISCOUNTS]
+  cases += [(lambda h, o=o: R.relaxed_dcg(h, discount=o), h3) for o in R.DISCOUNTS]
+  cases += [(lambda t, o=o: R.ideal_dcg(t, discount=o), h3.sum(-2)) for o in R.DISCOUNTS]
+  cases += [(R.has_relevant, h3), (R.harmonic_number, x), (R.cumulative_discount, x)]
+  dtype = np.float64 if x64 else np.float32
+  with jax.enable_x64(x64):
+    for fn, arg in cases:
+      arg = arg.astype(dtype)
+      concrete, traced = np.asarray(fn(arg)), np.asarray(transform(fn)(arg))
+      assert concrete.dtype == traced.dtype == (np.bool_ if fn is R.has_relevant else dtype)
+      np.testing.assert_allclose(traced, concrete, rtol=1e-12 if x64 else 2e-6, atol=1e-12 if x64 else 1e-6)
 
 
 # --------------------------------------------------------------------------- bad inputs
