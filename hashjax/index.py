@@ -1,12 +1,11 @@
-r"""Search structures of Nair et al. (2012): an inverted index over short codes
-(Sec. 5.6) and the two-stage short-code / long-code cascade (Sec. 6).
+r"""The inverted index of Nair et al. (2012, Sec. 5.6): radius search over codes of at most 32 bits.
 
-**Inverted index.** :func:`build_inverted_index` groups the database by code
-(a hash table from a code of at most 32 bits to the items holding it) and
-:func:`lookup` answers radius queries by *enumerating* the codes within the
-radius: with the ``P(b, r) = \sum_{j \le r} \binom{b}{j}`` XOR masks of weight at
-most ``r`` (precomputed once per ``(b, r)``, ordered by weight), the codes
-within distance ``r`` of a query ``q`` are exactly ``q ^ m``, at distance
+:func:`build_inverted_index` groups the database by code (a hash table from a
+code of at most 32 bits to the items holding it) and :func:`lookup` answers
+radius queries by *enumerating* the codes within the radius: with the
+``P(b, r) = \sum_{j \le r} \binom{b}{j}`` XOR masks of weight at most ``r``
+(precomputed once per ``(b, r)``, ordered by weight), the codes within
+distance ``r`` of a query ``q`` are exactly ``q ^ m``, at distance
 ``popcount(m)``. Its results equal :func:`hashjax.search.radius_search`'s
 (the same :class:`~hashjax.search.RaggedNeighbors`, ordered by distance, then
 database index).
@@ -36,34 +35,23 @@ Longer codes are hashed with ``f = min(27, log2(U) + 7)``: the coarse filter
 lets through about ``U / 2^24`` of the misses and the fine one (at most 16 MiB)
 under 1%, which are rejected by comparing keys.
 
-Why this layout: a probe's cost is its random memory reads. Measured with
-``python -m experiments.benchmark_index`` ("probe costs"; 2 cores of an AMD
-EPYC, 1 MiB L2 per core, 32 MiB L3, numpy 2.4; other jobs shared the cores;
-ranges over two full runs; ``U = 10^6`` random 32-bit codes,
-``5.2 \cdot 10^5`` probes of radius 2): ``np.searchsorted`` over the sorted
-codes 58-134 ns per probe (``\log_2 U`` dependent reads, mostly cache misses);
-a random ``np.take`` from a 2 MiB table 1.5-2.4 ns, from an 8 MiB one 4.4-5.4
-ns; the index's whole probe (both filters and the rank) 9.5-16 ns. Hence the
-2 MiB first filter, and no binary search.
+Why this layout: a probe's cost is its random memory reads. A binary search
+over the sorted codes makes ``\log_2 U`` dependent reads, mostly cache misses;
+one read from a 2 MiB table mostly hits the cache. Hence the 2 MiB first
+filter, and no binary search (``python -m experiments.benchmarks.index``
+measures these probe costs).
 
 **Enumerate or scan.** Enumeration costs ``P(b, r)`` probes per query,
-independent of ``N``; a scan costs ``U`` popcounts per query (4.7-8.2 ns per
-distinct code in the same runs, including the output). At 32 bits
+independent of ``N``; a scan costs ``U`` popcounts per query. At 32 bits
 ``P = 1, 33, 529, 5489, 41449`` for ``r = 0 .. 4``, so for ``U = 10^6``
-enumeration wins by one to three orders of magnitude up to ``r = 3`` and still
-at ``r = 4``; for short codes or large radii (``P`` approaching ``2^b``), or few
-distinct codes, scanning the ``U <= 2^b`` distinct codes is cheaper.
-``method="auto"`` picks by the cost model of :func:`choose_method`; both give
-the same results.
+enumeration wins by orders of magnitude for small radii; for short codes or
+large radii (``P`` approaching ``2^b``), or few distinct codes, scanning the
+``U <= 2^b`` distinct codes is cheaper. ``method="auto"`` picks by the cost
+model of :func:`choose_method`; both give the same results.
 
 The index lives on the host: lookups are data-dependent gathers with a
 variable-length output, which neither ``jit`` (static shapes) nor per-shape
 XLA compilation suits; numpy vectorises them over all ``Q * P`` probes.
-
-**Cascade.** :func:`cascade_knn_classify` shortlists database items with a
-short code (within a radius, or the nearest non-empty distance bins) and
-classifies each query with :func:`hashjax.metrics.knn_classify` on the long
-code's distances, with the items off the shortlist masked out (``where=``).
 """
 
 from __future__ import annotations
@@ -75,8 +63,7 @@ import jax
 import numpy as np
 
 from hashjax import _checks
-from hashjax import codes
-from hashjax import metrics
+from hashjax._kernels import scan
 from hashjax.search import RaggedNeighbors
 
 Array = jax.Array
@@ -89,10 +76,9 @@ MAX_FILTER_BITS = 27
 COARSE_FILTER_BITS = 24
 #: Cost of one enumerated probe relative to one scanned distinct code, for
 #: ``method="auto"``: enumerate when ``P(b, r) * cost < U`` (see
-#: :func:`choose_method`). The ratio was about 2 in the benchmark's probe-cost
-#: runs (32-bit codes, most probes miss) and larger when most probes hit and
-#: pay for their items (16-bit codes); a rough constant is enough, as the two
-#: costs differ by orders of magnitude except near the crossover.
+#: :func:`choose_method`). Probes that hit pay for their items too; a rough
+#: constant is enough, as the two costs differ by orders of magnitude except
+#: near the crossover.
 PROBE_COST_PER_SCANNED_CODE = 4
 #: ``method="enumerate"`` refuses more masks than this per query.
 MAX_MASKS = 1 << 23
@@ -159,14 +145,8 @@ def _check_short_words(name: str, words, num_bits: int) -> np.ndarray:
   if not _checks.is_concrete(words):
     raise ValueError(f"{name}: the inverted index needs concrete arrays (variable-length results "
                      "cannot run under jit)")
-  arr = np.ascontiguousarray(np.asarray(words)[:, 0])
-  if num_bits < 32 and arr.size:
-    high = arr >> np.uint32(num_bits)
-    if high.any():
-      first = int(np.argmax(high != 0))
-      raise ValueError(f"{name}: expected {num_bits}-bit codes (bits >= {num_bits} zero, as "
-                       f"hashjax.codes.pack_bits leaves them), got {int(arr[first]):#x} at row {first}")
-  return arr
+  _checks.check_padding_bits(name, words, num_bits)
+  return np.ascontiguousarray(np.asarray(words)[:, 0])
 
 
 def _check_index_bits(num_bits) -> int:
@@ -177,14 +157,6 @@ def _check_index_bits(num_bits) -> int:
   return num_bits
 
 
-def _check_nonneg_int(name: str, value, *, low: int = 0) -> int:
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f"{name}: expected a Python int >= {low}, got {value!r}")
-  if value < low:
-    raise ValueError(f"{name}: expected an int >= {low}, got {value}")
-  return int(value)
-
-
 def _check_index(index) -> None:
   if not isinstance(index, InvertedIndex):
     raise ValueError(f"index: expected an InvertedIndex from build_inverted_index, got {type(index).__name__}")
@@ -192,17 +164,6 @@ def _check_index(index) -> None:
 
 # ----------------------------------------------------------------------------
 # Building.
-
-
-_BYTE_POPCOUNT = np.array([bin(v).count("1") for v in range(256)], np.uint8)
-
-
-def _popcount(x: np.ndarray) -> np.ndarray:
-  """``uint8`` popcount of each entry of an unsigned numpy array (numpy < 2 has no ``bitwise_count``)."""
-  if hasattr(np, "bitwise_count"):
-    return np.bitwise_count(x)
-  x = np.ascontiguousarray(x)
-  return _BYTE_POPCOUNT[x.view(np.uint8)].reshape(x.shape + (x.dtype.itemsize,)).sum(-1, dtype=np.uint8)
 
 
 def _keys(code_values: np.ndarray, hashed: bool) -> np.ndarray:
@@ -262,7 +223,7 @@ def build_inverted_index(db_words: Array, *, num_bits: int,
   if values.shape[0] > np.iinfo(np.int32).max:
     raise ValueError(f"db_words: at most {np.iinfo(np.int32).max} items, got {values.shape[0]}")
   if filter_bits is not None:
-    filter_bits = _check_nonneg_int("filter_bits", filter_bits, low=1)
+    filter_bits = _checks.check_int("filter_bits", filter_bits, low=1)
     if filter_bits > min(num_bits, 30):
       raise ValueError(f"filter_bits: expected at most min(num_bits, 30) = {min(num_bits, 30)}, "
                        f"got {filter_bits}")
@@ -288,7 +249,7 @@ def build_inverted_index(db_words: Array, *, num_bits: int,
   prefix = _prefix(keys, key_bits, filter_bits)
   words = _bitmap_bytes(prefix, filter_bits, 8).view("<u8")
   filter_rank = np.zeros(words.shape, np.int64)
-  np.cumsum(_popcount(words[:-1]), out=filter_rank[1:])
+  np.cumsum(scan.host_popcount(words[:-1]), out=filter_rank[1:])
   prefix_starts = np.flatnonzero(np.r_[True, prefix[1:] != prefix[:-1], True]).astype(np.int64)
   if filter_bits > COARSE_FILTER_BITS:
     coarse = _bitmap_bytes(_prefix(keys, key_bits, COARSE_FILTER_BITS), COARSE_FILTER_BITS, 1)
@@ -329,7 +290,7 @@ def num_masks(num_bits: int, radius: int) -> int:
   [1, 33, 529, 5489]
   """
   num_bits = _checks.check_num_bits(num_bits)
-  radius = _check_nonneg_int("radius", radius)
+  radius = _checks.check_int("radius", radius, low=0)
   from math import comb  # pylint: disable=g-import-not-at-top
   return sum(comb(num_bits, j) for j in range(min(radius, num_bits) + 1))
 
@@ -389,7 +350,7 @@ def _probe(index: InvertedIndex, probe_codes: np.ndarray) -> Tuple[np.ndarray, n
   word_id = pre >> np.uint32(6)
   below = np.take(index.filter, word_id) & ((np.uint64(1) << (pre & np.uint32(63)).astype(np.uint64))
                                             - np.uint64(1))
-  rank = np.take(index.filter_rank, word_id) + _popcount(below)
+  rank = np.take(index.filter_rank, word_id) + scan.host_popcount(below)
   if not hashed:
     return live, rank  # exact filter: the rank of the code among the distinct codes
   # Hashed: the keys sharing this prefix; all but rare ones are a single key.
@@ -457,7 +418,7 @@ def _lookup_scan(index, queries, radius):
   seg_parts, item_parts = [], []
   for s in range(0, queries.shape[0], rows):
     q = queries[s:s + rows]
-    dist = _popcount(q[:, None] ^ index.codes[None, :])
+    dist = scan.host_popcount(q[:, None] ^ index.codes[None, :])
     qi, u = np.nonzero(dist <= radius)
     if not qi.size:
       continue
@@ -490,7 +451,7 @@ def choose_method(index: InvertedIndex, radius: int) -> str:
   ('enumerate', 'scan')
   """
   _check_index(index)
-  radius = _check_nonneg_int("radius", radius)
+  radius = _checks.check_int("radius", radius, low=0)
   return "enumerate" if num_masks(index.num_bits, radius) * PROBE_COST_PER_SCANNED_CODE \
       < index.codes.shape[0] else "scan"
 
@@ -530,10 +491,8 @@ def lookup(index: InvertedIndex, query_words: Array, *, radius: int,
   """
   _check_index(index)
   queries = _check_short_words("query_words", query_words, index.num_bits)
-  radius = min(_check_nonneg_int("radius", radius), index.num_bits)
-  if method not in _METHODS:
-    raise ValueError(f"method: expected one of {_METHODS}, got {method!r}")
-  if method == "auto":
+  radius = min(_checks.check_int("radius", radius, low=0), index.num_bits)
+  if _checks.check_option("method", method, _METHODS) == "auto":
     method = choose_method(index, radius)
   if method == "enumerate":
     if num_masks(index.num_bits, radius) > MAX_MASKS:
@@ -543,141 +502,3 @@ def lookup(index: InvertedIndex, query_words: Array, *, radius: int,
   else:
     parts = _lookup_scan(index, queries, radius)
   return _finish(queries.shape[0], index.num_db, index.num_bits, *parts)
-
-
-# ----------------------------------------------------------------------------
-# Cascade (Sec. 6).
-
-
-class CascadeResult(NamedTuple):
-  """Output of :func:`cascade_knn_classify`.
-
-  Attributes:
-    predictions: ``int32[Q]`` predicted labels (``-1`` for an empty shortlist).
-    shortlist_sizes: ``int32[Q]`` items kept by the short code per query.
-  """
-  predictions: Array
-  shortlist_sizes: Array
-
-
-def _check_padding(name: str, words, num_bits: int, bits_name: str) -> None:
-  """The bits of ``words`` at or above ``num_bits`` (in the last word) must be zero."""
-  if num_bits % 32 == 0:
-    return
-  _checks.check_num_bits(num_bits, name=bits_name, words=words, words_name=name)
-  high = np.asarray(words)[..., -1] >> np.uint32(num_bits % 32)
-  if high.any():
-    raise ValueError(f"{name}: expected {num_bits}-bit codes ({bits_name}), but "
-                     f"{int(np.count_nonzero(high))} code(s) have bits set at or above bit {num_bits}")
-
-
-def _shortlist_mask(short_dist: np.ndarray, *, short_bits: int, radius, bins) -> np.ndarray:
-  """``bool[Q, N]``: within ``radius``, or in the ``bins`` nearest non-empty bins."""
-  if radius is not None:
-    return short_dist <= radius
-  hist = np.asarray(codes.distance_histogram(short_dist, num_bits=short_bits))[..., 0]  # [Q, b+1]
-  rank = np.cumsum(hist > 0, axis=-1)  # non-empty bins up to and including d
-  return np.take_along_axis(rank, short_dist, axis=-1) <= bins
-
-
-def cascade_knn_classify(short_query_words: Array, short_db_words: Array, long_query_words: Array,
-                         long_db_words: Array, db_labels: Array, *, short_bits: int, long_bits: int,
-                         k: int, num_classes: int, shortlist_radius: Optional[int] = None,
-                         shortlist_bins: Optional[int] = None, threshold: str = "relative",
-                         query_block: int = 256) -> CascadeResult:
-  r"""Two-stage kNN classification: a short code shortlists, a long code classifies.
-
-  Stage 1 keeps the items ``S(q)`` within Hamming distance ``shortlist_radius``
-  of the query in the short code, or (``shortlist_bins``) the items in the
-  ``shortlist_bins`` nearest non-empty short-code distance bins (Nair's
-  relative threshold, so a shortlist is never empty). Stage 2 is
-  :func:`hashjax.metrics.knn_classify` on the long code's distances with
-  ``where`` = the shortlist.
-
-  .. math:: \hat y_q = \arg\max_c |\{ i \in \mathrm{nbr}^{long}_k(q) \cap S(q) : y_i = c \}|
-
-  The distances are computed densely per block of queries (this measures the
-  cascade's accuracy and shortlist sizes; a fast stage 1 with codes of at most
-  32 bits is :func:`lookup`).
-
-  Args:
-    short_query_words: ``uint32[Q, Ws]`` short query codes.
-    short_db_words: ``uint32[N, Ws]`` short database codes.
-    long_query_words: ``uint32[Q, Wl]`` long query codes.
-    long_db_words: ``uint32[N, Wl]`` long database codes.
-    db_labels: ``int[N]`` database labels in ``[0, num_classes)``.
-    short_bits: short code length.
-    long_bits: long code length.
-    k: stage-2 bins (relative threshold) or radius (absolute).
-    num_classes: number of classes.
-    shortlist_radius: stage-1 radius ``>= 0`` (exactly one of this and
-      ``shortlist_bins``).
-    shortlist_bins: stage-1 number of nearest non-empty bins ``>= 1``.
-    threshold: stage-2 threshold, ``"relative"`` or ``"absolute"`` (see
-      :func:`hashjax.metrics.knn_classify`).
-    query_block: queries per dense ``[block, N]`` distance block.
-
-  Returns:
-    :class:`CascadeResult` ``(predictions int32[Q], shortlist_sizes int32[Q])``.
-
-  >>> import numpy as np
-  >>> from hashjax.codes import pack_bits
-  >>> sq, sx = pack_bits(np.array([[0, 0]])), pack_bits(np.array([[0, 0], [0, 1], [1, 1]]))
-  >>> lq, lx = pack_bits(np.array([[0, 0, 0]])), pack_bits(np.array([[1, 1, 1], [0, 0, 1], [0, 0, 0]]))
-  >>> out = cascade_knn_classify(sq, sx, lq, lx, np.array([0, 1, 2]), short_bits=2, long_bits=3,
-  ...                            k=1, num_classes=3, shortlist_radius=1)
-  >>> out.predictions.tolist(), out.shortlist_sizes.tolist()  # item 2 is nearest but not shortlisted
-  ([1], [2])
-  """
-  for name, x in (("short_query_words", short_query_words), ("short_db_words", short_db_words),
-                  ("long_query_words", long_query_words), ("long_db_words", long_db_words)):
-    _checks.check_words(name, x, min_ndim=2)
-    if x.ndim != 2:
-      raise ValueError(f"{name}: expected a 2-D array [rows, num_words], got shape {tuple(x.shape)}")
-    _checks.check_nonempty(name, x, what="code")
-    if not _checks.is_concrete(x):
-      raise ValueError(f"{name}: cascade_knn_classify needs concrete arrays, got a tracer")
-  _checks.check_same_width("short_query_words", short_query_words, "short_db_words", short_db_words)
-  _checks.check_same_width("long_query_words", long_query_words, "long_db_words", long_db_words)
-  short_bits = _checks.check_num_bits(short_bits, name="short_bits", words=short_db_words,
-                                      words_name="short_db_words")
-  long_bits = _checks.check_num_bits(long_bits, name="long_bits", words=long_db_words,
-                                     words_name="long_db_words")
-  for name, x, bits, bits_name in (("short_query_words", short_query_words, short_bits, "short_bits"),
-                                   ("short_db_words", short_db_words, short_bits, "short_bits"),
-                                   ("long_query_words", long_query_words, long_bits, "long_bits"),
-                                   ("long_db_words", long_db_words, long_bits, "long_bits")):
-    _check_padding(name, x, bits, bits_name)
-  num_q, num_db = short_query_words.shape[0], short_db_words.shape[0]
-  _checks.check_shape("long_query_words", long_query_words, (num_q, long_query_words.shape[1]),
-                      like="short_query_words rows")
-  _checks.check_shape("long_db_words", long_db_words, (num_db, long_db_words.shape[1]),
-                      like="short_db_words rows")
-  if (shortlist_radius is None) == (shortlist_bins is None):
-    raise ValueError("shortlist_radius, shortlist_bins: expected exactly one of them, got "
-                     f"{shortlist_radius!r} and {shortlist_bins!r}")
-  if shortlist_radius is not None:
-    shortlist_radius = _check_nonneg_int("shortlist_radius", shortlist_radius)
-  else:
-    shortlist_bins = _check_nonneg_int("shortlist_bins", shortlist_bins, low=1)
-  query_block = _check_nonneg_int("query_block", query_block, low=1)
-  num_classes = _check_nonneg_int("num_classes", num_classes, low=1)
-  relative = metrics._check_threshold(threshold)  # pylint: disable=protected-access
-  k = metrics._check_cutoff(k, allow_none=False, low=1 if relative else 0)  # pylint: disable=protected-access
-  _checks.check_int_range("db_labels", db_labels, 0, num_classes - 1, what="class labels")
-  if db_labels.ndim != 1 or db_labels.shape[0] != num_db:
-    raise ValueError(f"db_labels: expected shape ({num_db},) (one label per database item), "
-                     f"got {tuple(db_labels.shape)}")
-  sq, sx = np.asarray(short_query_words), np.asarray(short_db_words)
-  lq, lx = np.asarray(long_query_words), np.asarray(long_db_words)
-  preds, sizes = [], []
-  for s in range(0, num_q, query_block):
-    short_dist = np.asarray(codes.hamming_distance(sq[s:s + query_block], sx))
-    mask = _shortlist_mask(short_dist, short_bits=short_bits, radius=shortlist_radius, bins=shortlist_bins)
-    long_dist = codes.hamming_distance(lq[s:s + query_block], lx)
-    preds.append(np.asarray(metrics.knn_classify(long_dist, db_labels, num_classes=num_classes,
-                                                 num_bits=long_bits, k=k, threshold=threshold,
-                                                 where=mask)))
-    sizes.append(mask.sum(axis=-1))
-  return CascadeResult(jax.device_put(np.concatenate(preds).astype(np.int32)),
-                       jax.device_put(np.concatenate(sizes).astype(np.int32)))

@@ -1,14 +1,15 @@
 """hashjax.search against brute-force numpy references (full scans, lexicographic sorts)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from brute_force import assert_ragged_equal as _assert_ragged_equal
 from brute_force import ref_distances as _ref_distances
 from brute_force import ref_radius as _ref_radius
-from compile_events import compiled_programs
 from hashjax import codes, search
+from hashjax._kernels import scan
 
 
 def _codes(rng, n, num_bits, *, pool=None, p_one=0.5):
@@ -49,6 +50,7 @@ _KNN_CASES = [
     (64, 20000, 37, 24, 2048, 50, "hierarchical"),
     (128, 20000, 37, 5, 2048, None, "hierarchical"),
     (128, 20000, 37, 24, 2048, 30, "hierarchical"),
+    (160, 20000, 37, 10, 2048, 60, "hierarchical"),  # two items per scan output, uint8 minima
     (32, 20000, 37, 79, 2048, 90, "hierarchical"),  # k = number of superblocks
     (32, 3000, 37, 100, 65536, 60, "all"),
     (128, 2999, 37, 2999, 65536, None, "all"),  # k = N: a full ranking
@@ -95,9 +97,7 @@ def test_knn_over_database_segments_matches_brute_force(monkeypatch):
 
 
 def test_knn_over_several_query_batches_matches_brute_force(monkeypatch):
-  # A small budget for the last selection's words forces batches of 8 queries,
-  # so the scan's minima buffers are reused from batch to batch (and the tie
-  # groups come from each batch's block minima).
+  # A small budget for the last selection's words forces batches of 8 queries.
   monkeypatch.setattr(search, "_STAGE_ELEMS", 8 * 24 * 32 * 2)
   rng = np.random.default_rng(13)
   x = _codes(rng, 20000, 64, pool=60)
@@ -110,31 +110,44 @@ def test_knn_over_several_query_batches_matches_brute_force(monkeypatch):
   _assert_ragged_equal(res, _ref_radius(q, x, ref_d[:, -1]))
 
 
-def test_a_database_in_the_same_bucket_compiles_nothing():
-  rng = np.random.default_rng(17)
-  x = _codes(rng, 20000, 64)
-  q = _codes(rng, 37, 64)
-  search.knn(q, x, 10, chunk_size=2048)[0].block_until_ready()
-  search.radius_search(q, x, 20, chunk_size=2048)
-  with compiled_programs() as compiled:
-    for n in (19223, 18500):  # 10 and 10 chunks of 2048 (bucket 12), like 20000
-      dist, ids = search.knn(q, x[:n], 10, chunk_size=2048)
-      ref_d, ref_i = _ref_knn(q, x[:n], 10)
-      np.testing.assert_array_equal(np.asarray(ids), ref_i)
-      search.radius_search(q, x[:n], 20, chunk_size=2048)
-  assert compiled == []
+@pytest.mark.parametrize("num_db", [2047, 2048, 2049, 6145])
+def test_knn_and_radius_search_at_chunk_boundaries(num_db):
+  # Databases one item short of, at, and one past a chunk boundary (chunks of 2048 items), and a
+  # last chunk holding a few items: the padding never shows in the results.
+  rng = np.random.default_rng(num_db)
+  x = _codes(rng, num_db, 64, pool=40)
+  q = np.concatenate([_codes(rng, 20, 64, pool=40), x[-3:]])
+  assert search._plan(num_db, 2, 7, 2048) == "hierarchical"
+  dist, ids = search.knn(q, x, 7, chunk_size=2048)
+  ref_d, ref_i = _ref_knn(q, x, 7)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+  _assert_ragged_equal(search.radius_search(q, x, 3, chunk_size=2048), _ref_radius(q, x, 3))
 
 
-def test_a_first_knn_call_compiles_each_program_once():
-  # The selection is compiled before the scan runs (_Jitted.precompile); the call itself must
-  # reuse that compilation, not compile the selection a second time.
-  rng = np.random.default_rng(23)
-  x = _codes(rng, 20000, 96)
-  q = _codes(rng, 41, 96)
-  with compiled_programs() as names:  # a chunk size and k of this test only: both programs are new
-    dist, ids = search.knn(q, x, 13, chunk_size=2304)
-  np.testing.assert_array_equal(np.asarray(ids), _ref_knn(q, x, 13)[1])
-  assert names == ["jit(_select)", "jit(_chunk_minima)"], names  # the selection first, each once
+@pytest.mark.parametrize("num_q", [1, 33, 65, 300])
+def test_knn_and_radius_search_over_query_batch_sizes(num_q):
+  # Queries go in batches of 32 to 256; the last batch is padded.
+  rng = np.random.default_rng(num_q)
+  x = _codes(rng, 6000, 96, pool=50)
+  q = _codes(rng, num_q, 96, pool=50)
+  dist, ids = search.knn(q, x, 13, chunk_size=2304)
+  ref_d, ref_i = _ref_knn(q, x, 13)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+  _assert_ragged_equal(search.radius_search(q, x, 4, chunk_size=2304), _ref_radius(q, x, 4))
+
+
+def test_knn_of_jax_arrays_matches_numpy_inputs():
+  rng = np.random.default_rng(21)
+  x = _codes(rng, 5000, 64, pool=30)
+  q = _codes(rng, 9, 64, pool=30)
+  for k, plan in ((3, "hierarchical"), (20, "hierarchical"), (25, "all")):  # 20 superblocks
+    assert search._plan(5000, 2, k, 1024) == plan
+    got = search.knn(jnp.asarray(q), jnp.asarray(x), k, chunk_size=1024)
+    ref_d, ref_i = _ref_knn(q, x, k)
+    np.testing.assert_array_equal(np.asarray(got[0]), ref_d)
+    np.testing.assert_array_equal(np.asarray(got[1]), ref_i)
 
 
 def test_knn_wide_codes_use_uint16_minima():
@@ -163,8 +176,7 @@ def test_knn_under_jit_matches_brute_force(num_db, k, plan):
   np.testing.assert_array_equal(np.asarray(ids), ref_i)
 
 
-# The hierarchical plan finds the ties from its own scan; the others through
-# radius_search with each query's k-th distance as its radius.
+# The ties come from radius_search with each query's k-th distance as its radius, whichever plan.
 @pytest.mark.parametrize("num_bits,k,num_db,plan", [
     (32, 24, 20000, "hierarchical"), (128, 5, 20000, "hierarchical"), (1, 3, 20000, "hierarchical"),
     (64, 100, 3000, "all")])
@@ -184,7 +196,7 @@ def test_knn_return_ties_gives_whole_tie_groups(num_bits, k, num_db, plan):
     np.testing.assert_array_equal(np.asarray(res.indices)[offsets[j]:offsets[j] + k], np.asarray(ids)[j])
 
 
-@pytest.mark.parametrize("num_bits", [1, 31, 32, 33, 64, 128])
+@pytest.mark.parametrize("num_bits", [1, 31, 32, 33, 64, 128, 160])
 @pytest.mark.parametrize("r", [0, 2, 6])
 def test_radius_search_matches_brute_force(num_bits, r):
   rng = np.random.default_rng(num_bits + 100 * r)
@@ -204,9 +216,8 @@ def test_radius_search_per_query_radii_and_whole_database():
   assert np.asarray(res.counts)[-2:].tolist() == [3001, 3001]
 
 
-def test_radius_search_when_the_prefix_filter_does_not_prune():
-  # The first 32 bits are identical everywhere, so the 32-bit prefix bound passes
-  # every superblock and radius_search must fall back to the full-width scan.
+def test_radius_search_of_codes_sharing_their_first_word():
+  # The first 32 bits are identical everywhere: only the later words separate the codes.
   rng = np.random.default_rng(9)
   bits = (rng.random((6000, 128)) < 0.02).astype(np.uint8)
   bits[:, :32] = 1
@@ -229,7 +240,7 @@ def test_host_popcount_fallback_matches(monkeypatch):
   words = rng.integers(0, 2**32, (4, 5, 3), dtype=np.uint32)
   expected = _ref_distances(np.zeros((1, 3), np.uint32), words.reshape(-1, 3))[0]
   monkeypatch.delattr(np, "bitwise_count", raising=False)
-  got = search._host_popcount(words).sum(-1).reshape(-1)
+  got = scan.host_popcount(words).sum(-1).reshape(-1)
   np.testing.assert_array_equal(got, expected)
 
 

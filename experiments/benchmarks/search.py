@@ -1,8 +1,9 @@
 r"""Benchmarks exact Hamming search: hashjax.search against faiss, on the same data.
 
-  python -m experiments.benchmark_search                   # N = 10^6, 1000 queries, k = 100
-  python -m experiments.benchmark_search --small           # a quick check (N = 20000)
-  python -m experiments.benchmark_search --num_db=100000 --bits=64 --repeats=5
+  python -m experiments.benchmarks.search                   # N = 10^6, 1000 queries, k = 100
+  python -m experiments.benchmarks.search --threads=1       # both libraries on one thread
+  python -m experiments.benchmarks.search --small           # a quick check (N = 20000)
+  python -m experiments.benchmarks.search --num_db=100000 --bits=64 --repeats=5
 
 For each code length: ``N`` random database codes and ``Q`` random queries
 (seeded numpy ``Generator``), then
@@ -24,20 +25,19 @@ Each timing is the best of ``--repeats`` runs, hashjax and faiss alternating,
 so a busy machine slows both alike; compare the ratios. ``compile_s`` is the
 wall time jax spent tracing, lowering and compiling during hashjax's first
 call (measured with ``jax.monitoring``), after a warm-up search at another
-code length has paid jax's once-per-process start (printed first; the garbage collector is then
-frozen, :func:`experiments.common.freeze_gc`); on a loaded machine it stretches
-with the wait for a core, so ``first_cpu_s`` gives the CPU time the first call
-spent beyond the fastest later call (compilation plus one-off work), which
-waiting does not inflate. ``N-777`` is the compile time of a call on a
-database 777 items smaller (the same shape bucket, so it should be 0). For
-knn, the last column gives the compile time of first calls at the other query
-buckets (32, 128 or 256 queries per kernel call; each a new shape of both
-programs). The load average is printed with each row. Results are checked: faiss's distances
-must equal hashjax's, and hashjax's indices must follow the tie rule
-(ascending distance, then ascending index), checked against a numpy
-brute-force scan for ``--check_queries`` queries. At the end, if
-``experiments/benchmark_metrics.py`` exists and has ``run(small)``, its rows
-are printed too.
+code length has paid jax's once-per-process start (printed first; the garbage
+collector is then frozen, :func:`experiments.common.freeze_gc`); on a loaded
+machine it stretches with the wait for a core, so ``first_cpu_s`` gives the
+CPU time the first call spent beyond the fastest later call (compilation plus
+one-off work), which waiting does not inflate. ``N-777`` is the compile time
+of a call on a database 777 items smaller: 0 where it spans as many chunks of
+65,536 items (as at the default ``N``), a new program's otherwise. For knn,
+the last column gives the compile time of first calls with 32, 64 and 128
+queries (each a new number of queries per scan: new shapes of the program).
+The load average is printed with each row. Results are
+checked: faiss's distances must equal hashjax's, and hashjax's indices must
+follow the tie rule (ascending distance, then ascending index), checked
+against a numpy brute-force scan for ``--check_queries`` queries.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per method (the best i
 _THREADS = flags.DEFINE_integer("threads", 0, "Threads for both libraries (0: all allowed CPUs).")
 _CHECK_QUERIES = flags.DEFINE_integer("check_queries", 20, "Queries checked against numpy brute force.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random codes.")
-_METRICS = flags.DEFINE_bool("metrics", True, "Also print experiments.benchmark_metrics.run(small).")
 
 
 def _popcount(x):
@@ -188,21 +187,19 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
         lims, fd, fi = fs_out
         check = _check_radius(q, db, hj_out, lims, fd.astype(np.int64), fi.astype(np.int64), radius,
                               check_queries)
-      # A database 777 items smaller falls in the same shape bucket: nothing to compile.
+      # A database 777 items smaller: nothing to compile where it spans as many chunks.
       compile_seconds[0] = 0.0
       if name == "knn":
         search.knn(q, db[:-777], k)[0].block_until_ready()
       else:
         jax.block_until_ready(search.radius_search(q, db[:-777], radius))
       recompiled = compile_seconds[0]
-      # knn's first calls at the other query buckets (32, 128 or 256 queries per kernel call): each
-      # compiles both programs anew, more samples of what a new shape costs.
+      # knn's first calls with other numbers of queries per scan: each compiles the program anew, more
+      # samples of what a new shape costs.
       others = []
       if name == "knn":
-        seen = {search._lanes(num_queries)}
-        for count in (32, 128, 256):
-          if count <= num_queries and search._lanes(count) not in seen:
-            seen.add(search._lanes(count))
+        for count in (32, 64, 128):
+          if count < num_queries:
             compile_seconds[0] = 0.0
             search.knn(q[:count], db, k)[0].block_until_ready()
             others.append(compile_seconds[0])
@@ -220,7 +217,7 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
 
 _HEADER = (f"{'bits':>5} {'op':<11}{'hashjax q/s':>13}{'faiss q/s':>12}{'ratio':>8}"
            f"{'compile_s':>11}{'first_s':>9}{'first_cpu_s':>13}{'N-777':>7}{'load':>6}  check"
-           "  compile_s at other query buckets")
+           "  compile_s with 32, 64, 128 queries")
 
 
 def _format_row(row: Dict) -> str:
@@ -229,27 +226,6 @@ def _format_row(row: Dict) -> str:
           f"{row['ratio']:>8.2f}{row['compile_s']:>11.3f}{row['first_call_s']:>9.3f}"
           f"{row['first_cpu_s']:>13.3f}{row['recompile_s']:>7.3f}{row['load']:>6.1f}  {row['check']}"
           f"{'  ' + others if others else ''}")
-
-
-def _run_metrics_benchmark(small: bool) -> None:
-  """Prints the rows of experiments.benchmark_metrics.run(small), if that exists."""
-  try:
-    from experiments import benchmark_metrics  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return
-  run = getattr(benchmark_metrics, "run", None)
-  if run is None:
-    return
-  print("\nexperiments.benchmark_metrics:")
-  try:
-    rows = run(small)
-  except Exception as e:  # pylint: disable=broad-except
-    # Another module's failure should not hide the search results printed above.
-    print(f"  run({small}) failed: {type(e).__name__}: {e}".splitlines()[0])
-    return
-  for row in rows:
-    print("  " + "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
-                           for key, value in row.items()))
 
 
 def main(argv):
@@ -270,8 +246,6 @@ def main(argv):
   run_benchmark(num_db=num_db, num_queries=num_queries, k=_K.value, radius=_RADIUS.value,
                 bits=[int(b) for b in _BITS.value], repeats=repeats, threads=threads,
                 check_queries=_CHECK_QUERIES.value, seed=_SEED.value)
-  if _METRICS.value:
-    _run_metrics_benchmark(small)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,7 @@
+"""hashjax's hot loops: the few kernels that benchmarks show are needed, each once (private package).
+
+* :mod:`hashjax._kernels.bitsliced`: Hamming histograms of codes of at most 128 bits by bit-sliced counting
+  (used by :mod:`hashjax.histograms`);
+* :mod:`hashjax._kernels.scan`: exact Hamming search, the block-minimum scan and the k-NN selections (used by
+  :mod:`hashjax.search`).
+"""
