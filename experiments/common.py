@@ -1,18 +1,28 @@
-"""Pieces every experiment shares: datasets by name, the retrieval protocol, the result table."""
+"""Pieces every experiment shares: datasets, the retrieval protocol and its task, the mapping and
+optimizer a config names, image shifts, the training run, result rows and the table.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import os
-from typing import Dict, List, NamedTuple, Sequence
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
+from absl import logging
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
-from hashjax import baselines, codes, data
+from hashjax import _checks, baselines, codes, data, io, mappings
+from hashjax import train as train_lib
+
+# --------------------------------------------------------------------------- data and protocol
 
 
 class Protocol(NamedTuple):
@@ -95,6 +105,217 @@ def evaluation_split(config: ml_collections.ConfigDict):
   return protocol, split.train, split.query, split.database
 
 
+# --------------------------------------------------------------------------- the task: split and relevance
+
+#: ``config.affinity``: same label; TALR's multi-level Euclidean levels (the closest 5 / 1 / 0.2 /
+#: 0.1% of training pairs -> 1 / 2 / 5 / 10); or Nair's Sec. 5.2 relevance, the
+#: ``config.num_neighbors`` Euclidean nearest neighbours in feature space.
+AFFINITIES = ("label", "euclidean", "neighbors")
+
+
+class Task(NamedTuple):
+  """An evaluation split and its relevance; ``train``, ``query`` and ``database`` index ``features``."""
+  features: np.ndarray  # float32 [num_items, dim]
+  labels: np.ndarray  # int32 [num_items]
+  train: np.ndarray
+  query: np.ndarray
+  database: np.ndarray
+  num_classes: int
+  affinity: str  # one of AFFINITIES
+  thresholds: Optional[np.ndarray] = None  # "euclidean": squared-distance thresholds of the levels
+  train_relevance: Optional[np.ndarray] = None  # "neighbors": bool [n_train, n_train], positions in train
+  eval_relevance: Optional[np.ndarray] = None  # "neighbors": bool [n_query, n_database]
+
+
+def make_task(config: ml_collections.ConfigDict) -> Task:
+  """The split of ``config.eval_split`` (:func:`evaluation_split`) with the relevance of ``config.affinity``.
+
+  ``"neighbors"``: an evaluation query's relevant items are its
+  ``config.num_neighbors`` Euclidean nearest neighbours in the database; a
+  training query's, its ``config.train_neighbors`` nearest in the training set
+  (``"scaled"``: the same fraction of the set, ``round(num_neighbors (n_train - 1) / n_database)``).
+  """
+  kind = _checks.check_option("config.affinity", config.affinity, AFFINITIES)
+  protocol, train, query, database = evaluation_split(config)
+  x = protocol.features
+  thresholds = train_rel = eval_rel = None
+  if kind == "euclidean":
+    thresholds = data.euclidean_thresholds(x[train])
+  elif kind == "neighbors":
+    k = _checks.check_positive_int("config.num_neighbors", config.num_neighbors)
+    k_train = config.train_neighbors
+    if k_train == "scaled":
+      k_train = max(1, int(round(k * (len(train) - 1) / len(database))))
+    k_train = _checks.check_positive_int("config.train_neighbors", k_train)
+    train_rel = euclidean_neighbors(x[train], x[train], num_neighbors=k_train, exclude_self=True)
+    eval_rel = euclidean_neighbors(x[query], x[database], num_neighbors=k,
+                                   exclude_self=config.eval_split == "validation")
+  num_classes = int(protocol.labels.max()) + 1
+  logging.info("%s: %d training items, %d evaluation queries, %d database items (eval split %s, affinity %s)",
+               config.dataset, len(train), len(query), len(database), config.eval_split, kind)
+  return Task(x, protocol.labels, train, query, database, num_classes, kind, thresholds, train_rel, eval_rel)
+
+
+def euclidean_neighbors(query_features: np.ndarray, db_features: np.ndarray, *, num_neighbors: int,
+                        exclude_self: bool = False, block: int = 1024) -> np.ndarray:
+  r"""bool ``[Q, N]``: ``db`` item ``j`` is among the ``num_neighbors`` Euclidean nearest of query ``i``.
+
+  .. math:: R_{ij} = [\, |\{ l : \|x_i - y_l\| < \|x_i - y_j\| \}| < n \,]
+
+  (ties at the ``n``-th distance are broken by index). With ``exclude_self``
+  (queries = database), an item is never its own neighbour.
+
+  >>> x = np.array([[0.0], [1.0], [3.0], [7.0]], np.float32)
+  >>> euclidean_neighbors(x, x, num_neighbors=1, exclude_self=True).astype(int).tolist()
+  [[0, 1, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+  """
+  q = np.asarray(query_features, np.float64)
+  db = np.asarray(db_features, np.float64)
+  n = db.shape[0] - (1 if exclude_self else 0)
+  if not 1 <= num_neighbors <= n:
+    raise ValueError(f"num_neighbors: expected an int in [1, {n}], got {num_neighbors!r}")
+  db_sq = np.sum(db * db, axis=1)
+  out = np.zeros((q.shape[0], db.shape[0]), bool)
+  for start in range(0, q.shape[0], block):
+    rows = q[start:start + block]
+    d = db_sq[None, :] - 2.0 * rows @ db.T
+    if exclude_self:
+      d[np.arange(rows.shape[0]), start + np.arange(rows.shape[0])] = np.inf
+    nearest = np.argpartition(d, num_neighbors - 1, axis=1)[:, :num_neighbors]
+    out[start + np.arange(rows.shape[0])[:, None], nearest] = True
+  return out
+
+
+def affinity(task: Task, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+  """int32 ``[len(rows), len(cols)]`` affinity of two index sets: label agreement or the Euclidean levels."""
+  if task.affinity == "label":
+    return np.asarray(data.label_affinity(task.labels[rows], task.labels[cols]))
+  if task.affinity == "euclidean":
+    return data.euclidean_affinity_levels(task.features[rows], task.features[cols],
+                                          thresholds=task.thresholds).astype(np.int32)
+  raise ValueError("task.affinity: 'neighbors' relevance exists only between the task's own sets "
+                   "(train_relevance, eval_relevance)")
+
+
+def eval_affinity(task: Task) -> np.ndarray:
+  """int32 ``[n_query, n_database]``: the relevance the evaluation queries are scored with."""
+  if task.eval_relevance is not None:
+    return task.eval_relevance.astype(np.int32)
+  return affinity(task, task.query, task.database)
+
+
+# --------------------------------------------------------------------------- model, optimizer, augmentation
+
+
+def make_mapping(config: ml_collections.ConfigDict, task: Task):
+  """``(mapping, params)``: ``config.model`` of ``config.bits`` on inputs centred on the training mean.
+
+  ``config.standardize`` also divides by the training standard deviation;
+  ``config.init`` is the weight initialisation (``"lecun"`` or Nair's ``"nair"``),
+  ``config.hidden`` the MLP's hidden widths; ``config.seed`` draws the weights.
+  """
+  x = task.features[task.train]
+  mean, scale = mappings.feature_stats(x)
+  hidden = tuple(config.hidden) if config.model == "mlp" else None
+  mapping = mappings.make_mapping(config.model, num_bits=config.bits, hidden=hidden, init=config.init,
+                                  mean=mean, scale=scale if config.standardize else None)
+  return mapping, mappings.init(jax.random.key(config.seed), mapping, x[:2])
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """``config.optimizer`` on the config's learning-rate schedule.
+
+  ``"adam"`` (AdamW when ``config.weight_decay > 0``) or ``"sgd"`` with
+  ``config.momentum`` (and decoupled weight decay). The rate follows
+  :func:`hashjax.train.learning_rate_schedule`: peak ``config.learning_rate``,
+  ``config.lr_schedule`` (``"constant"`` or ``"cosine"``), ``config.warmup_steps``
+  of linear warmup, decay to ``config.lr_final_fraction`` of the peak at ``config.num_steps``.
+  """
+  kind = _checks.check_option("config.lr_schedule", config.lr_schedule, train_lib.SCHEDULES)
+  lr = train_lib.learning_rate_schedule(config.learning_rate, num_steps=max(int(config.num_steps), 1), kind=kind,
+                                        warmup_steps=config.warmup_steps,
+                                        final_fraction=float(config.lr_final_fraction))
+  decay = float(config.weight_decay)
+  if config.optimizer == "adam":
+    return optax.adamw(lr, weight_decay=decay) if decay else optax.adam(lr)
+  if config.optimizer == "sgd":
+    sgd = optax.sgd(lr, momentum=config.momentum)
+    return optax.chain(optax.add_decayed_weights(decay), sgd) if decay else sgd
+  raise ValueError(f"config.optimizer: expected 'adam' or 'sgd', got {config.optimizer!r}")
+
+
+def check_augment_shift(config: ml_collections.ConfigDict, features: np.ndarray) -> int:
+  """``config.augment_shift`` as an int ``>= 0``; a positive one needs square images (:func:`image_side`)."""
+  shift = _checks.check_int("config.augment_shift", config.augment_shift, low=0)
+  if shift:
+    image_side(features.shape[1])
+  return shift
+
+
+def image_side(dim: int) -> int:
+  """The side of flattened square images of ``dim`` pixels; a ValueError for other features."""
+  side = int(round(dim ** 0.5))
+  if side * side != dim:
+    raise ValueError(f"images: expected flattened square images (for config.augment_shift > 0; set it to 0 "
+                     f"for other features), got dimension {dim}")
+  return side
+
+
+def shift_images(images, shifts, *, max_shift: Optional[int] = None) -> jax.Array:
+  """Translates square images (flattened rows) by integer ``(dy, dx)`` each, filling with 0.
+
+  Jit-able (Nair's loss shifts inside the loss, so the training set stays
+  on the device): each image is padded by ``max_shift`` pixels and a window
+  cut at its offset. ``max_shift`` (static) bounds every ``|dy|, |dx|``: None
+  reads it from concrete ``shifts``, concrete shifts beyond it raise, and
+  traced ones are clipped to it.
+
+  >>> x = np.arange(9, dtype=np.float32).reshape(1, 9)  # one 3 x 3 image
+  >>> np.asarray(shift_images(x, np.array([[1, -1]]))).reshape(3, 3).tolist()
+  [[0.0, 0.0, 0.0], [1.0, 2.0, 0.0], [4.0, 5.0, 0.0]]
+  """
+  side = image_side(images.shape[1])
+  if max_shift is None or _checks.is_concrete(shifts):
+    shifts = np.asarray(shifts)
+    largest = int(np.abs(shifts).max(initial=0))
+    if max_shift is not None and largest > max_shift:
+      raise ValueError(f"shifts: expected offsets in [-{max_shift}, {max_shift}] (max_shift), got {largest}")
+    max_shift = largest if max_shift is None else max_shift
+  return _shift_images(images, shifts, int(max_shift), side)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _shift_images(images, shifts, pad: int, side: int):
+  padded = jnp.pad(images.reshape(-1, side, side), ((0, 0), (pad, pad), (pad, pad)))
+  # Traced offsets beyond the bound become the bound, not a wrapped index.
+  shifts = jnp.clip(shifts.astype(jnp.int32).reshape(images.shape[0], 2), -pad, pad)
+  window = lambda img, d: jax.lax.dynamic_slice(img, (pad - d[0], pad - d[1]), (side, side))
+  return jax.vmap(window)(padded, shifts).reshape(images.shape)
+
+
+# --------------------------------------------------------------------------- training run and results
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Callable, batch_fn: Callable,
+        eval_fn: Callable, batch_size: Optional[int] = None):
+  """:func:`hashjax.train.train` as the config says; checkpoints in ``<workdir>/checkpoints``.
+
+  ``config.num_steps``, ``log_every``, ``eval_every`` and ``checkpoint_every``
+  (None or 0: only at the start and end), the optimizer of
+  :func:`make_optimizer`, and ``config.target > 0``: the time to reach
+  ``config.target_metric`` (minimised when it is an error, else maximised).
+  Restarting resumes from the last checkpoint. Returns ``(params, history)``.
+  """
+  target = None
+  if config.target:
+    target = (config.target_metric, config.target, "min" if config.target_metric.endswith("error") else "max")
+  return train_lib.train(
+      params=params, loss_fn=loss_fn, optimizer=make_optimizer(config), batch_fn=batch_fn,
+      num_steps=config.num_steps, workdir=os.path.join(workdir, "checkpoints"), eval_fn=eval_fn,
+      eval_every=config.eval_every or 0, checkpoint_every=config.checkpoint_every or 0,
+      log_every=config.log_every, target=target, batch_size=batch_size)
+
+
 def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
                    seed: int):
   """Fits baseline ``method`` on ``features[train]``; returns packed ``(query_words, db_words)``.
@@ -106,6 +327,37 @@ def baseline_words(method: str, features: np.ndarray, train, query, database, *,
                          key=jax.random.fold_in(jax.random.key(seed), num_bits))
   return (codes.pack_bits(baselines.encode(method, params, features[query])),
           codes.pack_bits(baselines.encode(method, params, features[database])))
+
+
+def result_rows(config: ml_collections.ConfigDict, task: Task, *, name: str, learned_words: Callable,
+                evaluate: Callable) -> List[Dict]:
+  """Table rows: the learned codes (``learned_words() -> (query_words, db_words)``), then ``config.baselines``.
+
+  ``evaluate(query_words, db_words) -> {metric: value}`` scores each; the
+  learned row also holds ``eval_seconds`` (encoding and evaluation).
+  """
+  start = time.perf_counter()
+  learned = plain(evaluate(*learned_words()))
+  rows = [{"method": name, "bits": config.bits, **learned, "eval_seconds": time.perf_counter() - start}]
+  for method in config.baselines:
+    q, db = baseline_words(method, task.features, task.train, task.query, task.database,
+                           num_bits=config.bits, seed=config.seed)
+    rows.append({"method": method, "bits": config.bits, **plain(evaluate(q, db))})
+  return rows
+
+
+def write_results(workdir: str, config: ml_collections.ConfigDict, rows: List[Dict], history: List[Dict],
+                  columns: Sequence = None) -> Dict:
+  """``{"config", "rows", "summary", "history", "columns"}``, written atomically to ``<workdir>/results.json``."""
+  results = {"config": config.to_dict(), "rows": rows, "summary": train_summary(history), "history": history,
+             "columns": [list(c) for c in (COLUMNS if columns is None else columns)]}
+  io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  return results
+
+
+def plain(result: Dict) -> Dict:
+  """Metric values as Python numbers (scalars) or lists, for JSON."""
+  return {k: (np.asarray(v).item() if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in result.items()}
 
 
 def train_summary(history: Sequence[Dict]) -> Dict:
@@ -152,6 +404,9 @@ def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
   return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- process set-up of the launchers
+
+
 class _DropLibraryInfo:
   """absl-log filter: drops INFO records emitted from inside orbax (per-save chatter)."""
 
@@ -166,21 +421,6 @@ def quiet_library_logs() -> None:
   absl_logging.get_absl_handler().addFilter(_DropLibraryInfo())
 
 
-def warmup_steps(config: ml_collections.ConfigDict, default: int, num_steps: int) -> int:
-  """``config.warmup_steps``, or ``default`` cut to a tenth of ``num_steps`` when the config leaves it None.
-
-  A default warmup chosen for a long run must not swallow a short one (and
-  :func:`hashjax.train.learning_rate_schedule` needs it below ``num_steps``);
-  an explicit value is kept as given.
-
-  >>> config = ml_collections.ConfigDict({"warmup_steps": None})
-  >>> warmup_steps(config, 50, 3000), warmup_steps(config, 50, 60)
-  (50, 6)
-  """
-  value = config.get("warmup_steps")
-  return int(value) if value is not None else min(int(default), num_steps // 10)
-
-
 #: Bytes glibc's malloc keeps at the top of a heap when it grows or trims one (M_TOP_PAD).
 MALLOC_TOP_PAD = 256 << 20
 
@@ -191,12 +431,10 @@ def pad_malloc_heaps(top_pad: int = MALLOC_TOP_PAD) -> bool:
   XLA's CPU runtime allocates each execution's temporaries (megabytes for
   LambdaRank's ``[Q, M, M]`` pairs) and frees them at the end; with glibc's
   default pad of 128 KB the heaps of its worker threads shrink and grow again
-  every step, and the pages fault back in: the shipped 32-bit Nair run (the
-  default LambdaRank config) trained in 124.4 s with the default pad and in
-  79.6 s with 256 MB (setting ``MALLOC_TOP_PAD_`` in the environment has the
-  same effect). Setting the pad also freezes glibc's dynamic mmap threshold at
-  128 KB; raising that threshold to 32 MB as well made the same run slower
-  (99.3 s, with 5 times the system time), so it is left alone. Returns False
+  every step, and the pages fault back in, which makes training markedly slower
+  (docs/performance.md). Setting ``MALLOC_TOP_PAD_`` in the environment has the
+  same effect. Setting the pad also freezes glibc's dynamic mmap threshold at
+  128 KB, which is left alone (raising it made training slower). Returns False
   (and changes nothing) where the C library has no ``mallopt``.
   """
   try:
@@ -209,13 +447,10 @@ def pad_malloc_heaps(top_pad: int = MALLOC_TOP_PAD) -> bool:
 def freeze_gc() -> None:
   """Takes every object alive now out of the garbage collector's scans (``gc.freeze``); call after setup.
 
-  With jax, numpy and the data loaded, each of Python's full collections
-  scanned all of them: 0.08 to 0.14 s, at moments set by allocation counts,
-  so some fell inside first calls and counted as compilation (a bit-sliced
-  kernel that compiled in 0.21 s measured 0.35 s with one). After the freeze
-  they took 0.001 to 0.03 s (development measurements). Objects created later
-  are collected as usual; the benchmarks call this so that their compile
-  figures time compilation.
+  With jax, numpy and the data loaded, each of Python's full collections scans
+  all of them, at moments set by allocation counts, so some fall inside first
+  calls and would count as compilation. Objects created later are collected as
+  usual; the benchmarks call this so that their compile figures time compilation.
   """
   gc.collect()
   gc.freeze()

@@ -19,7 +19,6 @@ from typing import Dict, List
 from absl import app, flags, logging
 import ml_collections
 from ml_collections import config_flags
-import numpy as np
 
 from experiments import common
 from hashjax import io, metrics
@@ -47,7 +46,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
           query_words, db_words, query_labels=protocol.labels[split.query],
           db_labels=protocol.labels[split.database], num_bits=num_bits,
           radius=config.radius, k=config.precision_k)
-      row = {"method": method, "bits": int(num_bits), **{k: _plain(v) for k, v in result.items()},
+      row = {"method": method, "bits": int(num_bits), **common.plain(result),
              "fit_encode_seconds": fit_seconds, "eval_seconds": time.perf_counter() - start}
       logging.info("%s %d bits: AP_T %.4f (fit+encode %.2fs, eval %.2fs)", method, num_bits,
                    row["tie_aware_ap"], row["fit_encode_seconds"], row["eval_seconds"])
@@ -55,11 +54,6 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   io.atomic_write_json(os.path.join(workdir, "results.json"),
                        {"config": config.to_dict(), "dataset": protocol.name, "rows": rows})
   return rows
-
-
-def _plain(value):
-  value = np.asarray(value)
-  return value.item() if value.ndim == 0 else value.tolist()
 
 
 def main(argv):

@@ -10,8 +10,8 @@ Parts (``--parts``):
 
 * ``tables``: for every dataset of ``--datasets``, code length of ``--bits``,
   method of ``--methods`` and seed of ``--seeds``, one run of
-  ``configs/lambdarank_knn.py`` (linear hash, the step sizes chosen on the
-  MNIST-10k validation split, see ``experiments/nair_lib.py``) on the test
+  ``configs/lambdarank_knn.py:method=<method>,bits=<bits>`` (linear hash; on
+  digits with ``fixed_step``, as the 32-bit recipe was chosen on MNIST-10k) on the test
   queries; LSH and ITQ at ``--bits`` and ``--baseline_bits`` (e.g. 128) and
   exact L2 3-NN on the same splits. Prints the kNN error (relative threshold
   3) per seed and as mean (sd over seeds), and the bit compression of Sec.
@@ -23,8 +23,8 @@ Parts (``--parts``):
   restriction, step size: :data:`SEARCH`) and RankNet step sizes on the
   *validation split* (queries carved from the training set), over ``--seeds``.
 * ``mlp``: the MLP mapping (Nair Sec. 6) with LambdaRank and RankNet at 32
-  bits, the options of :data:`MLP_COMMON` and :data:`MLP_LEARNING_RATES`
-  (chosen on the validation split), test queries, with the same baselines.
+  bits (``configs/lambdarank_knn.py:model=mlp``, options chosen on the
+  validation split), test queries, with the same baselines.
 
 Datasets: ``mnist_t10k`` (1,000 queries, 9,000 database, 5,000 of it for
 training) and ``digits`` (scikit-learn's 1,797 8x8 digits: 30 queries per
@@ -48,7 +48,8 @@ import ml_collections
 import numpy as np
 
 from configs import lambdarank_knn
-from experiments import common, nair_lib
+from experiments import common, methods
+from experiments.methods import nair
 from hashjax import io
 
 _PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search.")
@@ -67,19 +68,14 @@ PROTOCOLS = {
     "digits": {"queries_per_class": 30, "train_per_class": 100, "val_per_class": 20},
 }
 
-#: The MLP mapping of the ``mlp`` part (Nair Sec. 6 "hidden units"): one hidden layer of ReLU
-#: units, flax's default (LeCun) initialisation, documents drawn from 500 items per step
-#: (``doc_pool``), and per-method step sizes, chosen on the MNIST-10k validation split (README).
-MLP_COMMON = {"model": "mlp", "hidden": (1024,), "init": "lecun", "doc_pool": 500}
-MLP_LEARNING_RATES = {"lambdarank": 0.01, "ranknet": 5.0}
-
-#: The ``search`` part: named configurations on the validation split (config overrides of
-#: ``configs/lambdarank_knn.py``, 32 bits unless an entry sets ``bits``; the kNN error is always
+#: The ``search`` part: named configurations on the validation split (``method``, ``bits`` and
+#: ``score`` pick the argument of ``configs/lambdarank_knn.py:fixed_step``, the other keys override
+#: its fields; 32 bits unless an entry sets ``bits``; the kNN error is always
 #: evaluated with k = 3). Step sizes scale with the total |Delta S| weight per query: the count
 #: scores put weight 1 on 22-31% of the pairs at the start, tie-aware AP about 0.01-0.05 on every
 #: pair, the majority vote (eq. 6, ties scored 1/m) 0, 1/m or 1 on the few pairs whose swap changes
 #: the vote. Every score's swap matrices come from its exact closed form
-#: (``objectives.swap_deltas``): the majority vote costs about as much as the count score.
+#: (``experiments.methods.nair.deltas_fn``): the majority vote costs about as much as the count score.
 SEARCH = {
     "ranknet lr 20": {"method": "ranknet", "learning_rate": 20.0},
     "ranknet lr 50 (fixed-step default)": {"method": "ranknet", "learning_rate": 50.0},
@@ -100,7 +96,7 @@ SEARCH = {
     "lambdarank knn_majority lr 0.3": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 0.3},
     "lambdarank knn_majority lr 1": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 1.0},
     # 64 bits: the step size first chosen there, 0.1, was at the edge of its grid 0.003-0.1; 1 is
-    # the default now (nair_lib.LEARNING_RATES_BY_BITS).
+    # the config's now (configs/lambdarank_knn.py:bits=64).
     "64 bits lambdarank knn_count lr 0.1": {"method": "lambdarank", "bits": 64, "learning_rate": 0.1},
     "64 bits lambdarank knn_count lr 0.3": {"method": "lambdarank", "bits": 64, "learning_rate": 0.3},
     "64 bits lambdarank knn_count lr 1 (default)": {"method": "lambdarank", "bits": 64, "learning_rate": 1.0},
@@ -112,15 +108,23 @@ SEARCH = {
 }
 
 
-#: What every :data:`SEARCH` entry starts from: Nair's fixed step for 1,000 steps on the original
-#: images, which the search explored (the 32-bit recipe of ``nair_lib.SETTING_DEFAULTS`` was
-#: chosen later, on the held-out split; README).
-FIXED_STEP = {"augment_shift": 0, "lr_schedule": "constant", "warmup_steps": 0, "num_steps": 1000}
+#: Keys of a :data:`SEARCH` entry that go through the config's argument (they choose other values).
+ARG_KEYS = ("method", "bits", "score")
 
 
-def base_config(dataset: str, *, runlocal: bool = False) -> ml_collections.ConfigDict:
-  """``configs/lambdarank_knn.py`` on ``dataset``'s protocol, no per-run baselines (the study runs them once)."""
-  config = lambdarank_knn.get_config("runlocal" if runlocal else None)
+def base_config(dataset: str, *, method: str = "lambdarank", bits: Optional[int] = None, model: str = "linear",
+                score: str = "knn_count", fixed_step: bool = False,
+                runlocal: bool = False) -> ml_collections.ConfigDict:
+  """``configs/lambdarank_knn.py`` on ``dataset``'s protocol, no per-run baselines (the study runs them once).
+
+  The argument names ``method``, ``bits`` (default: the config's), ``model``
+  and ``score``; ``fixed_step`` (Nair's fixed step for 1,000 steps on the
+  original images) also on every dataset but MNIST-10k, where the 32-bit
+  recipe was chosen; ``runlocal``: the config's quick digits protocol.
+  """
+  arg = [f"method={method}", f"model={model}", f"score={score}"] + ([f"bits={bits}"] if bits else [])
+  arg += (["fixed_step"] if fixed_step or dataset != "mnist_t10k" else []) + (["runlocal"] if runlocal else [])
+  config = lambdarank_knn.get_config(",".join(arg))
   config.dataset = dataset
   if not runlocal:
     config.update(PROTOCOLS[dataset])
@@ -130,13 +134,23 @@ def base_config(dataset: str, *, runlocal: bool = False) -> ml_collections.Confi
   return config
 
 
+def search_config(name: str, seed: int, *, runlocal: bool = False) -> ml_collections.ConfigDict:
+  """The config of :data:`SEARCH` entry ``name`` at ``seed``, on the validation split, with Nair's fixed step."""
+  overrides = SEARCH[name]
+  config = base_config("digits" if runlocal else "mnist_t10k", fixed_step=True, runlocal=runlocal,
+                       **{k: v for k, v in overrides.items() if k in ARG_KEYS})
+  config.update({"seed": seed, "eval_split": "validation",
+                 **{k: v for k, v in overrides.items() if k not in ARG_KEYS}})
+  return config
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """One training run, or its stored results when ``<workdir>/results.json`` exists."""
   path = os.path.join(workdir, "results.json")
   if os.path.exists(path):
     return _read_json(path)
   start = time.perf_counter()
-  results = nair_lib.train_and_evaluate(config, workdir)
+  results = methods.train_and_evaluate(config, workdir)
   logging.info("%s: kNN error %.4f, %.1f s", workdir, results["rows"][0]["knn_error"],
                time.perf_counter() - start)
   return results
@@ -160,9 +174,9 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
   for b in list(bits) + ["exact"]:
     path = os.path.join(workdir, f"s{config.seed}_b{b}.json")
     if not os.path.exists(path):
-      task = task or nair_lib.make_task(config)
+      task = task or common.make_task(config)
       if b == "exact":
-        new = [nair_lib.exact_l2_row(config, task)]
+        new = [nair.exact_l2_row(config, task)]
       else:
         c = ml_collections.ConfigDict(config.to_dict())
         c.bits = b
@@ -172,7 +186,7 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
             continue
           q, db = common.baseline_words(method, task.features, task.train, task.query, task.database,
                                         num_bits=b, seed=config.seed)
-          new.append({"method": method, "bits": b, **nair_lib.evaluate(c, task, q, db)})
+          new.append({"method": method, "bits": b, **nair.evaluate(c, task, q, db)})
       io.atomic_write_json(path, {"rows": new})
     rows.extend(_read_json(path)["rows"])
   return rows
@@ -223,21 +237,18 @@ def _ms(stats: Dict) -> str:
   return f"{100 * stats['mean']:.1f}% ({100 * stats['sd']:.1f})"
 
 
-def tables(datasets, bits, baseline_bits, methods, seeds, workdir, *, runlocal=False, overrides=None,
+def tables(datasets, bits, baseline_bits, learners, seeds, workdir, *, runlocal=False, model="linear",
            part="tables") -> Dict:
-  """The ``tables`` (and ``mlp``) part: runs, baselines, printed tables; returns the summary.
-
-  ``overrides``: ``{method: {config field: value}}`` applied to that method's runs.
-  """
+  """The ``tables`` (and ``mlp``) part: runs, baselines, printed tables; returns the summary."""
   summary = {}
   for dataset in datasets:
     per_seed: Dict[str, Dict[int, Dict[int, float]]] = {}  # method -> bits -> seed -> error
     times: Dict[str, List[float]] = {}
     for seed in seeds:
       for b in bits:
-        for method in methods:
-          config = base_config(dataset, runlocal=runlocal)
-          config.update({"seed": seed, "bits": b, "method": method, **(overrides or {}).get(method, {})})
+        for method in learners:
+          config = base_config(dataset, method=method, bits=b, model=model, runlocal=runlocal)
+          config.seed = seed
           name = method + ("" if config.model == "linear" else f"-{config.model}")
           res = run(config, os.path.join(workdir, part, dataset, f"{name}_b{b}_s{seed}"))
           per_seed.setdefault(name, {}).setdefault(b, {})[seed] = res["rows"][0]["knn_error"]
@@ -284,8 +295,7 @@ def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
     overrides = SEARCH[name]
     errs, active, times = [], [], []
     for seed in seeds:
-      config = base_config("digits" if runlocal else "mnist_t10k", runlocal=runlocal)
-      config.update({"seed": seed, "eval_split": "validation", **({} if runlocal else FIXED_STEP), **overrides})
+      config = search_config(name, seed, runlocal=runlocal)
       slug = "_".join(f"{k}={v}" for k, v in overrides.items())
       res = run(config, os.path.join(workdir, "search", f"{slug}_s{seed}"))
       errs.append(res["rows"][0]["knn_error"])
@@ -321,8 +331,7 @@ def main(argv):
     elif part == "mlp":
       study["mlp"] = tables(["digits" if _RUNLOCAL.value else "mnist_t10k"], [16 if _RUNLOCAL.value else 32],
                             [], _METHODS.value, seeds, _WORKDIR.value, runlocal=_RUNLOCAL.value,
-                            overrides={m: {**MLP_COMMON, "learning_rate": lr}
-                                       for m, lr in MLP_LEARNING_RATES.items()}, part="mlp")
+                            model="mlp", part="mlp")
     elif part == "search":
       study["search"] = search(seeds, _WORKDIR.value, names=_SEARCH.value, runlocal=_RUNLOCAL.value)
     else:

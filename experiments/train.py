@@ -1,11 +1,11 @@
-r"""Trains a hash mapping with a ranking objective; prints the tie-aware table.
+r"""Trains a hash mapping as a config says; prints the result table.
 
   python -m experiments.train --config=configs/talr_ap.py --workdir=runs/talr_ap
-  python -m experiments.train --config=configs/talr_ap.py --config.model=mlp --config.bits=16
-  python -m experiments.train --config=configs/talr_ndcg.py --workdir=runs/talr_ndcg
+  python -m experiments.train --config=configs/talr_ap.py:model=mlp,bits=16 --config.num_steps=500
+  python -m experiments.train --config=configs/lambdarank_knn.py:method=ranknet --workdir=runs/ranknet_knn
 
 Restarting the same command resumes from the last checkpoint in ``workdir``.
-The work is done by :func:`experiments.train_lib.train_and_evaluate`.
+The work is done by :func:`experiments.methods.train_and_evaluate`.
 """
 
 import os
@@ -13,9 +13,9 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments import common, train_lib
+from experiments import common, methods
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file[:argument].")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints and results (default: runs/<config name>).")
 
 
@@ -26,8 +26,8 @@ def main(argv):
   common.pad_malloc_heaps()
   config = _CONFIG.value
   workdir = _WORKDIR.value or common.default_workdir(config.name)
-  results = train_lib.train_and_evaluate(config, workdir)
-  print(common.format_table(results["rows"], columns=results.get("columns", common.COLUMNS)))
+  results = methods.train_and_evaluate(config, workdir)
+  print(common.format_table(results["rows"], columns=results["columns"]))
   s = results["summary"]
   ttt = s["time_to_target"]
   print(f"train step throughput: {s['examples_per_sec']:.0f} examples/s; training time {s['train_time']:.1f} s; "

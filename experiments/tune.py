@@ -12,10 +12,10 @@ searched against the rest of it, which is also what is trained on.
 stay in the database, so the database holds unseen items as the test's does
 (``experiments.common.evaluation_split``):
 
-  python -m experiments.tune --config=configs/talr_ap.py --split=validation_heldout \
-      --grid="standardize=True,False;augment_shift=0,1" --workdir=runs/tune_talr_ap_heldout
+  python -m experiments.tune --config=configs/talr_ap.py:bits=16 --split=validation_heldout \
+      --grid="standardize=True,False;augment_shift=0,1" --workdir=runs/tune_talr_ap16_heldout
 
-The grid search itself is ``experiments.train_lib.tune`` (a library function, so
+The grid search itself is :func:`experiments.methods.tune` (a library function, so
 this module only holds the flags). The table of validation scores is printed and written to
 ``<workdir>/tuning.json``; copy the best values into the config.
 """
@@ -25,8 +25,7 @@ from __future__ import annotations
 from absl import app, flags
 from ml_collections import config_flags
 
-from experiments import common
-from experiments import train_lib
+from experiments import common, methods
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
 _GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields.")
@@ -41,10 +40,10 @@ def main(argv):
   common.quiet_library_logs()
   common.pad_malloc_heaps()
   config = _CONFIG.value
-  rows = train_lib.tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
-                        split=_SPLIT.value)
-  key = "tie_aware_ndcg" if config.objective == "ndcg" else "tie_aware_ap"
-  for row in sorted(rows, key=lambda r: -r[key]):
+  rows = methods.tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
+                     split=_SPLIT.value)
+  key = config.target_metric  # best first: the lowest error, else the highest score
+  for row in sorted(rows, key=lambda r: r[key] if key.endswith("error") else -r[key]):
     print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
 
 

@@ -1,4 +1,4 @@
-"""Tests of the TALR experiment's pieces (experiments/): batches, options, splits, data."""
+"""Tests of the experiment pieces (experiments/, configs/): TALR batches, config variants, splits, data."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 # ----------------------------------------------------------------------------
-# The TALR experiment's batches (experiments.train_lib).
+# The TALR experiment's batches (experiments.methods.talr).
 
 
 def _repo_on_path():
@@ -20,21 +20,22 @@ def _repo_on_path():
 def test_talr_batches_are_pure_in_the_step_and_databases_exclude_the_queries():
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import train_lib as talr_lib  # pylint: disable=g-import-not-at-top
-  config = talr_ap.get_config("runlocal")
-  config.model = "mlp"  # its default shifts the training images by up to 1 pixel
-  task = talr_lib.make_task(config)
-  batch_fn = talr_lib.make_batch_fn(config, task)
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.methods import talr  # pylint: disable=g-import-not-at-top
+  config = talr_ap.get_config("runlocal,model=mlp")
+  config.augment_shift = 1  # every training image shifted by up to 1 pixel
+  task = common.make_task(config)
+  batch_fn = talr.make_batch_fn(config, task)
   m = 10 * config.batch_per_class
   a, b = batch_fn(3), batch_fn(3)
   assert a["features"].shape == (m, task.features.shape[1]) and a["affinity"].shape == (m, m)
   np.testing.assert_array_equal(a["features"], b["features"])
   assert not np.array_equal(a["features"], batch_fn(4)["features"])
   config.setting, config.database_size = "query_vs_database", 50
-  db = talr_lib.make_batch_fn(config, task)(3)
+  db = talr.make_batch_fn(config, task)(3)
   assert db["db_features"].shape == (50, task.features.shape[1]) and db["affinity"].shape == (m, 50)
   config.augment_shift, config.database_size = 0, 0
-  full = talr_lib.make_batch_fn(config, task)(3)
+  full = talr.make_batch_fn(config, task)(3)
   n = len(task.train)
   assert full["db_features"].shape[0] == n - m  # the rest of the training set
   assert full["affinity"].shape == (m, n - m)
@@ -42,7 +43,7 @@ def test_talr_batches_are_pure_in_the_step_and_databases_exclude_the_queries():
 
 def test_shift_images_translates_and_fills_with_zeros():
   _repo_on_path()
-  from experiments.train_lib import shift_images  # pylint: disable=g-import-not-at-top
+  from experiments.common import shift_images  # pylint: disable=g-import-not-at-top
   x = np.arange(16, dtype=np.float32).reshape(1, 16)
   np.testing.assert_array_equal(shift_images(x, np.array([[0, 0]])), x)
   down_right = shift_images(x, np.array([[1, 2]])).reshape(4, 4)
@@ -52,21 +53,45 @@ def test_shift_images_translates_and_fills_with_zeros():
     shift_images(np.zeros((1, 5), np.float32), np.array([[0, 0]]))
 
 
-def test_option_prefers_the_code_length_default_and_an_explicit_value_wins():
+def test_talr_config_variants_hold_the_options_chosen_for_them():
+  _repo_on_path()
+  from configs import talr_ap, talr_ndcg  # pylint: disable=g-import-not-at-top
+  linear = talr_ap.get_config()
+  assert (linear.model, linear.bits, linear.alpha, linear.learning_rate) == ("linear", 32, 3.0, 1e-2)
+  assert (linear.lr_schedule, linear.warmup_steps, linear.num_steps, linear.augment_shift) == ("cosine", 50, 3000, 1)
+  assert talr_ap.get_config("bits=16").alpha == 5.0 and talr_ap.get_config("bits=64").alpha == 3.0
+  for arg in ("model=mlp", "model=mlp,bits=16"):
+    mlp = talr_ap.get_config(arg)
+    assert (mlp.model, mlp.alpha, mlp.learning_rate, mlp.lr_schedule, mlp.warmup_steps, mlp.num_steps) == \
+        ("mlp", 1.0, 3e-3, "constant", 0, 1000)
+  assert talr_ap.get_config("model=mlp,bits=16").bits == 16
+  quick = talr_ap.get_config("runlocal")
+  assert quick.dataset == "digits" and quick.augment_shift == 0 and quick.warmup_steps < quick.num_steps
+  ndcg = talr_ndcg.get_config("bits=16")  # its own options, whatever the length
+  assert (ndcg.alpha, ndcg.learning_rate, ndcg.num_steps, ndcg.affinity) == (1.0, 3e-3, 1000, "euclidean")
+  for bad in ("fast", "bits", "model=cnn", "runlocal=1"):
+    with pytest.raises(ValueError, match="config argument"):
+      talr_ap.get_config(bad)
+
+
+def test_parse_arg_types_values_like_the_spec():
+  _repo_on_path()
+  from configs import common as configs_common  # pylint: disable=g-import-not-at-top
+  spec = dict(model=("linear", "mlp"), bits=int, steps=10, name="a", runlocal=False)
+  assert configs_common.parse_arg(None, **spec).to_dict() == \
+      {"model": "linear", "bits": None, "steps": 10, "name": "a", "runlocal": False}
+  assert configs_common.parse_arg("runlocal, bits=16,steps=3,name=b,model=mlp", **spec).to_dict() == \
+      {"model": "mlp", "bits": 16, "steps": 3, "name": "b", "runlocal": True}
+
+
+def test_train_and_evaluate_names_an_unknown_method(tmp_path):
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import train_lib as talr_lib  # pylint: disable=g-import-not-at-top
-  config = talr_ap.get_config()
-  assert config.model == "linear" and config.alpha is None
-  config.bits = 16  # the (linear, 16) override
-  assert talr_lib.option(config, "alpha") == talr_lib.BITS_DEFAULTS[("linear", 16)]["alpha"] == 5.0
-  assert talr_lib.option(config, "learning_rate") == talr_lib.MODEL_DEFAULTS["linear"]["learning_rate"]
-  config.bits = 32  # no override: the model's default
-  assert talr_lib.option(config, "alpha") == talr_lib.MODEL_DEFAULTS["linear"]["alpha"] == 3.0
-  config.bits, config.alpha = 16, 2.0  # an explicit config value wins over both
-  assert talr_lib.option(config, "alpha") == 2.0
-  config.model, config.alpha = "mlp", None  # the override is the linear model's only
-  assert talr_lib.option(config, "alpha") == talr_lib.MODEL_DEFAULTS["mlp"]["alpha"]
+  from experiments import methods  # pylint: disable=g-import-not-at-top
+  config = talr_ap.get_config("runlocal")
+  config.method = "lambda"
+  with pytest.raises(ValueError, match="config.method"):
+    methods.train_and_evaluate(config, str(tmp_path))
 
 
 @pytest.mark.parametrize("arg", [None, "runlocal"])
@@ -110,12 +135,13 @@ def test_validation_heldout_split_mirrors_the_protocol(arg):
 def test_tune_split_must_be_a_validation_split(tmp_path):
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import train_lib as tune  # the library half of experiments/tune.py (no flags)
+  from experiments import methods  # the library half of experiments/tune.py (no flags)
   with pytest.raises(ValueError, match="split"):
-    tune.tune(talr_ap.get_config("runlocal"), "seed=0", str(tmp_path), split="test")
+    methods.tune(talr_ap.get_config("runlocal"), "seed=0", str(tmp_path), split="test")
   config = talr_ap.get_config("runlocal")
   config.log_every = config.eval_every = config.checkpoint_every = 2
-  rows = tune.tune(config, "num_steps=2", str(tmp_path), split="validation_heldout")
+  config.warmup_steps = 0  # fewer than the 2 steps of the grid
+  rows = methods.tune(config, "num_steps=2", str(tmp_path), split="validation_heldout")
   assert len(rows) == 1 and 0.0 < rows[0]["tie_aware_ap"] <= 1.0
   saved = json.loads((tmp_path / "tuning.json").read_text())
   assert saved["split"] == "validation_heldout"
@@ -126,13 +152,14 @@ def test_tune_split_must_be_a_validation_split(tmp_path):
 def test_talr_input_noise_is_gaussian_pure_in_the_step_and_keeps_affinities():
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import train_lib as talr_lib  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.methods import talr  # pylint: disable=g-import-not-at-top
   config = talr_ap.get_config("runlocal")
   config.input_noise = 0.0
-  task = talr_lib.make_task(config)
-  clean = talr_lib.make_batch_fn(config, task)(3)
+  task = common.make_task(config)
+  clean = talr.make_batch_fn(config, task)(3)
   config.input_noise = 0.5
-  noisy_fn = talr_lib.make_batch_fn(config, task)
+  noisy_fn = talr.make_batch_fn(config, task)
   noisy = noisy_fn(3)
   np.testing.assert_array_equal(noisy["features"], noisy_fn(3)["features"])  # pure in the step
   assert not np.array_equal(noisy["features"], noisy_fn(4)["features"])
@@ -146,7 +173,7 @@ def test_experiments_read_a_users_own_digit_set_from_idx_or_npz(tmp_path):
   # package (here the embedded MNIST files by path, and scikit-learn's digits saved as npz).
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import common, train_lib as talr_lib  # pylint: disable=g-import-not-at-top
+  from experiments import common, methods  # pylint: disable=g-import-not-at-top
   from hashjax import data  # pylint: disable=g-import-not-at-top
   images = str(data.MNIST_T10K_DIR / "t10k-images-idx3-ubyte.gz")
   labels = str(data.MNIST_T10K_DIR / "t10k-labels-idx1-ubyte.gz")
@@ -158,9 +185,9 @@ def test_experiments_read_a_users_own_digit_set_from_idx_or_npz(tmp_path):
   np.savez(tmp_path / "digits.npz", features=digits_x, labels=digits_y)
   config = talr_ap.get_config("runlocal")
   config.dataset = f"npz:{tmp_path / 'digits.npz'}"
-  config.num_steps = 4
+  config.num_steps, config.warmup_steps = 4, 0
   config.log_every = config.eval_every = config.checkpoint_every = 2
-  results = talr_lib.train_and_evaluate(config, str(tmp_path / "run"))
+  results = methods.train_and_evaluate(config, str(tmp_path / "run"))
   assert 0.0 < results["rows"][0]["tie_aware_ap"] <= 1.0
   protocol = common.load_protocol(config)
   np.testing.assert_array_equal(protocol.labels, digits_y)

@@ -1,4 +1,4 @@
-"""experiments.nair_lib: Nair et al.'s RankNet / LambdaRank wired into the experiment launcher.
+"""experiments.methods.nair: Nair et al.'s RankNet / LambdaRank wired into the experiment launcher.
 
 The runlocal configs train end to end (scikit-learn digits, seconds) and must
 beat the untrained mapping; the pieces are checked against brute-force
@@ -15,7 +15,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import lambdarank_knn, lambdarank_retrieval  # noqa: E402
-from experiments import nair_lib  # noqa: E402
+from experiments import common  # noqa: E402
+from experiments.methods import nair  # noqa: E402
 from hashjax import codes, mappings  # noqa: E402
 from hashjax import train as train_lib  # noqa: E402
 
@@ -26,25 +27,24 @@ def _words(mapping, params, features):
 
 def _train(config):
   """Trains through the lib's pieces and hashjax.train.train; returns (task, mapping, init, trained, history)."""
-  task = nair_lib.make_task(config)
-  mapping, params0 = nair_lib.make_mapping(config, task)
+  task = common.make_task(config)
+  mapping, params0 = common.make_mapping(config, task)
   params, history = train_lib.train(
-      params=params0, loss_fn=nair_lib.make_objective(config, mapping, task),
-      optimizer=nair_lib.make_optimizer(config), batch_fn=nair_lib.make_batch_fn(config, task),
+      params=params0, loss_fn=nair.make_objective(config, mapping, task),
+      optimizer=common.make_optimizer(config), batch_fn=nair.make_batch_fn(config, task),
       num_steps=config.num_steps, log_every=10, eval_at_start=False)
   return task, mapping, params0, params, history
 
 
 def _eval(config, task, mapping, params):
   x = task.features
-  return nair_lib.evaluate(config, task, _words(mapping, params, x[task.query]),
+  return nair.evaluate(config, task, _words(mapping, params, x[task.query]),
                            _words(mapping, params, x[task.database]))
 
 
 @pytest.mark.parametrize("method", ["lambdarank", "ranknet"])
 def test_runlocal_knn_trains_and_beats_untrained(method):
-  config = lambdarank_knn.get_config("runlocal")
-  config.method = method
+  config = lambdarank_knn.get_config(f"runlocal,method={method}")
   task, mapping, params0, params, history = _train(config)
   losses = [h["loss"] for h in history if h["kind"] == "train"]
   assert losses and np.all(np.isfinite(losses))
@@ -69,23 +69,22 @@ def test_runlocal_retrieval_trains_and_beats_untrained():
 def test_euclidean_neighbors_matches_sorting():
   rng = np.random.default_rng(0)
   q, db = rng.normal(size=(7, 5)), rng.normal(size=(40, 5))
-  rel = nair_lib.euclidean_neighbors(q, db, num_neighbors=6)
+  rel = common.euclidean_neighbors(q, db, num_neighbors=6)
   for i in range(7):
     order = np.argsort([np.sum((q[i] - y) ** 2) for y in db])
     assert set(np.flatnonzero(rel[i])) == set(order[:6].tolist())
-  rel = nair_lib.euclidean_neighbors(db, db, num_neighbors=3, exclude_self=True)
+  rel = common.euclidean_neighbors(db, db, num_neighbors=3, exclude_self=True)
   for i in range(40):
     order = [j for j in np.argsort([np.sum((db[i] - y) ** 2) for y in db]) if j != i]
     assert set(np.flatnonzero(rel[i])) == set(order[:3])
   with pytest.raises(ValueError, match="num_neighbors"):
-    nair_lib.euclidean_neighbors(q, db, num_neighbors=41)
+    common.euclidean_neighbors(q, db, num_neighbors=41)
 
 
 def test_batch_fn_is_pure_and_matches_labels():
-  config = lambdarank_knn.get_config("runlocal")
-  config.score = "knn_majority"
-  task = nair_lib.make_task(config)
-  batch_fn = nair_lib.make_batch_fn(config, task)
+  config = lambdarank_knn.get_config("runlocal,score=knn_majority")
+  task = common.make_task(config)
+  batch_fn = nair.make_batch_fn(config, task)
   a, b, c = batch_fn(3), batch_fn(3), batch_fn(4)
   for key in ("queries", "docs", "relevance", "affinity"):
     np.testing.assert_array_equal(a[key], b[key])
@@ -103,12 +102,12 @@ def test_batch_fn_is_pure_and_matches_labels():
 
 def test_retrieval_relevance_is_euclidean_neighbours():
   config = lambdarank_retrieval.get_config("runlocal")
-  task = nair_lib.make_task(config)
+  task = common.make_task(config)
   x = task.features
   for i in (0, 5, len(task.query) - 1):
     d = np.sum((x[task.database] - x[task.query[i]]) ** 2, axis=1)
     assert set(np.flatnonzero(task.eval_relevance[i])) == set(np.argsort(d)[:config.num_neighbors].tolist())
-  batch = nair_lib.make_batch_fn(config, task)(0)
+  batch = nair.make_batch_fn(config, task)(0)
   xt = x[task.train]
   # train_neighbors="scaled": the same fraction of the training set as of the database
   k_train = max(1, round(config.num_neighbors * (len(task.train) - 1) / len(task.database)))
@@ -136,11 +135,11 @@ def _knn_error_reference(distances, db_labels, query_labels, k):
 def test_evaluate_matches_brute_force():
   config = lambdarank_knn.get_config("runlocal")
   config.bits = 8
-  task = nair_lib.make_task(config)
+  task = common.make_task(config)
   rng = np.random.default_rng(1)
   qb = rng.integers(0, 2, (len(task.query), 8))
   db = rng.integers(0, 2, (len(task.database), 8))
-  out = nair_lib.evaluate(config, task, codes.pack_bits(qb), codes.pack_bits(db))
+  out = nair.evaluate(config, task, codes.pack_bits(qb), codes.pack_bits(db))
   dist = np.sum(qb[:, None, :] != db[None, :, :], axis=-1)
   ql, dl = task.labels[task.query], task.labels[task.database]
   assert out["knn_error"] == pytest.approx(_knn_error_reference(dist, dl, ql, 3), abs=1e-6)
@@ -155,38 +154,38 @@ def test_evaluate_matches_brute_force():
 
 def test_exact_l2_row_matches_brute_force():
   config = lambdarank_knn.get_config("runlocal")
-  task = nair_lib.make_task(config)
+  task = common.make_task(config)
   x, ql, dl = task.features, task.labels[task.query], task.labels[task.database]
   wrong = 0
   for i, q in enumerate(task.query):
     nearest = np.argsort(np.sum((x[task.database] - x[q]) ** 2, axis=1))[:3]
     counts = np.bincount(dl[nearest], minlength=task.num_classes)
     wrong += int(np.argmax(counts)) != ql[i]
-  assert nair_lib.exact_l2_row(config, task)["knn_error"] == pytest.approx(wrong / len(ql))
+  assert nair.exact_l2_row(config, task)["knn_error"] == pytest.approx(wrong / len(ql))
 
 
-@pytest.mark.parametrize("field, value", [("method", "lambda"), ("task", "classify"), ("score", "ndcg")])
+@pytest.mark.parametrize("field, value", [("method", "lambda"), ("affinity", "classify"), ("score", "ndcg")])
 def test_bad_config_names_the_field(field, value):
   config = lambdarank_knn.get_config("runlocal")
   config[field] = value
-  task = nair_lib.make_task(config) if field != "task" else None
+  task = common.make_task(config) if field != "affinity" else None
   with pytest.raises(ValueError, match=field):
-    if field == "task":
-      nair_lib.make_task(config)
+    if field == "affinity":
+      common.make_task(config)
     else:
-      mapping, _ = nair_lib.make_mapping(config, task)
-      nair_lib.make_objective(config, mapping, task)
+      mapping, _ = common.make_mapping(config, task)
+      nair.make_objective(config, mapping, task)
 
 
 def test_bad_batch_sizes_name_the_field():
   config = lambdarank_knn.get_config("runlocal")
-  task = nair_lib.make_task(config)
+  task = common.make_task(config)
   config.docs_per_query = len(task.train)
   with pytest.raises(ValueError, match="docs_per_query"):
-    nair_lib.make_batch_fn(config, task)
+    nair.make_batch_fn(config, task)
   config.docs_per_query = 0
   with pytest.raises(ValueError, match="docs_per_query"):
-    nair_lib.make_batch_fn(config, task)
+    nair.make_batch_fn(config, task)
 
 
 def test_bad_config_argument():
@@ -198,14 +197,13 @@ def test_bad_config_argument():
 
 @pytest.mark.parametrize("score", ["knn_count", "knn_majority", "retrieval", "ap"])
 def test_every_score_gives_a_finite_loss_and_gradient(score):
-  config = lambdarank_knn.get_config("runlocal")
-  config.score = score
+  config = lambdarank_knn.get_config(f"runlocal,score={score}")
   config.queries_per_batch = 8
   config.docs_per_query = 20
-  task = nair_lib.make_task(config)
-  mapping, params = nair_lib.make_mapping(config, task)
-  loss_fn = nair_lib.make_objective(config, mapping, task)
-  (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, nair_lib.make_batch_fn(config, task)(0), 0)
+  task = common.make_task(config)
+  mapping, params = common.make_mapping(config, task)
+  loss_fn = nair.make_objective(config, mapping, task)
+  (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, nair.make_batch_fn(config, task)(0), 0)
   assert np.isfinite(float(loss)) and float(loss) >= 0
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
   assert 0 <= float(aux["active_fraction"]) <= 1
@@ -214,8 +212,8 @@ def test_every_score_gives_a_finite_loss_and_gradient(score):
 def test_doc_pool_batches_draw_documents_from_the_pool():
   config = lambdarank_knn.get_config("runlocal")
   config.doc_pool = 120
-  task = nair_lib.make_task(config)
-  batch_fn = nair_lib.make_batch_fn(config, task)
+  task = common.make_task(config)
+  batch_fn = nair.make_batch_fn(config, task)
   a, b = batch_fn(2), batch_fn(2)
   for key in ("items", "queries", "docs", "relevance"):
     np.testing.assert_array_equal(a[key], b[key])
@@ -228,17 +226,17 @@ def test_doc_pool_batches_draw_documents_from_the_pool():
     assert rel.tolist() == [int(labels[items[d]] == labels[items[qi]]) for d in row]
   config.doc_pool = config.docs_per_query - 1
   with pytest.raises(ValueError, match="doc_pool"):
-    nair_lib.make_batch_fn(config, task)
+    nair.make_batch_fn(config, task)
 
 
 def test_doc_pool_loss_equals_the_loss_on_all_features():
   """Mapping only the pooled items gives the loss of mapping everything and indexing the same items."""
   config = lambdarank_knn.get_config("runlocal")
   config.doc_pool = 100
-  task = nair_lib.make_task(config)
-  mapping, params = nair_lib.make_mapping(config, task)
-  batch = nair_lib.make_batch_fn(config, task)(0)
-  loss_fn = nair_lib.make_objective(config, mapping, task)
+  task = common.make_task(config)
+  mapping, params = common.make_mapping(config, task)
+  batch = nair.make_batch_fn(config, task)(0)
+  loss_fn = nair.make_objective(config, mapping, task)
   full = {"features": batch["features"], "queries": batch["items"][batch["queries"]],
           "docs": batch["items"][batch["docs"]], "relevance": batch["relevance"]}
   (a, _), (b, _) = loss_fn(params, batch, 0), loss_fn(params, full, 0)
@@ -248,29 +246,25 @@ def test_doc_pool_loss_equals_the_loss_on_all_features():
 @pytest.mark.parametrize("bits, expected", [(8, 4), (9, 4), (16, 6), (32, 11), (64, 22)])
 def test_paper_swap_bins_leave_swaps_across_the_top_boundary(bits, expected):
   """ceil(b / 3) bins, but never only the top k = 3 bins (which would leave no swap at 8 bits)."""
-  config = lambdarank_knn.get_config()
-  config.bits = bits
-  opts = nair_lib._swap_options(config)
-  assert opts["top_bins"] == 3 and opts["swap_bins"] == expected
+  config = lambdarank_knn.get_config(f"bits={bits}")
+  assert config.top_bins == 3 and config.swap_bins == expected and config.threshold == "relative"
+  retrieval = lambdarank_knn.get_config(f"bits={bits},score=retrieval")  # swaps across d <= radius
+  assert retrieval.top_bins == config.radius + 1 and retrieval.threshold == "absolute"
+  assert lambdarank_knn.get_config(f"bits={bits},score=ap").top_bins is None
 
 
-def test_step_size_defaults_by_method_and_length():
-  config = lambdarank_knn.get_config()
-  assert nair_lib.LEARNING_RATES_BY_BITS[("lambdarank", 64)] == 1.0  # validation split, see nair_lib
-  assert nair_lib.LEARNING_RATES_BY_BITS[("ranknet", 32)] == nair_lib.LEARNING_RATES_BY_BITS[("ranknet", 64)] == 50.0
-  for method, bits in (("lambdarank", 32), ("lambdarank", 64), ("ranknet", 32), ("ranknet", 64),
-                       ("ranknet", 16)):
-    config.method, config.bits = method, bits
-    # Where nair_lib.SETTING_DEFAULTS has the setting (MNIST-10k, kNN, linear, 32 bits), its step
-    # size and schedule (warmup + cosine), chosen on the held-out validation split; else constant.
-    setting = nair_lib.SETTING_DEFAULTS.get((config.dataset, config.task, config.model, method, bits), {})
-    assert bool(setting) == (bits == 32)
-    expected = setting.get("learning_rate",
-                           nair_lib.LEARNING_RATES_BY_BITS.get((method, bits), nair_lib.LEARNING_RATES[method]))
-    schedule = train_lib.learning_rate_schedule(
-        expected, num_steps=setting.get("num_steps", 1000), kind=setting.get("lr_schedule", "constant"),
-        warmup_steps=setting.get("warmup_steps", 0))
-    opt = nair_lib.make_optimizer(config)
+def test_step_size_by_method_and_length():
+  # The step sizes chosen on validation splits (README): the 32-bit recipe (warmup + cosine over
+  # 3,000 steps) for the linear hash, else Nair's fixed step for 1,000 steps.
+  chosen = {("lambdarank", 32): (0.03, "cosine", 50, 3000), ("lambdarank", 64): (1.0, "constant", 0, 1000),
+            ("ranknet", 32): (20.0, "cosine", 50, 3000), ("ranknet", 64): (50.0, "constant", 0, 1000),
+            ("ranknet", 16): (20.0, "constant", 0, 1000)}
+  for (method, bits), (lr, kind, warmup, num_steps) in chosen.items():
+    config = lambdarank_knn.get_config(f"method={method},bits={bits}")
+    assert (config.learning_rate, config.lr_schedule, config.warmup_steps, config.num_steps) == \
+        (lr, kind, warmup, num_steps)
+    schedule = train_lib.learning_rate_schedule(lr, num_steps=num_steps, kind=kind, warmup_steps=warmup)
+    opt = common.make_optimizer(config)
     params = {"w": np.ones(2, np.float32)}
     state = opt.init(params)
     trace = 0.0  # SGD momentum on a constant gradient of 1: trace_t = 1 + m trace_{t-1}
@@ -278,9 +272,10 @@ def test_step_size_defaults_by_method_and_length():
       updates, state = opt.update({"w": np.ones(2, np.float32)}, state, params)
       trace = 1.0 + config.momentum * trace
       np.testing.assert_allclose(np.asarray(updates["w"]), -float(schedule(t)) * trace * np.ones(2), rtol=1e-5)
-    if not setting:  # Nair's fixed step
-      assert float(schedule(0)) == expected
+    if kind == "constant":  # Nair's fixed step
+      assert float(schedule(0)) == lr
+  config = lambdarank_knn.get_config("method=ranknet,bits=16")
   config.learning_rate = 0.5
-  updates, _ = nair_lib.make_optimizer(config).update({"w": np.ones(2)}, nair_lib.make_optimizer(config).init(
+  updates, _ = common.make_optimizer(config).update({"w": np.ones(2)}, common.make_optimizer(config).init(
       {"w": np.ones(2)}), {"w": np.ones(2)})
   np.testing.assert_allclose(np.asarray(updates["w"]), -0.5 * np.ones(2), rtol=1e-6)

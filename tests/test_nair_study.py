@@ -1,4 +1,4 @@
-"""experiments.nair_study: the study's bookkeeping (compression ratios, mean and sd)."""
+"""experiments.nair_study: the study's bookkeeping (compression ratios, mean and sd, configs)."""
 
 import os
 import sys
@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments import nair_lib, nair_study  # noqa: E402
+from experiments import nair_study  # noqa: E402
 
 
 def test_compression_matches_a_hand_computation():
@@ -51,13 +51,26 @@ def test_search_entries_are_config_overrides_with_distinct_run_names():
   for name, overrides in nair_study.SEARCH.items():
     assert "," not in name  # --search is a comma-separated list
     assert set(overrides) <= set(config.keys()), name
-    c = nair_study.base_config("mnist_t10k")
-    c.update({**nair_study.FIXED_STEP, **overrides})  # type-checked by ml_collections
+    c = nair_study.search_config(name, 0)  # type-checked by ml_collections
+    assert all(c[k] == v for k, v in overrides.items()), name
     # Every entry is Nair's fixed step on unshifted images, whatever the 32-bit recipe says.
-    assert nair_lib.option(c, "augment_shift") == 0 and nair_lib.option(c, "lr_schedule") == "constant"
-    assert nair_lib.option(c, "warmup_steps") == 0 and nair_lib.option(c, "num_steps") in (1000, 2000)
+    assert c.augment_shift == 0 and c.lr_schedule == "constant" and c.eval_split == "validation"
+    assert c.warmup_steps == 0 and c.num_steps in (1000, 2000)
     slugs.add("_".join(f"{k}={v}" for k, v in overrides.items()))
   assert len(slugs) == len(nair_study.SEARCH)
+
+
+def test_table_configs_are_the_config_variants():
+  """The tables run configs/lambdarank_knn.py:method=M,bits=B; digits with Nair's fixed step; MLP with model=mlp."""
+  mnist = nair_study.base_config("mnist_t10k", method="ranknet", bits=32)
+  assert (mnist.method, mnist.bits, mnist.learning_rate, mnist.augment_shift, mnist.num_steps) == \
+      ("ranknet", 32, 20.0, 1, 3000)
+  digits = nair_study.base_config("digits", method="ranknet", bits=32)
+  assert (digits.dataset, digits.learning_rate, digits.augment_shift, digits.num_steps) == ("digits", 50.0, 0, 1000)
+  assert (digits.queries_per_class, digits.train_per_class) == (30, 100)
+  mlp = nair_study.base_config("mnist_t10k", bits=32, model="mlp")
+  assert (mlp.model, mlp.doc_pool, mlp.learning_rate) == ("mlp", 500, 0.01)
+  assert not mnist.baselines and not mnist.exact_l2 and mnist.eval_every is None
 
 
 def test_search_runs_an_entry_once_and_reuses_it(tmp_path, monkeypatch):

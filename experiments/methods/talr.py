@@ -1,0 +1,136 @@
+r"""TALR (He et al. 2018): a hash mapping trained on a relaxed tie-aware metric, evaluated tie-aware.
+
+``config.method = "talr"`` (``configs/talr_ap.py``, ``configs/talr_ndcg.py``). The run trains
+``config.model`` on class-balanced minibatches (``config.batch_per_class`` per class),
+relaxed AP (``config.objective="ap"``) or NDCG (``"ndcg"``) of ``config.distance`` with slope
+``config.alpha`` and soft-histogram width ``config.width``, logs periodic tie-aware AP and
+NDCG on the evaluation queries, and ends with the tie-aware table of the learned codes beside
+``config.baselines`` (:func:`hashjax.metrics.evaluate_codes`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Dict
+
+import ml_collections
+import numpy as np
+
+from experiments import common
+from hashjax import data, mappings, metrics
+from hashjax import train as train_lib
+from hashjax.objectives import talr
+
+#: What the periodic evaluation logs.
+EVAL_KEYS = ("tie_aware_ap", "tie_aware_ndcg")
+
+
+def num_levels(task: common.Task) -> int:
+  """Affinity levels ``V``: 2 for labels, 11 for the Euclidean levels 0 / 1 / 2 / 5 / 10."""
+  return 2 if task.affinity == "label" else max(data.TALR_LEVELS) + 1
+
+
+def evaluate(config: ml_collections.ConfigDict, task: common.Task, query_words, db_words) -> Dict:
+  """The tie-aware table of :func:`hashjax.metrics.evaluate_codes` (``config.radius``, ``config.precision_k``)."""
+  kwargs = dict(num_bits=config.bits, radius=config.radius, k=config.precision_k)
+  if task.affinity == "label":
+    return metrics.evaluate_codes(query_words, db_words, query_labels=task.labels[task.query],
+                                  db_labels=task.labels[task.database], **kwargs)
+  return metrics.evaluate_codes(query_words, db_words, affinity=common.eval_affinity(task), **kwargs)
+
+
+def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task) -> Callable:
+  """``loss_fn(params, batch, step)`` of ``config.setting``: query-vs-rest or query-vs-database.
+
+  ``config.alpha_final > 0`` anneals the slope linearly from ``config.alpha``
+  over ``config.num_steps`` (:func:`hashjax.mappings.alpha_schedule`).
+  """
+  if config.objective == "ap":
+    metric = talr.metric_fn("ap", harmonic=config.harmonic)
+  elif config.objective == "ndcg":
+    metric = talr.metric_fn("ndcg", discount=config.discount)
+  else:
+    raise ValueError(f"config.objective: expected 'ap' or 'ndcg', got {config.objective!r}")
+  alpha = config.alpha
+  if config.alpha_final and config.alpha_final != alpha:
+    alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final, steps=config.num_steps)
+  kwargs = dict(metric=metric, num_bits=config.bits, num_levels=2 if config.objective == "ap" else num_levels(task),
+                distance=config.distance, alpha=alpha, width=config.width)
+  if config.setting == "query_vs_rest":
+    return talr.query_vs_rest(mapping, **kwargs)
+  if config.setting == "query_vs_database":
+    return talr.query_vs_database(mapping, cached=config.database_cached, **kwargs)
+  raise ValueError(f"config.setting: expected 'query_vs_rest' or 'query_vs_database', got {config.setting!r}")
+
+
+def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable[[int], Dict]:
+  """``batch_fn(step)`` of ``config.setting``, a pure function of the step.
+
+  ``"query_vs_rest"``: a class-balanced minibatch (``config.batch_per_class``
+  per class), each item a query against the others. ``"query_vs_database"``:
+  the same minibatch as queries against the rest of the training set, or a
+  uniform sample of ``config.database_size`` of it (0: all of it). With
+  ``config.augment_shift = s > 0`` every training image is translated by a
+  random ``(dy, dx)`` in ``[-s, s]^2`` (:func:`experiments.common.shift_images`);
+  with ``config.input_noise = sigma > 0`` Gaussian noise of standard deviation
+  ``sigma`` is added to every training feature (after any shift). Affinities
+  are those of the original items; AP reads binary relevance (any level >= 1).
+  """
+  if task.affinity == "neighbors":
+    raise ValueError("config.affinity: expected 'label' or 'euclidean' for TALR, got 'neighbors'")
+  x = task.features
+  sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
+  db_size = int(config.database_size)
+  shift = common.check_augment_shift(config, x)
+  noise = float(config.input_noise)
+
+  def relevance(rows, cols):
+    a = common.affinity(task, rows, cols)
+    return (a > 0).astype(np.int32) if config.objective == "ap" else a
+
+  def features(rows, step, stream):
+    if not shift and not noise:
+      return x[rows]
+    rng = np.random.default_rng([config.seed, step, stream])
+    out = x[rows]
+    if shift:
+      out = np.asarray(common.shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)),
+                                           max_shift=shift), dtype=out.dtype)
+    if noise:
+      out = out + rng.normal(0.0, noise, size=out.shape).astype(out.dtype)
+    return out
+
+  def batch_fn(step):
+    picked = sampler(step)
+    idx = task.train[picked]
+    if config.setting != "query_vs_database":
+      return {"features": features(idx, step, 2), "affinity": relevance(idx, idx)}
+    rest = np.delete(task.train, picked)
+    if db_size:
+      rng = np.random.default_rng([config.seed, step, 1])
+      rest = rest[np.sort(rng.choice(len(rest), db_size, replace=False))]
+    return {"features": features(idx, step, 2), "db_features": features(rest, step, 3),
+            "affinity": relevance(idx, rest)}
+
+  return batch_fn
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
+  """Trains, checkpoints and evaluates as ``config`` says; returns (and writes) the results dict."""
+  task = common.make_task(config)
+  mapping, params = common.make_mapping(config, task)
+  x = task.features
+  score = functools.partial(evaluate, config, task)
+
+  def words(p):
+    return mappings.encode(mapping, p, x[task.query]), mappings.encode(mapping, p, x[task.database])
+
+  def eval_fn(p):
+    result = score(*words(p))
+    return {k: result[k] for k in EVAL_KEYS}
+
+  params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
+                               batch_fn=make_batch_fn(config, task), eval_fn=eval_fn)
+  rows = common.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",
+                            learned_words=lambda: words(params), evaluate=score)
+  return common.write_results(workdir, config, rows, history)
