@@ -187,14 +187,14 @@ def bench_swaps(*, bits: int, num_docs: int, batch: int, repeats: int, seed: int
 def bench_training() -> Dict[str, float]:
   """``configs/lambdarank_knn.py`` as shipped: training seconds and wall seconds of the whole run."""
   from configs import lambdarank_knn  # pylint: disable=g-import-not-at-top
-  from experiments import nair_lib  # pylint: disable=g-import-not-at-top
+  from experiments import methods  # pylint: disable=g-import-not-at-top
   config = lambdarank_knn.get_config()
   with tempfile.TemporaryDirectory() as workdir:
     t = time.perf_counter()
-    results = nair_lib.train_and_evaluate(config, workdir)
+    results = methods.train_and_evaluate(config, workdir)
     wall = time.perf_counter() - t
   return {"train_s": results["summary"]["train_time"], "wall_s": wall,
-          "knn_error": results["rows"][0]["knn_error"], "num_steps": results["options"]["num_steps"]}
+          "knn_error": results["rows"][0]["knn_error"], "num_steps": results["config"]["num_steps"]}
 
 
 def main(argv):
