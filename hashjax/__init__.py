@@ -1,11 +1,13 @@
 """hashjax: learning and searching binary hash codes as learning to rank, in JAX.
 
-Modules, one concept each (see the README's design section):
+Modules, one concept each (``docs/design.md`` has the map and the rules):
 
-* :mod:`hashjax.codes`: bits <-> packed ``uint32`` words, Hamming distances, histograms;
+* :mod:`hashjax.codes`: bits <-> packed ``uint32`` words, Hamming and weighted Hamming distances;
+* :mod:`hashjax.histograms`: distance histograms ``hist[Q, b+1, V]``, the input of every ranking metric;
+* :mod:`hashjax.metrics`: tie-aware AP/NDCG and friends, one formula each over histograms;
+* :mod:`hashjax.evaluate`: ``evaluate_codes``, the whole tie-aware table from packed codes and labels;
 * :mod:`hashjax.search`: exact k-NN and radius search over packed codes;
-* :mod:`hashjax.index`: inverted index and cascade search for short codes;
-* :mod:`hashjax.metrics`: tie-aware AP/NDCG and friends, read from histograms;
+* :mod:`hashjax.index`: the inverted index for short codes;
 * :mod:`hashjax.relaxations`: relaxed codes, distances, soft histograms, relaxed AP/NDCG;
 * :mod:`hashjax.mappings`: hash functions (linear, MLP);
 * :mod:`hashjax.objectives`: TALR, RankNet and LambdaRank losses, swap deltas, task scores;
@@ -14,9 +16,10 @@ Modules, one concept each (see the README's design section):
 * :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing.
 """
 
-from hashjax import baselines, codes, data, histograms, index, io, mappings, metrics, objectives, relaxations, search, train
-from hashjax.codes import binarize, hamming_distance
-from hashjax.histograms import distance_histogram, hamming_histogram
-from hashjax.codes import pack_bits, unpack_bits, weighted_hamming_distance
+from hashjax import baselines, codes, data, evaluate, histograms, index, io, mappings, metrics  # noqa: F401
+from hashjax import objectives, relaxations, search, train  # noqa: F401
+from hashjax.codes import binarize, hamming_distance, pack_bits, unpack_bits, weighted_hamming_distance  # noqa: F401
+from hashjax.evaluate import evaluate_codes  # noqa: F401
+from hashjax.histograms import distance_histogram, hamming_histogram  # noqa: F401
 
 __version__ = "0.1.0"

@@ -68,17 +68,6 @@ class RaggedNeighbors(NamedTuple):
 # Validation.
 
 
-def _check_pair(query_words, db_words) -> None:
-  _checks.check_words("query_words", query_words, min_ndim=2)
-  _checks.check_words("db_words", db_words, min_ndim=2)
-  if query_words.ndim != 2 or db_words.ndim != 2:
-    raise ValueError("query_words, db_words: expected 2-D arrays [Q, W] and [N, W], got shapes "
-                     f"{tuple(query_words.shape)} and {tuple(db_words.shape)}")
-  _checks.check_same_width("query_words", query_words, "db_words", db_words)
-  _checks.check_nonempty("query_words", query_words, what="query")
-  _checks.check_nonempty("db_words", db_words, what="database item")
-
-
 def _check_k(k, num_db: int) -> int:
   k = _checks.check_positive_int("k", k)
   if k > num_db:
@@ -291,7 +280,7 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
   >>> ties.distances.tolist(), ties.indices.tolist(), ties.offsets.tolist()
   ([0, 1, 1], [2, 0, 1], [0, 3])
   """
-  _check_pair(query_words, db_words)
+  _checks.check_word_pair(query_words, db_words)
   k = _check_k(k, db_words.shape[0])
   chunk_size = _check_chunk_size(chunk_size)
   return_ties = _checks.check_bool("return_ties", return_ties)
@@ -355,7 +344,7 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
-  _check_pair(query_words, db_words)
+  _checks.check_word_pair(query_words, db_words)
   if not (_checks.is_concrete(query_words) and _checks.is_concrete(db_words)):
     raise ValueError("query_words, db_words: radius_search needs concrete arrays (it returns "
                      "variable-length results, so it cannot run under jit)")
