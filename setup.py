@@ -27,6 +27,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=7",
+            "pytest-xdist>=3",
             "nbclient>=0.9",
             "nbformat>=5.9",
             "ipykernel>=6",

@@ -17,7 +17,9 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
   >>> import os, tempfile
   >>> p = os.path.join(tempfile.mkdtemp(), "x.bin")
-  >>> atomic_write_bytes(p, b"abc"); open(p, "rb").read()
+  >>> atomic_write_bytes(p, b"abc")
+  >>> with open(p, "rb") as f:
+  ...   f.read()
   b'abc'
   """
   directory = os.path.dirname(os.path.abspath(path))
@@ -40,7 +42,9 @@ def atomic_write_json(path: str, obj: Any) -> None:
 
   >>> import os, tempfile
   >>> p = os.path.join(tempfile.mkdtemp(), "r.json")
-  >>> atomic_write_json(p, {"ap": 0.5}); json.load(open(p))
+  >>> atomic_write_json(p, {"ap": 0.5})
+  >>> with open(p) as f:
+  ...   json.load(f)
   {'ap': 0.5}
   """
   atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8"))

@@ -153,7 +153,7 @@ def test_resume_after_crash_is_bit_identical(tmp_path):
 
 
 def test_resume_mid_log_window_keeps_the_window_mean(tmp_path):
-  # log_every=4 and a checkpoint at 6: the resumed window 5..8 mixes both sessions.
+  # log_every=4 and a checkpoint at 6: the resumed window 5..8 mixes both runs.
   ref_params, ref_history = _run(None, 12, log_every=4)
   work = str(tmp_path / "run")
   with pytest.raises(_Crash):

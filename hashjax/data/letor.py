@@ -60,7 +60,8 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int) -> RankingData:
   >>> import tempfile, os
   >>> with tempfile.TemporaryDirectory() as d:
   ...   f = os.path.join(d, "tiny.txt")
-  ...   _ = open(f, "w").write("2 qid:7 1:0.5 3:1 #doc a\n0 qid:7 2:0.25\n1 qid:9 1:1\n")
+  ...   with open(f, "w") as out:
+  ...     _ = out.write("2 qid:7 1:0.5 3:1 #doc a\n0 qid:7 2:0.25\n1 qid:9 1:1\n")
   ...   data = load_svmlight_ranking(f, num_features=3)
   >>> data.features.tolist(), data.affinity.tolist(), data.query_ids.tolist()
   ([[0.5, 0.0, 1.0], [0.0, 0.25, 0.0], [1.0, 0.0, 0.0]], [2, 0, 1], [7, 7, 9])
