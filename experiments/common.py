@@ -323,10 +323,16 @@ def baseline_words(method: str, features: np.ndarray, train, query, database, *,
   The key is ``fold_in(key(seed), num_bits)``, so every experiment that runs a
   baseline at a given seed and length gets the very same codes.
   """
-  params = baselines.fit(method, features[train], num_bits=num_bits,
-                         key=jax.random.fold_in(jax.random.key(seed), num_bits))
-  return (codes.pack_bits(baselines.encode(method, params, features[query])),
-          codes.pack_bits(baselines.encode(method, params, features[database])))
+  params = _fit(method, features[train], num_bits=num_bits,
+                key=jax.random.fold_in(jax.random.key(seed), num_bits))
+  return (codes.pack_bits(_encode(method, params, features[query])),
+          codes.pack_bits(_encode(method, params, features[database])))
+
+
+#: The baselines compiled whole: run op by op, spectral hashing's fit and encode alone compile dozens of
+#: programs per code length.
+_fit = jax.jit(baselines.fit, static_argnums=0, static_argnames="num_bits")
+_encode = jax.jit(baselines.encode, static_argnums=0)
 
 
 def result_rows(config: ml_collections.ConfigDict, task: Task, *, name: str, learned_words: Callable,
