@@ -42,8 +42,6 @@ def desc(x: Any) -> str:
   return type(x).__name__
 
 
-_desc = desc
-
 
 def is_int(x: Any) -> bool:
   """A Python or numpy integer, not a bool."""
@@ -97,11 +95,11 @@ def check_words(name: str, words: Any, *, min_ndim: int = 1) -> None:
     raise ValueError(f"{name}: expected a uint32 array of packed codes, got {type(words).__name__}")
   if words.dtype != np.uint32:
     raise ValueError(
-        f"{name}: expected packed codes of dtype uint32 (see hashjax.codes.pack_bits), got {_desc(words)}")
+        f"{name}: expected packed codes of dtype uint32 (see hashjax.codes.pack_bits), got {desc(words)}")
   if words.ndim < min_ndim:
-    raise ValueError(f"{name}: expected at least {min_ndim} dimension(s) [..., num_words], got {_desc(words)}")
+    raise ValueError(f"{name}: expected at least {min_ndim} dimension(s) [..., num_words], got {desc(words)}")
   if words.shape[-1] == 0:
-    raise ValueError(f"{name}: expected at least one uint32 word per code, got {_desc(words)}")
+    raise ValueError(f"{name}: expected at least one uint32 word per code, got {desc(words)}")
 
 
 def check_same_width(name_a: str, a: Any, name_b: str, b: Any) -> None:
@@ -168,7 +166,7 @@ def check_int_range(name: str, x: Any, low: int, high: int, *, what: str = "valu
   if not hasattr(x, "dtype") or not (np.issubdtype(np.dtype(x.dtype), np.integer)
                                      or np.dtype(x.dtype) == np.bool_):
     raise ValueError(f"{name}: expected an integer array of {what} in [{low}, {high}], got "
-                     + (_desc(x) if hasattr(x, "dtype") else type(x).__name__))
+                     + desc(x))
   if is_concrete(x) and x.size:
     arr = np.asarray(x)
     lo, hi = arr.min(), arr.max()
@@ -193,7 +191,7 @@ def check_key(key: Any, *, name: str = "key") -> None:
     return
   if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
     raise ValueError(
-        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {_desc(key)}")
+        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {desc(key)}")
 
 
 def check_number(name: str, value: Any, *, low: Any = None, high: Any = None, low_open: bool = False,
