@@ -5,7 +5,8 @@ r"""Unsupervised baselines (LSH, PCA-sign, ITQ, SH) on the embedded MNIST-10k pr
 
 Test AP_T at 16 / 32 / 64 bits: ITQ 0.4231 / 0.4537 / 0.4667, LSH 0.2306 / 0.2455 / 0.3466
 (README, the main job); about 15 s on a 2-core CPU (runlocal: a few seconds). Override
-anything, e.g. ``--config.bits=32 --config.methods=lsh,itq``.
+any field, a list as comma-separated values, e.g. ``--config.bits=16,32 --config.methods=lsh,itq``;
+``python -m experiments.evaluate --config=configs/baselines.py --help`` lists the fields.
 """
 
 import ml_collections
@@ -18,14 +19,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.name = "baselines"
   config.dataset = "mnist_t10k"  # or "digits", "tfds:mnist", "tfds:cifar10"
-  config.seed = 0
+  config.seed = 0  # the split and the baselines' random draws (LSH's projections, ITQ's rotation)
   # TALR protocol: 100 queries per class, the rest database, 500 per class of it for training.
-  config.queries_per_class = 100
-  config.train_per_class = 500
-  config.methods = ("lsh", "pca", "itq", "sh")
-  config.bits = (16, 32, 64)
+  config.queries_per_class = 100  # the rest of each class is the database
+  config.train_per_class = 500  # of the database, what the baselines are fitted on
+  config.methods = ("lsh", "pca", "itq", "sh")  # any of hashjax.baselines.BASELINES: --config.methods=lsh,itq
+  config.bits = (16, 32, 64)  # code lengths: --config.bits=16,32 (pca and itq: at most the input dimension)
   config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
   config.precision_k = 100  # tie-aware precision@100
+  config.plots = False  # True: AP against code length, precision-recall and distance histograms as PNGs
   if arg.runlocal:
     config.dataset = "digits"
     config.queries_per_class = 10

@@ -23,7 +23,9 @@ for them on validation splits, never on the test queries (README, Nair): at 32 b
 linear hash trains on images shifted by up to a pixel, with a cosine-decayed step;
 other lengths, the MLP, ``fixed_step`` and ``runlocal`` keep Nair's fixed SGD step
 for 1,000 steps on the original images. A flag such as ``--config.bits=64`` changes
-that one field alone.
+that one field alone, a list takes comma-separated values (``--config.baselines=lsh,itq,sh``,
+``--config.hidden=512,256``), ``--config.doc_pool=None`` sets None.
+``python -m experiments.train --config=configs/lambdarank_knn.py --help`` lists every field with its default.
 """
 
 import math
@@ -43,27 +45,27 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.name = "lambdarank_knn"
   config.method = arg.method  # "lambdarank" or "ranknet"
   # Data: the embedded MNIST-10k protocol (1,000 queries, 9,000 database, 5,000 train).
-  config.dataset = "mnist_t10k"
-  config.seed = 0
-  config.queries_per_class = 100
-  config.train_per_class = 500
+  config.dataset = "mnist_t10k"  # or "digits", "tfds:<name>", "idx:<images>,<labels>", "npz:<file>"
+  config.seed = 0  # the split, the initialisation and the batches
+  config.queries_per_class = 100  # the rest of each class is the database
+  config.train_per_class = 500  # of the database, trained on
   # "test": the protocol's queries. Hyper-parameters are chosen on "validation_heldout"
   # (val_per_class queries per class carved out of the training set, and val_heldout_per_class
   # more per class kept out of training but in the database, 44% unseen as in the test) or
   # "validation" (the same queries against the rest of the training set, all trained on).
-  config.eval_split = "test"
+  config.eval_split = "test"  # or "validation_heldout", "validation"
   config.val_per_class = 100
   config.val_heldout_per_class = 175
   # Relevance: "label" (same label), or "neighbors": the num_neighbors Euclidean nearest
   # neighbours (configs/lambdarank_retrieval.py); a training query's are train_neighbors of
   # the training set ("scaled": the same fraction of it).
-  config.affinity = "label"
+  config.affinity = "label"  # or "neighbors"
   config.num_neighbors = 50
-  config.train_neighbors = "scaled"
+  config.train_neighbors = "scaled"  # or a count
   # LambdaRank's task score S (its |Delta S| weights the pairs): "knn_count", relevant items in
   # the k nearest non-empty bins (eq. 7); "knn_majority" (eq. 6); "retrieval" (S_R of eq. 8,
   # absolute threshold d <= radius); "ap" (tie-aware AP).
-  config.score = arg.score
+  config.score = arg.score  # "knn_count", "knn_majority", "retrieval" or "ap"
   config.k = 3  # relative threshold: the k nearest non-empty Hamming bins (Sec. 3.5.1, 5.1)
   config.radius = 1  # absolute threshold: d <= radius ("Hamming distance < 2", Sec. 5.1)
   # Swap restriction (Sec. 4, objectives.swap_mask): swaps among the nearest swap_bins bins
@@ -72,38 +74,39 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # (non-empty ones) or "absolute" (distances 0 .. n - 1).
   config.top_bins = config_dict.FieldReference(
       {"retrieval": config.radius + 1, "ap": None}.get(arg.score, config.k), field_type=int)
-  config.threshold = "absolute" if arg.score == "retrieval" else "relative"
+  config.threshold = "absolute" if arg.score == "retrieval" else "relative"  # how swap_bins / top_bins count
   config.swap_bins = config_dict.FieldReference(max(math.ceil(bits / 3), (config.top_bins or 0) + 1), field_type=int)
   # Model: eq. 1, sigmoid of a linear map on centred inputs, weights ~ N(0, 1e-3).
-  config.model = arg.model
-  config.hidden = (256,)
-  config.init = "nair"
-  config.standardize = False
-  config.bits = bits
+  config.model = arg.model  # "linear" or "mlp"
+  config.hidden = (256,)  # the MLP's hidden widths: --config.hidden=512,256
+  config.init = "nair"  # or "lecun"
+  config.standardize = False  # True: also divide the centred inputs by their std
+  config.bits = bits  # code length
   # Optimisation (Sec. 4): 100 queries x 100 documents drawn from the rest of the training set
   # (doc_pool = P: from P items drawn per step, so the loss maps Q + P items), SGD momentum 0.8.
   config.queries_per_batch = 100
   config.docs_per_query = 100
-  config.doc_pool = config_dict.placeholder(int)
-  config.optimizer = "sgd"
-  config.momentum = 0.8
-  config.weight_decay = 0.0
+  config.doc_pool = config_dict.placeholder(int)  # None: documents from the whole training set
+  config.optimizer = "sgd"  # or "adam"
+  config.momentum = 0.8  # "sgd"'s momentum, in [0, 1)
+  config.weight_decay = 0.0  # > 0: decoupled weight decay
   # 32 bits: every training image shifted by a random (dy, dx) in [-1, 1]^2 each step, 3,000
   # steps of cosine decay after 50 warmup steps, step 0.03 (LambdaRank) / 20 (RankNet).
   config.learning_rate = {"lambdarank": 0.03, "ranknet": 20.0}[arg.method]
-  config.lr_schedule = "cosine"
-  config.warmup_steps = 50
-  config.lr_final_fraction = 0.0
-  config.augment_shift = 1
+  config.lr_schedule = "cosine"  # or "constant"
+  config.warmup_steps = 50  # linear warmup from 0, fewer than num_steps
+  config.lr_final_fraction = 0.0  # cosine: the rate at the last step over the peak
+  config.augment_shift = 1  # translate each training image by up to this many pixels, per step
   config.num_steps = 3000
   config.log_every = 100
-  config.eval_every = 250
-  config.checkpoint_every = 500
+  config.eval_every = 250  # periodic evaluation on the queries (0 or None: at the start and end only)
+  config.checkpoint_every = 500  # (0 or None: at the start and end only)
   config.target_metric = "knn_error"  # knn_error is minimised, precision_at_radius maximised
   config.target = 0.0  # > 0: log the time to reach this kNN error (or precision)
   # Evaluation.
-  config.baselines = ("lsh", "itq")
-  config.exact_l2 = True
+  config.baselines = ("lsh", "itq")  # the table's baselines at the same length: --config.baselines=lsh,itq,sh
+  config.exact_l2 = True  # also exact Euclidean k-NN on the same split
+  config.plots = False  # True: precision-recall and distance histograms as PNGs in the workdir
 
   if arg.fixed_step or arg.runlocal or bits != 32 or arg.model == "mlp":
     # Nair's fixed step for 1,000 steps on the original images, per method and length (chosen

@@ -12,7 +12,9 @@ RankNet 0.340 (71 s of training); same split: ITQ 0.253, LSH 0.055. runlocal (di
 
 The argument is that of ``configs/lambdarank_knn.py`` (Nair's fixed step at every length,
 with the kNN step sizes, not tuned for retrieval); ``score=retrieval`` trains on S_R of eq. 8
-(absolute threshold), which gives LambdaRank no active swap early on at 32 bits here.
+(absolute threshold), which gives LambdaRank no active swap early on at 32 bits here. The fields
+are those of ``configs/lambdarank_knn.py`` (``--config.<field>=<value>``, lists comma-separated:
+``--config.baselines=lsh,itq``; ``--help`` lists them).
 """
 
 import ml_collections

@@ -15,7 +15,9 @@ Test AP_T, seed 0 (training time on a shared 2-core CPU):
 
 The argument sets the model and code length together with the options chosen for
 them on validation splits (README, TALR); a flag such as ``--config.bits=16`` changes
-that one field alone.
+that one field alone, a list takes comma-separated values (``--config.baselines=lsh,itq,sh``,
+``--config.hidden=512,256``). ``python -m experiments.train --config=configs/talr_ap.py --help``
+lists every field with its default.
 """
 
 import ml_collections
@@ -29,23 +31,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.name = "talr_ap"
   config.method = "talr"
   # Data: the TALR protocol on the embedded MNIST-10k (1,000 queries, 9,000 database, 5,000 train).
-  config.dataset = "mnist_t10k"
-  config.seed = 0
-  config.queries_per_class = 100
-  config.train_per_class = 500
+  config.dataset = "mnist_t10k"  # or "digits", "tfds:<name>", "idx:<images>,<labels>", "npz:<file>"
+  config.seed = 0  # the split, the initialisation and the minibatches
+  config.queries_per_class = 100  # the rest of each class is the database
+  config.train_per_class = 500  # of the database, trained on
   # "test": the protocol's queries. Hyper-parameters are chosen on "validation" (val_per_class
   # queries per class against the rest of the training set) or "validation_heldout" (the
   # database also holds val_heldout_per_class items per class never trained on, 44% as in test).
-  config.eval_split = "test"
-  config.val_per_class = 100
-  config.val_heldout_per_class = 175
+  config.eval_split = "test"  # or "validation", "validation_heldout"
+  config.val_per_class = 100  # validation queries per class, carved out of the training set
+  config.val_heldout_per_class = 175  # "validation_heldout": kept out of training, in the database
   config.affinity = "label"  # or "euclidean": TALR's multi-level 5/1/0.2/0.1% -> 1/2/5/10
   # Model: centred, unscaled inputs (standardize=True also divides by the std).
-  config.model = arg.model
-  config.hidden = (1024,)
-  config.init = "lecun"
-  config.standardize = False
-  config.bits = arg.bits
+  config.model = arg.model  # "linear" or "mlp"
+  config.hidden = (1024,)  # the MLP's hidden widths: --config.hidden=512,256
+  config.init = "lecun"  # or "nair": weights ~ N(0, 1e-3)
+  config.standardize = False  # True: also divide the centred inputs by their std
+  config.bits = arg.bits  # code length
   # Objective.
   config.objective = "ap"  # or "ndcg"
   config.harmonic = "digamma"  # relaxed AP: "digamma" (exact at integers) or "ln" (eq. 7 as printed)
@@ -56,15 +58,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.width = 1.0  # soft-histogram bin width (eq. 14)
   # "query_vs_rest": each minibatch item against the others; "query_vs_database": the
   # minibatch as queries against the rest of the training set (database_size > 0: a sample).
-  config.setting = "query_vs_rest"
-  config.database_size = 0
+  config.setting = "query_vs_rest"  # or "query_vs_database"
+  config.database_size = 0  # "query_vs_database": items sampled per step (0: all the rest)
   config.database_cached = False  # database codes as constants (no gradient through them)
   # Optimisation: Adam, 50 warmup steps then cosine decay over 3,000 steps.
   config.optimizer = "adam"  # or "sgd" (with momentum)
   config.learning_rate = 1e-2
-  config.momentum = 0.9
+  config.momentum = 0.9  # "sgd"'s momentum, in [0, 1)
   config.lr_schedule = "cosine"  # or "constant"
-  config.warmup_steps = 50
+  config.warmup_steps = 50  # linear warmup from 0, fewer than num_steps
   config.lr_final_fraction = 0.0  # cosine: the rate at the last step over the peak
   config.weight_decay = 0.0  # > 0: decoupled weight decay (AdamW)
   config.augment_shift = 1  # translate each training image by up to this many pixels, per step
@@ -72,14 +74,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.batch_per_class = 25  # class-balanced minibatches of 250
   config.num_steps = 3000
   config.log_every = 100
-  config.eval_every = 100
-  config.checkpoint_every = 200
-  config.target_metric = "tie_aware_ap"
+  config.eval_every = 100  # periodic evaluation on the queries (0 or None: at the start and end only)
+  config.checkpoint_every = 200  # (0 or None: at the start and end only)
+  config.target_metric = "tie_aware_ap"  # or "tie_aware_ndcg"
   config.target = 0.86  # > 0: log the time to reach it
   # Evaluation.
-  config.radius = 2
-  config.precision_k = 100
-  config.baselines = ("lsh", "itq")
+  config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
+  config.precision_k = 100  # tie-aware precision@100
+  config.baselines = ("lsh", "itq")  # the table's baselines at the same length: --config.baselines=lsh,itq,sh
+  config.plots = False  # True: precision-recall and distance histograms as PNGs in the workdir
 
   if arg.model == "linear" and arg.bits == 16:
     config.alpha = 5.0  # chosen on validation_heldout at 16 bits

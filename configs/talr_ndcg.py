@@ -6,7 +6,8 @@ r"""TALR-NDCG on multi-level Euclidean affinities (He et al. 2018, Sec. 5.2), MN
 Pairs of images get affinity 1, 2, 5 or 10 when their pixel distance is within the closest
 5%, 1%, 0.2% or 0.1% of training pairs. Test NDCG_T, linear, 32 bits, seed 0: 0.7628 (AP_T
 0.5781), about 2 minutes on a 2-core CPU, most of it computing Euclidean affinities per batch.
-The argument is that of ``configs/talr_ap.py``.
+The argument is that of ``configs/talr_ap.py``, and so are the fields (``--config.<field>=<value>``,
+lists comma-separated: ``--config.baselines=lsh,itq``; ``--help`` lists them).
 """
 
 import ml_collections

@@ -19,10 +19,17 @@ import ml_collections
 import numpy as np
 import optax
 
-from hashjax import _checks, baselines, codes, data, io, mappings
+from experiments import plots
+from hashjax import _checks, baselines, data, io, mappings, models
 from hashjax import train as train_lib
 
 # --------------------------------------------------------------------------- data and protocol
+
+
+#: ``config.eval_split``: the protocol's queries, or one of two validation splits carved from the training set.
+EVAL_SPLITS = ("test", "validation", "validation_heldout")
+#: ``config.optimizer`` (:func:`make_optimizer`).
+OPTIMIZERS = ("adam", "sgd")
 
 
 class Protocol(NamedTuple):
@@ -100,7 +107,7 @@ def evaluation_split(config: ml_collections.ConfigDict):
     # Trained on held.train; the database is all of val.train (held.train + held.validation).
     return protocol, held.train, val.validation, val.train
   if config.eval_split != "test":
-    raise ValueError(f"config.eval_split: expected 'test', 'validation' or 'validation_heldout', "
+    raise ValueError(f"config.eval_split: expected one of {list(EVAL_SPLITS)}, "
                      f"got {config.eval_split!r}")
   return protocol, split.train, split.query, split.database
 
@@ -125,6 +132,7 @@ class Task(NamedTuple):
   thresholds: Optional[np.ndarray] = None  # "euclidean": squared-distance thresholds of the levels
   train_relevance: Optional[np.ndarray] = None  # "neighbors": bool [n_train, n_train], positions in train
   eval_relevance: Optional[np.ndarray] = None  # "neighbors": bool [n_query, n_database]
+  train_neighbors: Optional[int] = None  # "neighbors": config.train_neighbors resolved to a count
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
@@ -138,7 +146,7 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
   kind = _checks.check_option("config.affinity", config.affinity, AFFINITIES)
   protocol, train, query, database = evaluation_split(config)
   x = protocol.features
-  thresholds = train_rel = eval_rel = None
+  thresholds = train_rel = eval_rel = k_train = None
   if kind == "euclidean":
     thresholds = data.euclidean_thresholds(x[train])
   elif kind == "neighbors":
@@ -153,7 +161,8 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
   num_classes = int(protocol.labels.max()) + 1
   logging.info("%s: %d training items, %d evaluation queries, %d database items (eval split %s, affinity %s)",
                config.dataset, len(train), len(query), len(database), config.eval_split, kind)
-  return Task(x, protocol.labels, train, query, database, num_classes, kind, thresholds, train_rel, eval_rel)
+  return Task(x, protocol.labels, train, query, database, num_classes, kind, thresholds, train_rel, eval_rel,
+              k_train)
 
 
 def euclidean_neighbors(query_features: np.ndarray, db_features: np.ndarray, *, num_neighbors: int,
@@ -241,7 +250,7 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
   if config.optimizer == "sgd":
     sgd = optax.sgd(lr, momentum=config.momentum)
     return optax.chain(optax.add_decayed_weights(decay), sgd) if decay else sgd
-  raise ValueError(f"config.optimizer: expected 'adam' or 'sgd', got {config.optimizer!r}")
+  raise ValueError(f"config.optimizer: expected one of {list(OPTIMIZERS)}, got {config.optimizer!r}")
 
 
 def check_augment_shift(config: ml_collections.ConfigDict, features: np.ndarray) -> int:
@@ -316,23 +325,24 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Cal
       log_every=config.log_every, target=target, batch_size=batch_size)
 
 
-def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
-                   seed: int):
-  """Fits baseline ``method`` on ``features[train]``; returns packed ``(query_words, db_words)``.
+def baseline_model(method: str, train_features: np.ndarray, *, num_bits: int, seed: int,
+                   config=None) -> models.Model:
+  """Baseline ``method`` fitted on ``train_features``, as a :class:`hashjax.models.Model`.
 
   The key is ``fold_in(key(seed), num_bits)``, so every experiment that runs a
   baseline at a given seed and length gets the very same codes.
   """
-  params = _fit(method, features[train], num_bits=num_bits,
-                key=jax.random.fold_in(jax.random.key(seed), num_bits))
-  return (codes.pack_bits(_encode(method, params, features[query])),
-          codes.pack_bits(_encode(method, params, features[database])))
+  params = baselines.fit(method, train_features, num_bits=num_bits,
+                         key=jax.random.fold_in(jax.random.key(seed), num_bits))
+  return models.from_baseline(method, params, train_features=train_features, config=config)
 
 
-#: The baselines compiled whole: run op by op, spectral hashing's fit and encode alone compile dozens of
-#: programs per code length.
-_fit = jax.jit(baselines.fit, static_argnums=0, static_argnames="num_bits")
-_encode = jax.jit(baselines.encode, static_argnums=0)
+def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
+                   seed: int):
+  """Fits baseline ``method`` on ``features[train]`` (:func:`baseline_model`); returns packed
+  ``(query_words, db_words)``."""
+  model = baseline_model(method, features[train], num_bits=num_bits, seed=seed)
+  return model.encode(features[query]), model.encode(features[database])
 
 
 def result_rows(config: ml_collections.ConfigDict, task: Task, *, name: str, learned_words: Callable,
@@ -340,24 +350,81 @@ def result_rows(config: ml_collections.ConfigDict, task: Task, *, name: str, lea
   """Table rows: the learned codes (``learned_words() -> (query_words, db_words)``), then ``config.baselines``.
 
   ``evaluate(query_words, db_words) -> {metric: value}`` scores each; the
-  learned row also holds ``eval_seconds`` (encoding and evaluation).
+  learned row also holds ``eval_seconds`` (encoding and evaluation). With
+  ``config.plots``, every row also holds the ``curves`` the figures are drawn from
+  (:func:`experiments.plots.distance_curves`).
   """
+  if config.plots:
+    relevance = ({"query_labels": task.labels[task.query], "db_labels": task.labels[task.database]}
+                 if task.affinity == "label" else {"affinity": eval_affinity(task)})
+
+  def row(method, words, **extra):
+    out = {"method": method, "bits": config.bits, **plain(evaluate(*words)), **extra}
+    if config.plots:
+      out["curves"] = plots.distance_curves(*words, num_bits=config.bits, **relevance)
+    return out
+
   start = time.perf_counter()
-  learned = plain(evaluate(*learned_words()))
-  rows = [{"method": name, "bits": config.bits, **learned, "eval_seconds": time.perf_counter() - start}]
+  words = learned_words()
+  rows = [row(name, words, eval_seconds=time.perf_counter() - start)]
   for method in config.baselines:
-    q, db = baseline_words(method, task.features, task.train, task.query, task.database,
-                           num_bits=config.bits, seed=config.seed)
-    rows.append({"method": method, "bits": config.bits, **plain(evaluate(q, db))})
+    rows.append(row(method, baseline_words(method, task.features, task.train, task.query, task.database,
+                                           num_bits=config.bits, seed=config.seed)))
   return rows
 
 
-def write_results(workdir: str, config: ml_collections.ConfigDict, rows: List[Dict], history: List[Dict],
+#: Where a training run writes its model in the workdir (``hashjax.load_model(workdir)`` reads it).
+MODEL_DIR = "model"
+
+
+def recorded_config(config: ml_collections.ConfigDict, resolved: Optional[Dict] = None) -> Dict:
+  """The config as run, for ``results.json`` and the saved model: ``config.to_dict()`` with the values the
+  trainer resolved at run time (``resolved``: field -> value) in place of the placeholders that stood for them;
+  ``eval_every`` / ``checkpoint_every`` None are recorded as the 0 that :func:`fit` reads them as.
+
+  A field still ``None`` afterwards is logged as a warning: every option a run used should be on record.
+  """
+  record = config.to_dict()
+  for key in ("eval_every", "checkpoint_every"):  # None: only at the start and end, as :func:`fit` reads 0
+    if key in record and record[key] is None:
+      record[key] = 0
+  record.update(resolved or {})
+  nulls = sorted(k for k, v in record.items() if v is None)
+  if nulls:
+    logging.warning("config fields recorded as null (no value resolved for them): %s", ", ".join(nulls))
+  return record
+
+
+def save_model(workdir: str, mapping, params, task: Task, record: Dict) -> models.Model:
+  """Writes the trained mapping to ``<workdir>/model`` with the run's config ``record``; returns the model.
+
+  Its ``encode`` gives the words the run evaluates (:func:`model_words`), and
+  ``hashjax.load_model(workdir)`` restores it.
+  """
+  model = models.from_mapping(mapping, params, train_features=task.features[task.train], config=record)
+  path = model.save(os.path.join(workdir, MODEL_DIR))
+  logging.info("model: %s (hashjax.load_model(%r) restores it)", path, workdir)
+  return model
+
+
+def model_words(model: models.Model, task: Task):
+  """``(query_words, db_words)`` of ``model`` on the task's queries and database."""
+  return model.encode(task.features[task.query]), model.encode(task.features[task.database])
+
+
+def write_results(workdir: str, config, rows: List[Dict], history: List[Dict],
                   columns: Sequence = None) -> Dict:
-  """``{"config", "rows", "summary", "history", "columns"}``, written atomically to ``<workdir>/results.json``."""
-  results = {"config": config.to_dict(), "rows": rows, "summary": train_summary(history), "history": history,
+  """``{"config", "rows", "summary", "history", "columns"}``, written atomically to ``<workdir>/results.json``.
+
+  ``config``: the record of :func:`recorded_config` (or a ConfigDict, recorded as it is).
+  """
+  record = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
+  results = {"config": record, "rows": rows, "summary": train_summary(history), "history": history,
              "columns": [list(c) for c in (COLUMNS if columns is None else columns)]}
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  if record.get("plots"):
+    for path in plots.write_plots(workdir, rows, title=record.get("dataset")):
+      logging.info("plot: %s", path)
   return results
 
 
@@ -367,13 +434,16 @@ def plain(result: Dict) -> Dict:
 
 
 def train_summary(history: Sequence[Dict]) -> Dict:
-  """Median train-step throughput, training time and the time-to-target event of a ``hashjax.train`` history."""
+  """Median train-step throughput, training time and the time-to-target event of a ``hashjax.train`` history.
+
+  ``examples_per_sec`` is 0 when no step was logged; ``time_to_target`` is ``{}`` when no target was set or
+  it was not reached.
+  """
   train_logs = [h for h in history if h["kind"] == "train"]
   return {
-      "examples_per_sec": float(np.median([h["examples_per_sec"] for h in train_logs]))
-                          if train_logs else None,
+      "examples_per_sec": float(np.median([h["examples_per_sec"] for h in train_logs])) if train_logs else 0.0,
       "train_time": max((h["train_time"] for h in history), default=0.0),
-      "time_to_target": next((h for h in history if h["kind"] == "target"), None),
+      "time_to_target": next((h for h in history if h["kind"] == "target"), {}),
   }
 
 

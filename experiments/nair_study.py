@@ -48,8 +48,8 @@ import ml_collections
 import numpy as np
 
 from configs import lambdarank_knn
-from experiments import common, methods
-from experiments.methods import nair
+from experiments import cli, common, methods
+from experiments.methods import checks, nair
 from hashjax import io
 
 _PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search.")
@@ -58,7 +58,6 @@ _BITS = flags.DEFINE_list("bits", ["8", "16", "32", "64"], "Code lengths of the 
 _BASELINE_BITS = flags.DEFINE_list("baseline_bits", ["128"], "Extra code lengths for LSH and ITQ only.")
 _METHODS = flags.DEFINE_list("methods", ["lambdarank", "ranknet"], "Learned methods.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (split, initialisation, batches).")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/nair_study", "Where runs and study.json go.")
 _SEARCH = flags.DEFINE_list("search", None, "Names of SEARCH to run (default: all), e.g. for more seeds.")
 _RUNLOCAL = flags.DEFINE_bool("runlocal", False, "Quick check: the runlocal config, digits, 8/16 bits, 1 seed.")
 
@@ -310,44 +309,80 @@ def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
   return out
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  common.quiet_library_logs()
-  common.pad_malloc_heaps()
+def _ints(flag: str, values: Sequence[str], *, low: int) -> List[int]:
+  try:
+    out = [int(v) for v in values]
+  except ValueError:
+    raise checks.ConfigError(f"--{flag}: expected comma-separated integers, got {','.join(values)!r}") from None
+  if not out or min(out) < low:
+    raise checks.ConfigError(f"--{flag}: expected integers >= {low}, got {','.join(values)!r}")
+  return out
+
+
+def _names(flag: str, values: Sequence[str], options: Sequence[str]) -> List[str]:
+  for v in values:
+    if v not in options:
+      raise checks.ConfigError(f"--{flag}: expected names from {list(options)}, got {v!r}")
+  return list(values)
+
+
+def study_flags() -> Dict:
+  """The flags as the study reads them, and every config it will run checked (checks.check_run) first.
+
+  Raises ConfigError (one line) for a bad flag value or a run that cannot go.
+  """
+  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search")),
+       "datasets": _names("datasets", _DATASETS.value, list(PROTOCOLS)),
+       "bits": _ints("bits", _BITS.value, low=1), "baseline_bits": _ints("baseline_bits", _BASELINE_BITS.value, low=1),
+       "methods": _names("methods", _METHODS.value, nair.METHODS), "seeds": _ints("seeds", _SEEDS.value, low=0),
+       "search": _names("search", _SEARCH.value or [], list(SEARCH)) or None, "runlocal": _RUNLOCAL.value}
+  if f["runlocal"]:
+    f.update(seeds=f["seeds"][:1], bits=[8, 16], baseline_bits=[], datasets=["digits"])
+  configs = []
+  if "tables" in f["parts"]:
+    configs += [base_config(d, method=m, bits=b, runlocal=f["runlocal"])
+                for d in f["datasets"] for b in f["bits"] for m in f["methods"]]
+  if "mlp" in f["parts"]:
+    configs += [base_config("digits" if f["runlocal"] else "mnist_t10k", method=m, model="mlp",
+                            bits=16 if f["runlocal"] else 32, runlocal=f["runlocal"]) for m in f["methods"]]
+  if "search" in f["parts"]:
+    configs += [search_config(n, f["seeds"][0], runlocal=f["runlocal"]) for n in f["search"] or SEARCH]
+  for config in configs:
+    checks.check_run(config)
+  return f
+
+
+def workdir() -> str:
+  """``--workdir``, by default ``runs/nair_study``."""
+  return cli.WORKDIR.value or "runs/nair_study"
+
+
+def main():
   start = time.perf_counter()
-  seeds = [int(s) for s in _SEEDS.value]
-  bits = [int(b) for b in _BITS.value]
-  baseline_bits = [int(b) for b in _BASELINE_BITS.value]
-  datasets = list(_DATASETS.value)
-  if _RUNLOCAL.value:
-    seeds, bits, baseline_bits, datasets = seeds[:1], [8, 16], [], ["digits"]
-  study = {"flags": {"parts": _PARTS.value, "datasets": datasets, "bits": bits, "baseline_bits": baseline_bits,
-                     "methods": _METHODS.value, "seeds": seeds, "runlocal": _RUNLOCAL.value}}
-  for part in _PARTS.value:
+  f = study_flags()
+  seeds, runlocal = f["seeds"], f["runlocal"]
+  study = {"flags": {k: f[k] for k in ("parts", "datasets", "bits", "baseline_bits", "methods", "seeds", "runlocal")}}
+  for part in f["parts"]:
     if part == "tables":
-      study["tables"] = tables(datasets, bits, baseline_bits, _METHODS.value, seeds, _WORKDIR.value,
-                               runlocal=_RUNLOCAL.value)
+      study["tables"] = tables(f["datasets"], f["bits"], f["baseline_bits"], f["methods"], seeds, workdir(),
+                               runlocal=runlocal)
     elif part == "mlp":
-      study["mlp"] = tables(["digits" if _RUNLOCAL.value else "mnist_t10k"], [16 if _RUNLOCAL.value else 32],
-                            [], _METHODS.value, seeds, _WORKDIR.value, runlocal=_RUNLOCAL.value,
-                            model="mlp", part="mlp")
-    elif part == "search":
-      study["search"] = search(seeds, _WORKDIR.value, names=_SEARCH.value, runlocal=_RUNLOCAL.value)
+      study["mlp"] = tables(["digits" if runlocal else "mnist_t10k"], [16 if runlocal else 32],
+                            [], f["methods"], seeds, workdir(), runlocal=runlocal, model="mlp", part="mlp")
     else:
-      raise app.UsageError(f"--parts: expected tables, mlp or search, got {part!r}")
+      study["search"] = search(seeds, workdir(), names=f["search"], runlocal=runlocal)
   study["seconds"] = time.perf_counter() - start
-  path = os.path.join(_WORKDIR.value, "study.json")
+  path = os.path.join(workdir(), "study.json")
   merged = _read_json(path) if os.path.exists(path) else {}  # parts run separately accumulate
   for key, value in study.items():
     if key in ("tables", "mlp", "search") and isinstance(merged.get(key), dict):
       merged[key].update(value)  # per dataset / per search entry
     elif key != "flags":
       merged[key] = value
-  merged.setdefault("flags", {})[",".join(_PARTS.value)] = study["flags"]
+  merged.setdefault("flags", {})[",".join(f["parts"])] = study["flags"]
   io.atomic_write_json(path, merged)
-  print(f"\n{study['seconds']:.0f} s; summary: {os.path.join(_WORKDIR.value, 'study.json')}")
+  print(f"\n{study['seconds']:.0f} s; summary: {os.path.join(workdir(), 'study.json')}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, config=False, check=None)

@@ -3,29 +3,22 @@ r"""Trains a hash mapping as a config says; prints the result table.
   python -m experiments.train --config=configs/talr_ap.py --workdir=runs/talr_ap
   python -m experiments.train --config=configs/talr_ap.py:model=mlp,bits=16 --config.num_steps=500
   python -m experiments.train --config=configs/lambdarank_knn.py:method=ranknet --workdir=runs/ranknet_knn
+  python -m experiments.train --config=configs/talr_ap.py --help   # the config's fields and defaults
 
+``--config.<field>=<value>`` sets one field (lists as ``--config.baselines=lsh,itq``).
 Restarting the same command resumes from the last checkpoint in ``workdir``.
-The work is done by :func:`experiments.methods.train_and_evaluate`.
+The work is done by :func:`experiments.methods.train_and_evaluate`; run from the root of the clone.
 """
 
 import os
 
-from absl import app, flags
-from ml_collections import config_flags
 
-from experiments import common, methods
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file[:argument].")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints and results (default: runs/<config name>).")
+from experiments import cli, common, methods
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  common.quiet_library_logs()
-  common.pad_malloc_heaps()
-  config = _CONFIG.value
-  workdir = _WORKDIR.value or common.default_workdir(config.name)
+
+def main(config):
+  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
   results = methods.train_and_evaluate(config, workdir)
   print(common.format_table(results["rows"], columns=results["columns"]))
   s = results["summary"]
@@ -38,5 +31,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("config")
-  app.run(main)
+  cli.run(main)

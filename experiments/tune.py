@@ -16,37 +16,31 @@ stay in the database, so the database holds unseen items as the test's does
       --grid="standardize=True,False;augment_shift=0,1" --workdir=runs/tune_talr_ap16_heldout
 
 The grid search itself is :func:`experiments.methods.tune` (a library function, so
-this module only holds the flags). The table of validation scores is printed and written to
-``<workdir>/tuning.json``; copy the best values into the config.
+this module only holds the flags); every combination is checked before the first trains,
+and ``--help`` with a ``--config`` lists the fields a grid can vary. The table of validation
+scores is printed and written to ``<workdir>/tuning.json``; copy the best values into the config.
 """
 
 from __future__ import annotations
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
-from experiments import common, methods
+from experiments import cli, common, methods
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.")
-_GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields.")
+_GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields (required).")
 _SPLIT = flags.DEFINE_enum("split", "validation", ["validation", "validation_heldout"],
                            "Validation split to score on (config.eval_split); never the test queries.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default: runs/tune_<config name>).")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  common.quiet_library_logs()
-  common.pad_malloc_heaps()
-  config = _CONFIG.value
-  rows = methods.tune(config, _GRID.value, _WORKDIR.value or common.default_workdir("tune_" + config.name),
-                     split=_SPLIT.value)
+def main(config):
+  rows = methods.tune(config, _GRID.value, cli.WORKDIR.value or common.default_workdir("tune_" + config.name),
+                      split=_SPLIT.value)
   key = config.target_metric  # best first: the lowest error, else the highest score
   for row in sorted(rows, key=lambda r: r[key] if key.endswith("error") else -r[key]):
     print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "grid"])
-  app.run(main)
+  # Every combination of the grid is checked (fields, ranges, memory) before the first one trains.
+  cli.run(main, required=["grid"], check=lambda config: methods.tune_trials(config, _GRID.value, _SPLIT.value),
+          configs_of="experiments.train")

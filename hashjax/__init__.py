@@ -13,13 +13,15 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.objectives`: TALR, RankNet and LambdaRank losses, swap deltas, task scores;
 * :mod:`hashjax.train`: the shared optax training loop with checkpoints;
 * :mod:`hashjax.data`: datasets, protocols, affinities;
-* :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing.
+* :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing;
+* :mod:`hashjax.models`: saved models (a trained mapping or a fitted baseline) that encode new data.
 """
 
 from hashjax import baselines, codes, data, evaluate, histograms, index, io, mappings, metrics  # noqa: F401
-from hashjax import objectives, relaxations, search, train  # noqa: F401
+from hashjax import models, objectives, relaxations, search, train  # noqa: F401
 from hashjax.codes import binarize, hamming_distance, pack_bits, unpack_bits, weighted_hamming_distance  # noqa: F401
 from hashjax.evaluate import evaluate_codes  # noqa: F401
 from hashjax.histograms import distance_histogram, hamming_histogram  # noqa: F401
+from hashjax.models import load_model  # noqa: F401
 
 __version__ = "0.1.0"

@@ -265,3 +265,27 @@ def check_word_pair(query_words: Any, db_words: Any, num_bits: Any = None) -> An
   check_padding_bits("query_words", query_words, num_bits)
   check_padding_bits("db_words", db_words, num_bits)
   return num_bits
+
+
+def check_nonnegative(name: str, x: Any, *, what: str = "values") -> None:
+  """A real array ``x`` must hold no negative entry (checked when concrete: a traced ``x`` cannot be).
+
+  The error shows the smallest value, how many entries are negative and where the first is.
+  """
+  if not is_concrete(x) or not getattr(x, "size", 0):
+    return
+  arr = np.asarray(x)
+  if arr.dtype.kind not in "if":
+    return
+  negative = arr < 0
+  if negative.any():
+    first = tuple(int(i) for i in np.argwhere(negative)[0])
+    count = int(negative.sum())
+    raise ValueError(f"{name}: expected non-negative {what}, got a smallest value of {arr.min().item()!r} "
+                     f"({count} negative entr{'y' if count == 1 else 'ies'}, the first at index {first})")
+
+
+def check_integer_dtype(name: str, x: Any, *, what: str = "values") -> None:
+  """``x`` must be an integer (or bool) array; its values are not looked at."""
+  if not hasattr(x, "dtype") or not (np.issubdtype(np.dtype(x.dtype), np.integer) or np.dtype(x.dtype) == np.bool_):
+    raise ValueError(f"{name}: expected an integer array of {what}, got {desc(x)}")

@@ -139,7 +139,10 @@ def relax(logits: Array, *, alpha: float) -> Array:
   Args:
     logits: real ``[..., num_bits]`` hash-mapping outputs ``f``.
     alpha: positive slope (a Python number, or a float scalar that may be traced
-      so it can be annealed under jit).
+      so it can be annealed under jit). A non-positive value is an error when
+      concrete; a traced one cannot be checked here, so objectives check their
+      slope where they are built (:func:`hashjax.objectives.talr.query_vs_rest`,
+      :func:`hashjax.mappings.alpha_schedule`).
 
   Returns:
     ``[..., num_bits]`` codes in ``[-1, 1]`` (float32 unless ``logits`` is float64).
@@ -326,6 +329,8 @@ def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_leve
   num_levels = _checks.check_positive_int("num_levels", num_levels)
   width = _checks.check_number("width", width, low=0, low_open=True)
   _checks.check_real("distances", distances, shape_doc="[..., N]", min_ndim=1)
+  _checks.check_integer_dtype("affinity", affinity, what="affinity levels")
+  _checks.check_nonnegative("affinity", affinity, what="affinity levels")
   _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
   _checks.check_shape("affinity", affinity, distances.shape, like="distances")
   distances = jnp.asarray(distances)

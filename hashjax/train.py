@@ -24,6 +24,16 @@ are removed on the next start. A checkpoint holds ``params``, ``opt_state``
 and a JSON record (step, history, elapsed times, the losses of the current
 logging window).
 
+**Damaged checkpoints.** Resuming tries the checkpoints from newest to oldest.
+One that does not restore (a truncated array file, a damaged or missing JSON
+record, a missing item, a step that does not match its directory, NaN/inf
+values) is skipped; once an older one restores, each skipped one is renamed
+to ``<step>.corrupt`` (orbax ignores that name, so the step can be saved again;
+nothing is deleted) with one warning line naming it and the reason, and the
+run continues from the older one, bit-identically to an uninterrupted run.
+If none restores, nothing is renamed and ``ValueError`` names each checkpoint
+and its reason.
+
 **History** is a list of JSON-friendly dicts, each with ``"kind"``:
 
 * ``"train"``: ``step`` (steps completed), ``loss`` (mean over the steps since
@@ -440,23 +450,97 @@ def _checkpoint_manager(workdir: Any, *, max_to_keep: int, async_checkpoints: bo
                                            enable_async_checkpointing=async_checkpoints))
 
 
+#: Suffix of a checkpoint directory set aside because it does not restore. Orbax lists only directories named
+#: by a bare step number, so ``<step>.corrupt`` is neither resumed from, counted against ``max_to_keep`` nor deleted.
+_CORRUPT_SUFFIX = ".corrupt"
+
+#: The file orbax's ``JsonCheckpointHandler`` writes inside the ``meta`` item.
+_META_FILE = os.path.join("meta", "metadata")
+
+
+def _reason(error: BaseException) -> str:
+  """``"TypeName: first line of the message"``, without tensorstore's spec dump, at most ~400 characters."""
+  message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+  message = str(message).split(" [tensorstore_spec", 1)[0].strip()
+  message = message.splitlines()[0] if message else ""
+  if len(message) > 400:
+    message = message[:397] + "..."
+  return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _restore_step(manager: ocp.CheckpointManager, step: int, step_dir: str, params: Any, opt_state: Any) -> tuple:
+  """``(params, opt_state, run)`` from checkpoint ``step``; raises ValueError with a one-line reason otherwise."""
+  # The JSON record first and alone, so that a damaged one is reported with its file.
+  meta_file = os.path.join(step_dir, _META_FILE)
+  try:
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"{meta_file}: {_reason(e)}") from e
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"meta: {_reason(e)}") from e
+  try:
+    recorded = meta["step"]
+    run = _Run.from_meta(meta)
+  except (KeyError, TypeError, ValueError) as e:
+    raise ValueError(f"{meta_file}: not a training record ({_reason(e)})") from e
+  if recorded != step:
+    raise ValueError(f"{meta_file}: records step {recorded!r}, not the directory's step {step}")
+  try:
+    state = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state})))["state"]
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"state: {_reason(e)}") from e
+  # train never saves a non-finite state (the losses are checked first), so one is damage.
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    if jnp.issubdtype(leaf.dtype, jnp.inexact) and not np.isfinite(np.asarray(leaf)).all():
+      raise ValueError(f"state: {jax.tree_util.keystr(path)} holds NaN/inf values")
+  return state["params"], state["opt_state"], run
+
+
+def _set_aside(step_dir: str) -> str:
+  """Renames ``step_dir`` to ``step_dir.corrupt`` (or ``.corrupt-2``, ... if taken); returns the new path."""
+  target, n = step_dir + _CORRUPT_SUFFIX, 1
+  while os.path.exists(target):
+    n += 1
+    target = f"{step_dir}{_CORRUPT_SUFFIX}-{n}"
+  os.rename(step_dir, target)
+  return target
+
+
 def _restore(manager: Optional[ocp.CheckpointManager], workdir: Any, params: Any, opt_state: Any,
              num_steps: int) -> tuple:
-  """``(params, opt_state, run, start)`` from the latest checkpoint, or the given state at step 0."""
-  latest = None if manager is None else manager.latest_step()
-  if latest is None:
+  """``(params, opt_state, run, start)`` from the newest checkpoint that restores, or the given state at step 0.
+
+  Checkpoints that do not restore (a truncated array file, a damaged JSON record, a missing item, a step
+  mismatch) are skipped. Once an older one restores, each skipped one is renamed to ``<step>.corrupt`` (so that
+  saving that step again does not collide; nothing is deleted) with one warning line naming it and the reason.
+  If none restores, nothing is renamed and a ValueError names each checkpoint and its reason.
+  """
+  steps = [] if manager is None else sorted(manager.all_steps(), reverse=True)
+  if not steps:
     return params, opt_state, _Run(), 0
-  if latest > num_steps:
-    raise ValueError(f"num_steps: {workdir} holds a checkpoint at step {latest}, beyond "
-                     f"num_steps={num_steps}; use a fresh workdir or num_steps >= {latest}")
-  restored = manager.restore(latest, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
-      meta=ocp.args.JsonRestore()))
-  meta = restored["meta"]
-  if int(meta["step"]) != latest:
-    raise ValueError(f"workdir: checkpoint {latest} records step {meta['step']}; the directory is corrupt")
-  logging.info("train: resumed from %s at step %d of %d", workdir, latest, num_steps)
-  return restored["state"]["params"], restored["state"]["opt_state"], _Run.from_meta(meta), latest
+  if steps[0] > num_steps:
+    raise ValueError(f"num_steps: {workdir} holds a checkpoint at step {steps[0]}, beyond "
+                     f"num_steps={num_steps}; use a fresh workdir or num_steps >= {steps[0]}")
+  skipped = []
+  for step in steps:
+    # The manager's default name format: the step number itself.
+    step_dir = os.fspath(ocp.step.build_step_path(manager.directory, ocp.step.standard_name_format(), step))
+    try:
+      restored = _restore_step(manager, step, step_dir, params, opt_state)
+    except ValueError as e:
+      skipped.append((step_dir, str(e)))
+      continue
+    for bad_dir, reason in skipped:
+      moved = _set_aside(bad_dir)
+      logging.warning("train: checkpoint %s does not restore (%s); moved it to %s and resuming from step %d",
+                      bad_dir, reason, moved, step)
+    if skipped:
+      manager.reload()  # the manager caches the step list, which no longer holds the renamed steps
+    logging.info("train: resumed from %s at step %d of %d", workdir, step, num_steps)
+    return restored + (step,)
+  raise ValueError(f"workdir: none of the {len(steps)} checkpoint(s) in {workdir} restores (nothing was changed; "
+                   "move them away to start over): " + "; ".join(f"{d}: {r}" for d, r in skipped))
 
 
 def _save(manager: ocp.CheckpointManager, step: int, params: Any, opt_state: Any, run: _Run) -> None:
@@ -476,8 +560,9 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   .. math:: \theta_{t+1} = \theta_t + \mathrm{update}\big(\nabla_\theta L(\theta_t, \mathrm{batch}(t), t)\big),
             \quad t = 0, \dots, T - 1
 
-  With ``workdir``, the run resumes from the latest checkpoint there (the
-  given ``params`` then only fix the structure); a run that already reached
+  With ``workdir``, the run resumes from the newest checkpoint there that
+  restores (the given ``params`` then only fix the structure; damaged
+  checkpoints are set aside, see the module docstring); a run that already reached
   ``num_steps`` is reloaded and returned without training. A checkpoint is
   written every ``checkpoint_every`` steps and at the end; the last
   ``max_to_keep`` are kept.
@@ -511,6 +596,11 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   Returns:
     ``(params, history)``: the final parameters and the list of history dicts
     (module docstring), including the history of earlier calls on ``workdir``.
+
+  Raises:
+    ValueError: naming the argument for bad input; naming ``workdir`` and each
+      checkpoint's reason when ``workdir`` holds checkpoints and none restores.
+    FloatingPointError: when the loss becomes non-finite, naming the step.
 
   >>> import optax, jax.numpy as jnp
   >>> x = np.random.default_rng(0).normal(size=(64, 2)).astype(np.float32)

@@ -1,11 +1,16 @@
 """hashjax.data against independent references (hand-written parsers, loops over pairs, scipy)."""
 
+import gc
 import gzip
 import itertools
 import os
 import pathlib
+import pickle
 import shutil
 import struct
+import subprocess
+import sys
+import warnings
 
 import jax
 import numpy as np
@@ -210,6 +215,139 @@ def test_load_tfds_errors(tmp_path):
       data.load_tfds("mnist", split="test", image_key="pixels")
     with pytest.raises(ValueError, match="label_key"):
       data.load_tfds("mnist", split="test", label_key="class")
+
+
+# ----------------------------------------------------------------------------- damaged files
+
+
+def _error_of(fn, *args, **kwargs):
+  """``(type, message)`` of what ``fn`` raises; the traceback is dropped so that nothing it holds stays alive."""
+  try:
+    fn(*args, **kwargs)
+  except Exception as e:  # pylint: disable=broad-except
+    return type(e), str(e)
+  raise AssertionError(f"{fn.__name__} raised nothing")
+
+
+def _bad_npz_files(folder):
+  """{file name: what the error must say}: archives np.load cannot read, or whose arrays are wrong."""
+  x, y = np.arange(12, dtype=np.uint8).reshape(4, 3), np.array([0, 1, 1, 2])
+  np.savez(folder / "good.npz", features=x, labels=y)
+  raw = (folder / "good.npz").read_bytes()
+  (folder / "truncated.npz").write_bytes(raw[:len(raw) // 2])
+  (folder / "truncated_end.npz").write_bytes(raw[:-30])
+  flipped = bytearray(raw)
+  flipped[raw.index(b"\x93NUMPY") + 120] ^= 0xFF  # inside the first member's data: a CRC mismatch
+  (folder / "crc.npz").write_bytes(bytes(flipped))
+  np.savez_compressed(folder / "compressed.npz", features=np.random.default_rng(0).random((50, 40)), labels=y)
+  raw = (folder / "compressed.npz").read_bytes()
+  (folder / "compressed_cut.npz").write_bytes(raw[:len(raw) // 2])
+  (folder / "random.npz").write_bytes(np.random.default_rng(1).bytes(300))
+  (folder / "empty.npz").write_bytes(b"")
+  (folder / "pickle.npz").write_bytes(pickle.dumps({"features": x, "labels": y}))
+  np.save(folder / "single.npy", x)
+  np.savez(folder / "objects.npz", features=np.array([{"a": 1}, None], dtype=object), labels=y[:2])
+  np.savez(folder / "missing.npz", features=x)
+  np.savez(folder / "strings.npz", features=np.array([["a", "b"], ["c", "d"]]), labels=y[:2])
+  np.savez(folder / "flat.npz", features=np.arange(4.0), labels=y)
+  np.savez(folder / "no_items.npz", features=np.zeros((0, 3)), labels=y[:0])
+  np.savez(folder / "float_labels.npz", features=x, labels=y.astype(np.float32))
+  np.savez(folder / "short_labels.npz", features=x, labels=y[:3])
+  np.savez(folder / "negative_labels.npz", features=x, labels=y - 1)
+  np.savez(folder / "nan.npz", features=np.full((4, 2), np.nan), labels=y)
+  np.savez(folder / "huge.npz", features=np.full((4, 2), 1e300), labels=y)
+  return {
+      "truncated.npz": "corrupt or truncated .npz archive", "truncated_end.npz": "corrupt or truncated",
+      "crc.npz": "corrupt or truncated", "compressed_cut.npz": "corrupt or truncated",
+      "random.npz": "is not an .npz (zip) archive", "empty.npz": "is not an .npz (zip) archive",
+      "pickle.npz": "is not an .npz (zip) archive", "single.npy": "holds a single .npy array",
+      "objects.npz": "array 'features' holds Python objects", "missing.npz": "holds arrays ['features']",
+      "strings.npz": "expected numeric images/features, got dtype str", "flat.npz": "expected a non-empty array",
+      "no_items.npz": "expected a non-empty array", "float_labels.npz": "expected integer class labels",
+      "short_labels.npz": "expected one label per image", "negative_labels.npz": "expected labels in",
+      "nan.npz": "expected finite", "huge.npz": "expected finite",
+  }
+
+
+def test_load_npz_names_the_path_and_the_problem_and_closes_the_file(tmp_path, monkeypatch):
+  import builtins  # pylint: disable=g-import-not-at-top
+  cases = _bad_npz_files(tmp_path)
+  opened = []
+  real_open = builtins.open
+
+  def tracking_open(*args, **kwargs):
+    f = real_open(*args, **kwargs)
+    opened.append(f)
+    return f
+
+  monkeypatch.setattr(builtins, "open", tracking_open)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for name, what in sorted(cases.items()):
+      path = tmp_path / name
+      kind, message = _error_of(data.load_npz, path)
+      assert kind is ValueError, (name, kind, message)
+      assert message.startswith("path: ") and repr(str(path)) in message and what in message, (name, message)
+      assert "\n" not in message
+      assert opened and all(f.closed for f in opened), name
+      opened.clear()
+    gc.collect()  # an unclosed file object would warn as it is collected
+  assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+  monkeypatch.undo()
+  x, y = data.load_npz(tmp_path / "good.npz")
+  assert x.tolist() == np.arange(12).reshape(4, 3).tolist() and y.tolist() == [0, 1, 1, 2]
+  kind, message = _error_of(data.load_npz, tmp_path / "absent.npz")
+  assert kind is FileNotFoundError and "absent.npz" in message
+  for kwargs, name in [(dict(features_key=""), "features_key"), (dict(labels_key=3), "labels_key")]:
+    with pytest.raises(ValueError, match=name):
+      data.load_npz(tmp_path / "good.npz", **kwargs)
+  with pytest.raises(ValueError, match="path"):
+    data.load_npz(3)
+
+
+def test_idx_and_mnist_errors_name_the_file(tmp_path):
+  labels = np.array([0, 1, 2], np.uint8)
+  _write_idx(tmp_path / "img", np.zeros((4, 2, 2), np.uint8), 0x08)
+  _write_idx(tmp_path / "lab", labels, 0x08)
+  with pytest.raises(ValueError, match="labels_path: expected one label per image") as info:
+    data.load_idx_images(tmp_path / "img", tmp_path / "lab")
+  assert repr(str(tmp_path / "lab")) in str(info.value)
+  wrong = tmp_path / "wrong"
+  wrong.mkdir()
+  _write_idx(wrong / "t10k-images-idx3-ubyte.gz", np.zeros((5, 28, 28), np.uint8), 0x08, compress=True)
+  _write_idx(wrong / "t10k-labels-idx1-ubyte.gz", labels, 0x08, compress=True)
+  with pytest.raises(ValueError, match="data_dir") as info:
+    data.load_mnist_t10k(data_dir=wrong)
+  assert repr(str(wrong / "t10k-images-idx3-ubyte.gz")) in str(info.value)
+
+
+# ----------------------------------------------------------------------------- tfds as an optional extra
+
+
+def test_load_tfds_without_tensorflow_datasets_names_the_extra(monkeypatch):
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # import tensorflow_datasets now fails
+  with pytest.raises(ImportError) as info:
+    data.load_tfds("mnist", split="test")
+  assert str(info.value).startswith("hashjax.data.load_tfds needs tensorflow-datasets: pip install 'hashjax[tfds]'")
+  # Bad arguments are still named first.
+  with pytest.raises(ValueError, match="split"):
+    data.load_tfds("mnist", split="")
+
+
+_IMPORT_ALL = """
+import importlib, pkgutil, sys
+sys.modules["tensorflow_datasets"] = None  # as if not installed: importing it raises ImportError
+import hashjax
+for info in pkgutil.walk_packages(hashjax.__path__, "hashjax."):
+  importlib.import_module(info.name)
+print("ok")
+"""
+
+
+def test_no_module_of_hashjax_imports_tensorflow_datasets():
+  proc = subprocess.run([sys.executable, "-c", _IMPORT_ALL], capture_output=True, text=True, timeout=300,
+                        cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
 # ----------------------------------------------------------------------------- LETOR / svmlight

@@ -7,6 +7,7 @@ central finite differences. Histograms of one fixed shape are reused so each
 jitted function compiles a few times only.
 """
 
+import functools
 import itertools
 import math
 
@@ -15,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from hashjax import mappings
 from hashjax import relaxations as R
+from hashjax.objectives import talr
 
 B = 8  # histograms are [Q, B + 1, V]
 Q = 6
@@ -647,3 +650,49 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
   for call, name in bad:
     with pytest.raises(ValueError, match=name):
       call()
+
+
+def test_negative_affinity_and_non_positive_slopes_are_rejected():
+  d = np.ones((2, 5), np.float32)
+  a = np.zeros((2, 5), np.int32)
+  a[1, 3] = -4
+  with pytest.raises(ValueError) as info:
+    R.soft_histogram(d, a, num_bits=B, num_levels=2)
+  assert str(info.value).startswith("affinity: expected non-negative") and "smallest value of -4" in str(info.value)
+  for alpha in (0.0, -3.0, -3, float("nan"), float("inf"), np.float32(-1.0)):
+    with pytest.raises(ValueError, match="alpha: expected a finite number > 0"):
+      R.relax(np.zeros((2, 3), np.float32), alpha=alpha)
+  with pytest.raises(ValueError, match="alpha"):
+    R.relax(np.zeros((2, 3), np.float32), alpha=jnp.float32(-1.0))  # a concrete array
+  for kwargs, name in [(dict(init=-3.0, final=1.0), "init"), (dict(init=1.0, final=0.0), "final")]:
+    with pytest.raises(ValueError, match=name):
+      mappings.alpha_schedule(0, steps=10, **kwargs)
+
+
+def test_talr_objectives_check_their_slope_where_they_are_built():
+  # Under jit the slope inside the loss is traced, where relax() cannot check it: the objective checks it
+  # when it is built, for a fixed slope and for a schedule's start.
+  m = mappings.make_mapping("linear", num_bits=8)
+  ap = talr.metric_fn("ap")
+  builders = (lambda **kw: talr.query_vs_rest(m, **{"metric": ap, "num_bits": 8, **kw}),
+              lambda **kw: talr.query_vs_database(m, **{"metric": ap, "num_bits": 8, **kw}))
+  bad = [(dict(alpha=-3.0), "alpha: expected a finite number > 0, got -3.0"), (dict(alpha=0), "alpha"),
+         (dict(alpha=lambda t: -1.0 + 0.5 * t), r"alpha: expected a schedule of slopes > 0, got alpha\(0\) = -1.0"),
+         (dict(alpha=functools.partial(mappings.alpha_schedule, init=-3.0, final=1.0, steps=10)), "init"),
+         (dict(width=0.0), "width"), (dict(num_levels=0), "num_levels"), (dict(metric=None), "metric")]
+  for build in builders:
+    for kwargs, match in bad:
+      with pytest.raises(ValueError, match=match):
+        build(**kwargs)
+  with pytest.raises(ValueError, match="cached"):
+    talr.query_vs_database(m, metric=ap, num_bits=8, cached="yes")
+  # A valid slope gives the loss of relax() with that slope, under jit too.
+  x = np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32)
+  params = mappings.init(jax.random.key(0), m, x)
+  aff = (np.arange(6)[:, None] % 2 == np.arange(6)[None] % 2).astype(np.int32)
+  batch = {"features": x, "affinity": aff}
+  loss_fn = talr.query_vs_rest(m, metric=ap, num_bits=8, alpha=2.0)
+  phi = np.asarray(R.relax(mappings.apply(m, params, x), alpha=2.0))
+  want = talr.ranking_loss(R.off_diagonal(R.relaxed_hamming(phi, phi)), R.off_diagonal(aff), metric=ap, num_bits=8,
+                           num_levels=2)[0]
+  np.testing.assert_allclose(float(jax.jit(loss_fn)(params, batch, 0)[0]), float(want), rtol=1e-5)

@@ -713,3 +713,57 @@ def test_bad_inputs_scores():
     obj.target_offsets(np.array([0.0]), np.array([np.inf]))
   with pytest.raises(ValueError, match="pairs"):
     obj.pair_relevance(np.array([0, 9]), num_classes=3)
+
+
+# --------------------------------------------------------------------------- negative affinity
+
+
+def _assert_negative_rejected(fn, smallest):
+  """``fn()`` raises one line naming ``affinity`` (or ``similarity``), asking for non-negative values and
+  showing ``smallest``, the smallest value passed."""
+  with pytest.raises(ValueError) as info:
+    fn()
+  message = str(info.value)
+  assert message.split(":")[0] in ("affinity", "similarity") and "expected non-negative" in message, message
+  assert f"smallest value of {smallest}" in message and "\n" not in message, message
+
+
+def test_negative_relevance_is_rejected_by_every_score_that_reads_relevance():
+  d = np.array([0, 1, 2, 2, 5], np.int32)
+  neg_int = np.array([1, 0, -3, 1, 0], np.int32)
+  neg_real = np.array([0.5, 0.0, 1.0, -0.25, 1.0], np.float32)
+  pairs = np.array([0, 1, 3, 2, 0], np.int32)  # label_pairs codes for C = 2
+  F = np.eye(2, dtype=np.float32)
+  cases = [  # (call, smallest value passed)
+      (lambda: obj.swap_deltas(_P(obj.knn_count_score, k=2), d, neg_int), -3),
+      (lambda: obj.swap_deltas(_P(obj.retrieval_score, radius=1), d, neg_real), -0.25),
+      (lambda: obj.swap_deltas(_P(obj.average_precision_score, num_bits=5), d, neg_int), -3),
+      (lambda: obj.swap_deltas(_P(obj.ndcg_score, num_bits=5), d, neg_int), -3),
+      (lambda: obj.swap_deltas(_P(obj.hierarchical_score, similarity=F, k=2), d, pairs - 1), -1),
+      (lambda: obj.swap_deltas(_P(obj.knn_majority_score, num_classes=2), d, pairs - 1), -1),
+      (lambda: obj.knn_count_deltas(d, neg_int, k=2), -3),
+      (lambda: obj.knn_count_deltas(d, neg_real, k=2), -0.25),
+      (lambda: obj.retrieval_deltas(d, neg_int, radius=1), -3),
+      (lambda: obj.hierarchical_deltas(d, pairs - 1, similarity=F), -1),
+      (lambda: obj.hierarchical_deltas(d, pairs, similarity=F - 0.5), -0.5),
+      (lambda: obj.knn_majority_deltas(d, pairs - 1, num_classes=2), -1),
+      (lambda: obj.ndcg_deltas(d, neg_int, num_bits=5), -3),
+      (lambda: obj.average_precision_deltas(d, neg_int, num_bits=5), -3),
+      (lambda: obj.histogram_swap_deltas(obj.ndcg_from_histogram, d, neg_int, num_bits=5, num_levels=2), -3),
+      (lambda: obj.knn_count_score(d, neg_real, k=1), -0.25),
+      (lambda: obj.hierarchical_score(d, pairs, similarity=F - 0.5), -0.5),
+  ]
+  for call, smallest in cases:
+    _assert_negative_rejected(call, smallest)
+
+
+def test_signed_regression_offsets_are_accepted():
+  # Nair eq. 11 reads offsets t_i - t_q, negative for every document below the query's target.
+  d = np.array([0, 1, 1, 3], np.int32)
+  offsets = np.array([-1.0, 2.0, -0.5, 4.0], np.float32)
+  for mode in ("pairs", "prediction"):
+    got = np.asarray(obj.regression_deltas(d, offsets, k=2, mode=mode))
+    want = brute_swaps(lambda e, a: ref_regression(e, a, 2, mode), d, list(offsets))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(obj.swap_deltas(_P(obj.regression_score, k=2, mode=mode), d, offsets)),
+                               want, atol=1e-5)

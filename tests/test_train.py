@@ -1,6 +1,9 @@
 """Tests of hashjax.train: the shared optax loop, samplers, checkpoints and resume."""
 
+import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -274,6 +277,139 @@ def test_resume_after_hard_kill_in_a_subprocess(tmp_path):
   _assert_bitwise_equal(params, ref)
   assert _losses(history) == _losses(ref_history)
   assert not [d for d in os.listdir(work) if "tmp" in d]
+
+
+# ----------------------------------------------------------------------------
+# Resuming past damaged checkpoints.
+
+
+def _files(directory):
+  """{relative path: size} of every file under ``directory``."""
+  out = {}
+  for root, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(root, name)
+      out[os.path.relpath(path, directory)] = os.path.getsize(path)
+  return out
+
+
+def _truncate_array_files(step_dir):
+  # The array chunks orbax writes (OCDBT data files under a `d/` folder of the state item).
+  chunks = [p for p in _files(os.path.join(step_dir, "state")) if os.sep + "d" + os.sep in os.sep + p]
+  assert chunks
+  for rel in chunks:
+    path = os.path.join(step_dir, "state", rel)
+    with open(path, "r+b") as f:
+      f.truncate(os.path.getsize(path) // 2)
+
+
+def _write(path, text):
+  with open(path, "w") as f:
+    f.write(text)
+
+
+def _truncate_meta(step_dir):
+  path = os.path.join(step_dir, "meta", "metadata")
+  with open(path, "r+b") as f:
+    f.truncate(20)
+
+
+def _rewrite_meta_step(step_dir):
+  path = os.path.join(step_dir, "meta", "metadata")
+  with open(path) as f:
+    meta = json.load(f)
+  meta["step"] = 3
+  _write(path, json.dumps(meta))
+
+
+def _save_non_finite(step_dir):
+  # Replaces the checkpoint by one whose parameters hold NaN (train itself never saves such a state).
+  shutil.rmtree(step_dir)
+  manager = train_lib._checkpoint_manager(os.path.dirname(step_dir), max_to_keep=3, async_checkpoints=False)
+  params = {"w": np.array([0.0, np.nan, 1.0, 2.0], np.float32), "b": np.zeros((), np.float32)}
+  train_lib._save(manager, 10, params, _optimizer().init(params), train_lib._Run())
+  manager.close()
+
+
+_CORRUPTIONS = {
+    # name: (damage(step_dir), what the warning must say besides the directory)
+    "truncated array file": (_truncate_array_files, "state: "),
+    "truncated metadata": (_truncate_meta, os.path.join("10", "meta", "metadata") + ": JSONDecodeError"),
+    "metadata not a record": (lambda d: _write(os.path.join(d, "meta", "metadata"), "[1, 2]"),
+                              os.path.join("10", "meta", "metadata") + ": not a training record"),
+    "step mismatch": (_rewrite_meta_step, "records step 3, not the directory's step 10"),
+    "missing item": (lambda d: shutil.rmtree(os.path.join(d, "meta")), 'Item "meta" was not found'),
+    "non-finite state": (_save_non_finite, "state: ['params']['w'] holds NaN/inf values"),
+}
+
+
+@pytest.fixture(scope="module")
+def _ten_steps(tmp_path_factory):
+  """A workdir with checkpoints at 5 and 10 (copied by each test), and an uninterrupted 15-step run."""
+  work = str(tmp_path_factory.mktemp("ten") / "run")
+  _run(work, 10)
+  ref, ref_history = _run(None, 15)
+  return work, ref, ref_history
+
+
+def _warnings(caplog):
+  return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "train:" in r.getMessage()]
+
+
+@pytest.mark.parametrize("corruption", sorted(_CORRUPTIONS))
+def test_resume_skips_a_checkpoint_that_does_not_restore(tmp_path, caplog, _ten_steps, corruption):
+  damage, reason = _CORRUPTIONS[corruption]
+  base, ref, ref_history = _ten_steps
+  work = str(tmp_path / "run")
+  shutil.copytree(base, work)
+  bad = os.path.join(work, "10")
+  damage(bad)
+  before = _files(bad)
+  calls = []
+  with caplog.at_level(logging.WARNING, logger="absl"):
+    params, history = _run(work, 15, batch_fn=_crashing(-1, calls))
+  assert calls == list(range(5, 15))  # from the intact checkpoint at 5
+  _assert_bitwise_equal(params, ref)
+  assert _losses(history) == _losses(ref_history)
+  warnings = _warnings(caplog)
+  assert len(warnings) == 1, warnings
+  assert f"checkpoint {bad} does not restore" in warnings[0] and reason in warnings[0]
+  assert f"moved it to {bad}.corrupt" in warnings[0] and "resuming from step 5" in warnings[0]
+  assert "\n" not in warnings[0]
+  # Nothing deleted: the damaged checkpoint is set aside whole, and step 10 was saved again beside it.
+  assert sorted(os.listdir(work)) == ["10", "10.corrupt", "15", "5"]
+  assert _files(bad + ".corrupt") == before
+  if corruption == "truncated array file":
+    # The set-aside directory is not a checkpoint to orbax: a further resume starts from 15.
+    calls = []
+    _run(work, 20, batch_fn=_crashing(-1, calls))
+    assert calls == list(range(15, 20))
+    assert sorted(os.listdir(work)) == ["10", "10.corrupt", "15", "20"]
+
+
+def test_resume_skips_several_damaged_checkpoints_or_names_them_all(tmp_path, caplog, _ten_steps):
+  base, ref, _ = _ten_steps
+  work = str(tmp_path / "run")
+  shutil.copytree(base, work)
+  os.rename(os.path.join(work, "5"), os.path.join(work, "5.kept"))
+  _truncate_meta(os.path.join(work, "10"))
+  shutil.copytree(os.path.join(work, "10"), os.path.join(work, "8"))  # the same damage, as step 8
+  with pytest.raises(ValueError) as info:
+    _run(work, 15)
+  # None restores: one error naming the directory and each checkpoint's reason, and nothing renamed.
+  message = str(info.value)
+  assert message.startswith(f"workdir: none of the 2 checkpoint(s) in {work} restores")
+  for step in ("10", "8"):
+    assert os.path.join(work, step, "meta", "metadata") + ": JSONDecodeError" in message
+  assert sorted(os.listdir(work)) == ["10", "5.kept", "8"]
+  # With an intact older checkpoint, both are set aside (past a name already taken) and the run resumes from it.
+  os.rename(os.path.join(work, "5.kept"), os.path.join(work, "5"))
+  _write(os.path.join(work, "10.corrupt"), "a file in the way")
+  with caplog.at_level(logging.WARNING, logger="absl"):
+    params, _ = _run(work, 15)
+  _assert_bitwise_equal(params, ref)
+  assert len(_warnings(caplog)) == 2
+  assert sorted(os.listdir(work)) == ["10", "10.corrupt", "10.corrupt-2", "15", "5", "8.corrupt"]
 
 
 # ----------------------------------------------------------------------------

@@ -13,66 +13,130 @@ Every trainer reads its task, mapping, optimizer and training run from
 (``{"config", "rows", "summary", "history", "columns"}``) and checkpoints
 under ``<workdir>/checkpoints``; restarting the same run resumes from them.
 :func:`tune` trains a grid of configs on a validation split.
+
+Before any data is loaded, :func:`experiments.methods.checks.check_run` checks the
+config and refuses a run that cannot fit in memory.
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import os
 from typing import Dict, List, Tuple
 
 import ml_collections
 
+from experiments import plots
+from experiments.methods import checks
+from experiments.methods.checks import ConfigError
 from experiments.methods import nair, talr
 from hashjax import io
 
 #: ``config.method`` -> the module whose ``train_and_evaluate`` runs it.
 TRAINERS = {"talr": talr, "ranknet": nair, "lambdarank": nair}
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
-  """Trains, checkpoints and evaluates ``config``'s method; returns the results dict (also in results.json)."""
+  """Trains, checkpoints and evaluates ``config``'s method; returns the results dict (also in results.json).
+
+  :func:`check_run` first: a config that cannot run raises ConfigError before any data is loaded.
+  """
   if config.get("method") not in TRAINERS:
-    raise ValueError(f"config.method: expected one of {list(TRAINERS)}, got {config.get('method')!r}")
+    raise ConfigError(f"config.method: expected one of {list(TRAINERS)}, got {config.get('method')!r}")
+  checks.check_run(config)
+  if config.plots:
+    plots.require_matplotlib()  # before training, not after it
   return TRAINERS[config.method].train_and_evaluate(config, workdir)
 
 
+def _grid_value(key: str, text: str, kind: type):
+  text = text.strip()
+  if text == "None":
+    return None
+  if kind is bool:
+    if text.lower() not in ("true", "false"):
+      raise ConfigError(f"--grid: {key}={text}: expected True or False")
+    return text.lower() == "true"
+  if kind in (tuple, list):
+    raise ConfigError(f"--grid: {key}: a list field is not a grid axis (set it with --config.{key}=a,b)")
+  try:
+    return kind(text) if kind in (int, float, str) else _literal(text)
+  except ValueError:
+    raise ConfigError(f"--grid: {key}={text}: expected a value of type {kind.__name__}") from None
+
+
+def _literal(text: str):
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
+
+
 def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, list]]:
-  """``"lr=1e-3,1e-2;alpha=1"`` -> ``[("lr", [0.001, 0.01]), ("alpha", [1.0])]``, typed like the config."""
+  """``"lr=1e-3,1e-2;alpha=1"`` -> ``[("lr", [0.001, 0.01]), ("alpha", [1.0])]``, typed like the config.
+
+  ``None`` sets None; bools take True / False. Raises ConfigError for an
+  unknown field (naming close matches) or a value of the wrong type.
+  """
+  if not isinstance(grid, str):
+    raise ConfigError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
   axes = []
   for part in filter(None, (p.strip() for p in grid.split(";"))):
-    key, _, values = part.partition("=")
+    key, eq, values = part.partition("=")
     key = key.strip()
     if key not in config:
-      raise ValueError(f"--grid: {key!r} is not a field of the config")
-    kind = config.get_ref(key).get_type()  # declared type, also for None placeholders
-    axes.append((key, [kind(v.strip()) if kind is not bool else v.strip() == "True"
-                       for v in values.split(",")]))
+      close = difflib.get_close_matches(key, list(config.keys()), n=3, cutoff=0.6)
+      raise ConfigError(f"--grid: {key!r} is not a field of the config"
+                        + (f"; did you mean {', '.join(close)}?" if close else ""))
+    if not eq or not values.strip():
+      raise ConfigError(f"--grid: expected '{key}=v1,v2', got {part!r}")
+    kind = config.get_type(key)  # the declared type, also for None placeholders
+    axes.append((key, [_grid_value(key, v, kind) for v in values.split(",")]))
   if not axes:
-    raise ValueError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
+    raise ConfigError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
   return axes
 
 
-def tune(config: ml_collections.ConfigDict, grid: str, workdir: str, split: str = "validation") -> List[Dict]:
-  """Trains every combination of ``grid`` on validation ``split``; rows of validation scores (tuning.json).
+def tune_trials(config: ml_collections.ConfigDict, grid: str,
+                split: str = "validation") -> List[Tuple[str, Dict, ml_collections.ConfigDict]]:
+  """``[(run name, grid values, config)]`` of every combination of ``grid``, each checked before any runs.
 
   Each trial is ``config`` with ``eval_split=split``, no baselines and no
-  target, run in ``<workdir>/<key=value_...>``; its row holds the grid values,
-  the learned codes' scores (the table's columns: tie-aware AP, NDCG, ... for
-  TALR, kNN error and precision for RankNet / LambdaRank) and the training time.
+  target; :func:`check_config` and :func:`check_memory` pass on every one or
+  ConfigError names the first that fails.
   """
   if split not in ("validation", "validation_heldout"):
-    raise ValueError(f"split: expected 'validation' or 'validation_heldout', got {split!r}")
+    raise ConfigError(f"split: expected 'validation' or 'validation_heldout', got {split!r}")
   axes = parse_grid(grid, config)
-  rows = []
+  trials = []
   for values in itertools.product(*(v for _, v in axes)):
     trial = ml_collections.ConfigDict(config.to_dict())
     trial.eval_split = split
     trial.baselines = ()
     trial.target = 0.0
+    trial.plots = False
     setting = dict(zip((k for k, _ in axes), values))
     trial.update(setting)
     name = "_".join(f"{k}={v}" for k, v in setting.items())
+    try:
+      checks.check_run(trial)
+    except ConfigError as e:
+      raise ConfigError(f"{e} (in the grid's trial {name})") from None
+    trials.append((name, setting, trial))
+  return trials
+
+
+def tune(config: ml_collections.ConfigDict, grid: str, workdir: str, split: str = "validation") -> List[Dict]:
+  """Trains every combination of ``grid`` on validation ``split``; rows of validation scores (tuning.json).
+
+  Each trial (:func:`tune_trials`, all checked first) runs in
+  ``<workdir>/<key=value_...>``; its row holds the grid values, the learned
+  codes' scores (the table's columns: tie-aware AP, NDCG, ... for TALR, kNN
+  error and precision for RankNet / LambdaRank) and the training time.
+  """
+  rows = []
+  for name, setting, trial in tune_trials(config, grid, split):
     results = train_and_evaluate(trial, os.path.join(workdir, name))
     row = results["rows"][0]
     rows.append({**setting, **{k: row[k] for k, _ in results["columns"] if k in row},

@@ -193,8 +193,33 @@ def exact_l2_row(config: ml_collections.ConfigDict, task: common.Task) -> Dict:
   return {"method": f"exact-l2-{config.k}nn", "bits": "-", "knn_error": err}
 
 
+def resolved_options(config: ml_collections.ConfigDict, task: common.Task) -> Dict:
+  """Config fields whose value this run derives, recorded in place of their placeholders.
+
+  ``doc_pool`` None: ``"all"`` (documents drawn from the whole training set);
+  ``swap_bins`` None: ``bits + 1`` (every bin swaps); ``top_bins`` None:
+  ``"any"`` (swaps across any boundary); with RankNet, which restricts no swaps,
+  ``swap_bins`` and ``top_bins`` None are ``"unused"``;
+  ``train_neighbors`` (``"neighbors"`` relevance): the count it resolved to.
+  """
+  resolved = {}
+  if config.doc_pool is None:
+    resolved["doc_pool"] = "all"
+  if config.method == "ranknet":
+    resolved.update({k: "unused" for k in ("swap_bins", "top_bins") if config[k] is None})
+  else:
+    if config.swap_bins is None:
+      resolved["swap_bins"] = config.bits + 1
+    if config.top_bins is None:
+      resolved["top_bins"] = "any"
+  if task.train_neighbors is not None:
+    resolved["train_neighbors"] = task.train_neighbors
+  return resolved
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
-  """Trains, checkpoints and evaluates as ``config`` says; returns (and writes) the results dict."""
+  """Trains, checkpoints and evaluates as ``config`` says; writes ``<workdir>/model`` and returns (and writes)
+  the results dict."""
   task = common.make_task(config)
   mapping, params = common.make_mapping(config, task)
   x = task.features
@@ -210,8 +235,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
                                batch_fn=make_batch_fn(config, task), eval_fn=eval_fn,
                                batch_size=config.queries_per_batch)
+  record = common.recorded_config(config, resolved_options(config, task))
+  model = common.save_model(workdir, mapping, params, task, record)
   name = config.method + ("" if config.model == "linear" else f"-{config.model}")
-  rows = common.result_rows(config, task, name=name, learned_words=lambda: words(params), evaluate=score)
+  rows = common.result_rows(config, task, name=name, learned_words=lambda: common.model_words(model, task),
+                            evaluate=score)
   if config.exact_l2:
     rows.append(exact_l2_row(config, task))
-  return common.write_results(workdir, config, rows, history, columns=COLUMNS)
+  return common.write_results(workdir, record, rows, history, columns=COLUMNS)

@@ -21,6 +21,10 @@ from hashjax import data, mappings, metrics
 from hashjax import train as train_lib
 from hashjax.objectives import talr
 
+#: ``config.objective``: relaxed AP or relaxed NDCG.
+OBJECTIVES = ("ap", "ndcg")
+#: ``config.setting``: each minibatch item against the others, or the minibatch against the training set.
+SETTINGS = ("query_vs_rest", "query_vs_database")
 #: What the periodic evaluation logs.
 EVAL_KEYS = ("tie_aware_ap", "tie_aware_ndcg")
 
@@ -50,7 +54,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task
   elif config.objective == "ndcg":
     metric = talr.metric_fn("ndcg", discount=config.discount)
   else:
-    raise ValueError(f"config.objective: expected 'ap' or 'ndcg', got {config.objective!r}")
+    raise ValueError(f"config.objective: expected one of {list(OBJECTIVES)}, got {config.objective!r}")
   alpha = config.alpha
   if config.alpha_final and config.alpha_final != alpha:
     alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final, steps=config.num_steps)
@@ -60,7 +64,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task
     return talr.query_vs_rest(mapping, **kwargs)
   if config.setting == "query_vs_database":
     return talr.query_vs_database(mapping, cached=config.database_cached, **kwargs)
-  raise ValueError(f"config.setting: expected 'query_vs_rest' or 'query_vs_database', got {config.setting!r}")
+  raise ValueError(f"config.setting: expected one of {list(SETTINGS)}, got {config.setting!r}")
 
 
 def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable[[int], Dict]:
@@ -116,7 +120,8 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
-  """Trains, checkpoints and evaluates as ``config`` says; returns (and writes) the results dict."""
+  """Trains, checkpoints and evaluates as ``config`` says; writes ``<workdir>/model`` and returns (and writes)
+  the results dict."""
   task = common.make_task(config)
   mapping, params = common.make_mapping(config, task)
   x = task.features
@@ -131,6 +136,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
   params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
                                batch_fn=make_batch_fn(config, task), eval_fn=eval_fn)
+  record = common.recorded_config(config)  # every TALR option is a literal value of its config
+  model = common.save_model(workdir, mapping, params, task, record)
   rows = common.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",
-                            learned_words=lambda: words(params), evaluate=score)
-  return common.write_results(workdir, config, rows, history)
+                            learned_words=lambda: common.model_words(model, task), evaluate=score)
+  return common.write_results(workdir, record, rows, history)

@@ -6,15 +6,19 @@ eigenvectors of the training covariance in decreasing eigenvalue order, each
 with the sign that makes its largest-magnitude entry positive (the convention
 of ``sklearn.utils.extmath.svd_flip``), so codes do not depend on the sign an
 eigensolver happens to return.
+
+Every ``fit`` runs on the host in float64 (NumPy), so that its params, and the
+codes built on them, do not depend on the thread count or the CPU; every
+``encode`` is jax and can be jitted.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hashjax import _checks
 
@@ -58,35 +62,37 @@ def check_params(params: Any, cls: type, module: str, *, name: str = "params") -
         f"{name}: expected {cls.__name__} from hashjax.baselines.{module}.fit, got {type(params).__name__}")
 
 
-def as_float(x: Any, dtype: Optional[Any] = None) -> Array:
-  """Float view of ``x``: at least float32, float64 kept (when x64 is on)."""
-  x = jnp.asarray(x)
-  if dtype is None:
-    dtype = jnp.promote_types(x.dtype, jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
-  return x.astype(dtype)
+def host_features(features: Any, *, name: str = "features") -> tuple:
+  """``(features as float64 numpy, the params dtype)`` for a fit, which runs on the host.
 
-
-@functools.partial(jax.jit, static_argnames="num_dirs")
-def pca(features: Array, num_dirs: int) -> tuple:
-  """``(mean[dim], projection[dim, num_dirs])``: the training mean and the top principal directions.
-
-  Compiled as one program: its rounding, and so the codes of every baseline
-  built on it, is then the same however the caller runs ``fit`` (eager
-  dispatch computes the centring with a different summation and flips a few
-  codes).
+  A fit computes in float64 with NumPy so that its result, and the codes built
+  on it, are the same however many threads or whichever CPU compute it: in
+  float32 the alternation of ITQ amplifies rounding differences of the
+  multithreaded matrix products into different codes. The params come back in
+  the features' float dtype (at least float32; float64 only when jax's x64 is on).
   """
-  mean = jnp.mean(features, axis=0)
-  return mean, principal_directions(features - mean, num_dirs)
+  if not _checks.is_concrete(features):
+    raise ValueError(f"{name}: a baseline's fit runs on the host in float64 and needs a concrete array, got a "
+                     f"traced one; call fit outside jax.jit (encode can be jitted)")
+  dtype = np.dtype(features.dtype)
+  dtype = jax.dtypes.canonicalize_dtype(np.promote_types(dtype, np.float32) if dtype.kind == "f" else np.float32)
+  return np.asarray(features, np.float64), dtype
 
 
-def principal_directions(centred: Array, num_dirs: int) -> Array:
-  """Top ``num_dirs`` covariance eigenvectors of ``centred[N, dim]`` as ``[dim, num_dirs]``."""
-  cov = jnp.matmul(centred.T, centred, precision=jax.lax.Precision.HIGHEST) / centred.shape[0]
-  _, vecs = jnp.linalg.eigh(cov)  # ascending eigenvalues
+def pca(features: np.ndarray, num_dirs: int) -> tuple:
+  r"""``(mean[dim], projection[dim, num_dirs])`` in float64: the training mean and top principal directions.
+
+  .. math:: \tfrac{1}{N} (X - \mu)^\top (X - \mu) = U \Lambda U^\top, \quad W = U_{:, 1:p}
+
+  The directions are covariance eigenvectors in decreasing eigenvalue order,
+  each signed so that its largest-magnitude entry is positive.
+  """
+  mean = features.mean(axis=0)
+  centred = features - mean
+  _, vecs = np.linalg.eigh(centred.T @ centred / centred.shape[0])  # ascending eigenvalues
   vecs = vecs[:, ::-1][:, :num_dirs]
-  peak = jnp.argmax(jnp.abs(vecs), axis=0)
-  signs = jnp.sign(vecs[peak, jnp.arange(num_dirs)])
-  return vecs * signs
+  peak = np.argmax(np.abs(vecs), axis=0)
+  return mean, vecs * np.sign(vecs[peak, np.arange(num_dirs)])
 
 
 def project(features: Array, mean: Array, projection: Array) -> Array:

@@ -9,7 +9,7 @@ to minimise the quantisation loss :math:`\|B - V R\|_F^2` over codes
 * ``R = U_A U_B^T`` from the SVD ``B^T V = U_B S U_A^T`` (orthogonal
   Procrustes: optimal rotation for fixed ``B``),
 
-starting from a random orthogonal ``R`` (the left singular vectors of a
+starting from a random orthogonal ``R`` (the orthogonal factor of a
 Gaussian matrix drawn from the key). Each half-step cannot increase the loss,
 so it decreases monotonically over iterations. ``num_bits`` cannot exceed
 the feature dimension.
@@ -17,11 +17,11 @@ the feature dimension.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hashjax import codes
 from hashjax import _checks
@@ -47,30 +47,6 @@ def _hi(a: Array, b: Array) -> Array:
 def _rotated(params: ITQParams, features: Array) -> Array:
   """``features[..., dim]`` projected and rotated: ``((x - mean) W) R``."""
   return _hi(_common.project(features, params.mean, params.projection), params.rotation)
-
-
-def _procrustes_step(projected: Array, rotation: Array) -> Array:
-  codes_pm = jnp.where(_hi(projected, rotation) > 0, 1.0, -1.0).astype(projected.dtype)
-  u_b, _, u_a_t = jnp.linalg.svd(_hi(codes_pm.T, projected), full_matrices=False)
-  return _hi(u_a_t.T, u_b.T)
-
-
-@functools.partial(jax.jit, static_argnames="num_bits")
-def _fit_kernel(features: Array, key: Array, num_iters: Array, num_bits: int) -> ITQParams:
-  """PCA, then ``num_iters`` alternations from a random rotation, compiled as one program.
-
-  The alternation is a loop, so it is jitted; the PCA is compiled with it because
-  the alternation amplifies any rounding difference in the projection, and one
-  program keeps the codes the same however :func:`fit` is called.
-  """
-  mean = jnp.mean(features, axis=0)
-  centred = features - mean
-  projection = _common.principal_directions(centred, num_bits)
-  projected = _hi(centred, projection)
-  gaussian = jax.random.normal(key, (num_bits, num_bits), dtype=features.dtype)
-  rotation, _, _ = jnp.linalg.svd(gaussian)
-  rotation = jax.lax.fori_loop(0, num_iters, lambda _, r: _procrustes_step(projected, r), rotation)
-  return ITQParams(mean=mean, projection=projection, rotation=rotation)
 
 
 def fit(features: Array, *, num_bits: int, key: Any,
@@ -102,7 +78,17 @@ def fit(features: Array, *, num_bits: int, key: Any,
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   _checks.check_key(key)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
-  return _fit_kernel(_common.as_float(features), key, jnp.asarray(num_iters, jnp.int32), num_bits)
+  x, dtype = _common.host_features(features)
+  mean, projection = _common.pca(x, num_bits)
+  projected = (x - mean) @ projection
+  # A Haar-random start: the Q of a Gaussian matrix's QR, its signs fixed by R's diagonal.
+  q, r = np.linalg.qr(np.asarray(jax.random.normal(key, (num_bits, num_bits), dtype=dtype), np.float64))
+  rotation = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+  for _ in range(num_iters):
+    codes_pm = np.where(projected @ rotation > 0, 1.0, -1.0)
+    u_b, _, u_a_t = np.linalg.svd(codes_pm.T @ projected)
+    rotation = u_a_t.T @ u_b.T
+  return ITQParams(*(jnp.asarray(a, dtype) for a in (mean, projection, rotation)))
 
 
 def encode(params: ITQParams, features: Array) -> Array:

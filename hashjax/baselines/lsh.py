@@ -53,9 +53,9 @@ def fit(features: Array, *, num_bits: int, key: Any) -> LSHParams:
   _common.check_fit_features(features)
   num_bits = _checks.check_num_bits(num_bits)
   _checks.check_key(key)
-  features = _common.as_float(features)
-  projection = jax.random.normal(key, (features.shape[1], num_bits), dtype=features.dtype)
-  return LSHParams(mean=jnp.mean(features, axis=0), projection=projection)
+  x, dtype = _common.host_features(features)
+  projection = jax.random.normal(key, (x.shape[1], num_bits), dtype=dtype)
+  return LSHParams(mean=jnp.asarray(x.mean(axis=0), dtype), projection=projection)
 
 
 def encode(params: LSHParams, features: Array) -> Array:

@@ -52,8 +52,9 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> PCAPara
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   if key is not None:
     _checks.check_key(key)
-  mean, projection = _common.pca(_common.as_float(features), num_bits)
-  return PCAParams(mean=mean, projection=projection)
+  x, dtype = _common.host_features(features)
+  mean, projection = _common.pca(x, num_bits)
+  return PCAParams(mean=jnp.asarray(mean, dtype), projection=jnp.asarray(projection, dtype))
 
 
 def encode(params: PCAParams, features: Array) -> Array:

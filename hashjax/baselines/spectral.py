@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hashjax import _checks
 from hashjax import codes
@@ -78,20 +79,22 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> Spectra
   num_bits = _checks.check_num_bits(num_bits)
   if key is not None:
     _checks.check_key(key)
-  features = _common.as_float(features)
-  num_dirs = min(num_bits, features.shape[1])
-  mean, projection = _common.pca(features, num_dirs)
-  projected = _common.project(features, mean, projection)
-  minimum = jnp.min(projected, axis=0)
-  maximum = jnp.max(projected, axis=0)
+  x, dtype = _common.host_features(features)
+  num_dirs = min(num_bits, x.shape[1])
+  mean, projection = _common.pca(x, num_dirs)
+  projected = (x - mean) @ projection
+  minimum = projected.min(axis=0)
+  maximum = projected.max(axis=0)
   spread = maximum - minimum
   # Eigenvalues grow with k / (b - a); k <= num_bits per direction suffices,
   # since mode num_bits + 1 of a direction ranks after its first num_bits.
-  k = jnp.arange(1, num_bits + 1, dtype=features.dtype)
-  freq = jnp.where(spread[:, None] > 0, k[None, :] / jnp.where(spread > 0, spread, 1)[:, None], jnp.inf)
-  order = jnp.argsort(freq.ravel(), stable=True)[:num_bits]  # row-major: direction, then k
-  direction = (order // num_bits).astype(jnp.int32)
-  mode = (order % num_bits + 1).astype(jnp.int32)
+  k = np.arange(1, num_bits + 1, dtype=np.float64)
+  with np.errstate(divide="ignore"):
+    freq = np.where(spread[:, None] > 0, k[None, :] / np.where(spread > 0, spread, 1)[:, None], np.inf)
+  order = np.argsort(freq.ravel(), kind="stable")[:num_bits]  # row-major: direction, then k
+  direction = jnp.asarray(order // num_bits, jnp.int32)
+  mode = jnp.asarray(order % num_bits + 1, jnp.int32)
+  mean, projection, minimum, maximum = (jnp.asarray(a, dtype) for a in (mean, projection, minimum, maximum))
   return SpectralParams(mean, projection, minimum, maximum, direction, mode)
 
 

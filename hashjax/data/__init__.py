@@ -3,7 +3,8 @@
 * loaders: ``read_idx``, ``load_idx_images`` (any IDX image/label pair),
   ``load_npz``, ``load_mnist_t10k`` (embedded, offline), ``load_digits``
   (scikit-learn), ``load_tfds`` (tensorflow-datasets ``data_source``, no
-  TensorFlow needed);
+  TensorFlow needed; tensorflow-datasets is the optional extra
+  ``pip install 'hashjax[tfds]'``, imported only when ``load_tfds`` runs);
 * ranking files: ``load_svmlight_ranking``, ``group_by_query``;
 * protocols: ``retrieval_split``, ``random_split``, ``validation_split``;
 * affinities: ``label_affinity``, ``multilabel_affinity``,

@@ -1,5 +1,5 @@
-"""Image datasets as numpy arrays: IDX files, the embedded MNIST test set,
-scikit-learn's digits and tensorflow-datasets.
+"""Image datasets as numpy arrays: IDX files, ``.npz`` archives, the embedded
+MNIST test set, scikit-learn's digits and tensorflow-datasets (an optional extra).
 
 Every loader returns ``(features, labels)`` with ``features`` as
 ``float32[n, d]`` (images flattened row-major, scaled to ``[0, 1]`` unless
@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import os
 import pathlib
+import zipfile
 import zlib
 from typing import Optional, Tuple, Union
 
@@ -102,25 +103,31 @@ def read_idx(path: PathLike) -> np.ndarray:
   return data.astype(dtype.newbyteorder("="))
 
 
-def _check_labels(name: str, labels: np.ndarray, num_items: int) -> np.ndarray:
+def _check_labels(name: str, labels: np.ndarray, num_items: int, source: str = "") -> np.ndarray:
+  """int32 ``labels[num_items]``; errors start with ``name`` and end with `` (in <source>)`` when given."""
+  where = f" (in {source})" if source else ""
   if labels.ndim != 1 or labels.shape[0] != num_items:
-    raise ValueError(f"{name}: expected one label per image, shape ({num_items},), got {labels.shape}")
+    raise ValueError(f"{name}: expected one label per image, shape ({num_items},), got {labels.shape}{where}")
   if not np.issubdtype(labels.dtype, np.integer):
-    raise ValueError(f"{name}: expected integer class labels, got {labels.dtype.name}")
+    raise ValueError(f"{name}: expected integer class labels, got {labels.dtype.name}{where}")
   if num_items and (labels.min() < 0 or labels.max() > np.iinfo(np.int32).max):
-    raise ValueError(f"{name}: expected labels in [0, 2^31), got [{labels.min()}, {labels.max()}]")
+    raise ValueError(f"{name}: expected labels in [0, 2^31), got [{labels.min()}, {labels.max()}]{where}")
   return labels.astype(np.int32)
 
 
-def _as_features(name: str, images: np.ndarray, scale: bool) -> np.ndarray:
+def _as_features(name: str, images: np.ndarray, scale: bool, source: str = "") -> np.ndarray:
+  """float32 ``[n, d]`` from ``images[n, ...]``; errors as in :func:`_check_labels`."""
+  where = f" (in {source})" if source else ""
+  if images.dtype.kind not in "buif":
+    raise ValueError(f"{name}: expected numeric images/features, got dtype {images.dtype.name}{where}")
   if images.ndim < 2 or images.shape[0] == 0:
-    raise ValueError(f"{name}: expected a non-empty array of images [n, ...], got shape {images.shape}")
+    raise ValueError(f"{name}: expected a non-empty array of images [n, ...], got shape {images.shape}{where}")
   if scale and images.dtype != np.uint8:
     raise ValueError(f"{name}: scale=True divides uint8 pixels by 255, got {images.dtype.name} images "
-                     "(pass scale=False to keep their values)")
+                     f"(pass scale=False to keep their values){where}")
   features = images.reshape(images.shape[0], -1).astype(np.float32)
   if not np.all(np.isfinite(features)):
-    raise ValueError(f"{name}: expected finite pixel values, got NaN or inf")
+    raise ValueError(f"{name}: expected finite pixel values (within float32's range), got NaN or inf{where}")
   return features / np.float32(255) if scale else features
 
 
@@ -144,8 +151,44 @@ def load_idx_images(images_path: PathLike, labels_path: PathLike, *, scale: bool
   """
   _checks.check_bool("scale", scale)
   images = read_idx(images_path)
-  features = _as_features("images_path", images, scale)
-  return features, _check_labels("labels_path", read_idx(labels_path), images.shape[0])
+  features = _as_features("images_path", images, scale, repr(str(images_path)))
+  return features, _check_labels("labels_path", read_idx(labels_path), images.shape[0], repr(str(labels_path)))
+
+
+#: The first bytes of a zip archive (``np.savez``), of an empty one, and of a single ``.npy`` array (``np.save``).
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _read_npz_arrays(path: pathlib.Path, keys: Tuple[str, ...]) -> Tuple[np.ndarray, ...]:
+  """The arrays ``keys`` of the ``.npz`` archive at ``path``; the file is closed whatever happens."""
+  shown = repr(str(path))
+  with open(path, "rb") as f:  # opened here, not by np.load, which leaks it when the archive is unreadable
+    head = f.read(len(_NPY_MAGIC))
+    if head.startswith(_NPY_MAGIC):
+      raise ValueError(f"path: {shown} holds a single .npy array (np.save); expected an .npz archive "
+                       f"(np.savez(path, {keys[0]}=..., {keys[1]}=...))")
+    if not head.startswith(_ZIP_MAGIC):
+      raise ValueError(f"path: {shown} is not an .npz (zip) archive: it begins with {head[:4]!r}, "
+                       f"not {_ZIP_MAGIC[0]!r}")
+    f.seek(0)
+    try:
+      with np.load(f, allow_pickle=False) as arrays:
+        if any(k not in arrays.files for k in keys):
+          raise ValueError(f"path: {shown} holds arrays {sorted(arrays.files)}, expected {keys[0]!r} and "
+                           f"{keys[1]!r} (features_key / labels_key)")
+        out = []
+        for key in keys:
+          try:
+            out.append(arrays[key])
+          except ValueError as e:
+            if "allow_pickle" in str(e):
+              raise ValueError(f"path: {shown} array {key!r} holds Python objects (dtype object), which "
+                               "load_npz does not unpickle; save numeric arrays") from None
+            raise ValueError(f"path: {shown} array {key!r} is not a valid .npy member ({e})") from e
+        return tuple(out)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+      raise ValueError(f"path: {shown} is a corrupt or truncated .npz archive ({type(e).__name__}: {e})") from e
 
 
 def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str = "labels",
@@ -155,7 +198,8 @@ def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str 
   .. math:: x_i = \mathrm{vec}(\text{features}_i), \quad y_i = \text{labels}_i
 
   For data in other formats (e.g. USPS as HDF5): load it yourself once and
-  ``np.savez(path, features=..., labels=...)``.
+  ``np.savez(path, features=..., labels=...)``. Nothing is unpickled
+  (``allow_pickle=False``), and the file is closed on every path.
 
   Args:
     path: the ``.npz`` file.
@@ -165,6 +209,14 @@ def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str 
   Returns:
     ``(features float32[n, d], labels int32[n])``.
 
+  Raises:
+    ValueError: naming ``path`` and what is wrong when the file is not an
+      ``.npz`` archive (a single ``.npy``, random bytes, a pickle), is
+      truncated or corrupt, lacks one of the two arrays, holds object arrays,
+      or when the arrays have the wrong dtypes or shapes (numeric
+      ``features[n, ...]`` with ``n >= 1``, integer ``labels[n]`` in
+      ``[0, 2^31)``). ``FileNotFoundError`` if there is no file.
+
   >>> import tempfile, os
   >>> path = os.path.join(tempfile.mkdtemp(), "toy.npz")
   >>> np.savez(path, features=np.eye(3), labels=np.array([0, 1, 1]))
@@ -173,14 +225,18 @@ def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str 
   ((3, 3), 'float32', [0, 1, 1])
   """
   _checks.check_bool("scale", scale)
-  with np.load(path, allow_pickle=False) as arrays:
-    missing = [k for k in (features_key, labels_key) if k not in arrays.files]
-    if missing:
-      raise ValueError(f"path: {str(path)!r} holds arrays {sorted(arrays.files)}, expected "
-                       f"{features_key!r} and {labels_key!r} (features_key / labels_key)")
-    images, labels = arrays[features_key], arrays[labels_key]
-  features = _as_features("path", images, scale)
-  return features, _check_labels("path", labels, images.shape[0])
+  for name, key in (("features_key", features_key), ("labels_key", labels_key)):
+    if not isinstance(key, str) or not key:
+      raise ValueError(f"{name}: expected the name of an array in the archive, got {key!r}")
+  if not isinstance(path, (str, os.PathLike)):
+    raise ValueError(f"path: expected a file path, got {type(path).__name__}")
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"path: no file at {str(path)!r}")
+  images, labels = _read_npz_arrays(path, (features_key, labels_key))
+  source = f"{str(path)!r}"
+  features = _as_features("path", images, scale, f"{source} array {features_key!r}")
+  return features, _check_labels("path", labels, images.shape[0], f"{source} array {labels_key!r}")
 
 
 def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
@@ -211,13 +267,14 @@ def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
   images = read_idx(folder / MNIST_T10K_IMAGES)
   labels = read_idx(folder / MNIST_T10K_LABELS)
   if images.dtype != np.uint8 or images.shape != (10000, 28, 28):
-    raise ValueError(f"data_dir: {MNIST_T10K_IMAGES} should hold uint8 images of shape (10000, 28, 28), "
-                     f"got {images.dtype.name} {images.shape}")
+    raise ValueError(f"data_dir: {str(folder / MNIST_T10K_IMAGES)!r} should hold uint8 images of shape "
+                     f"(10000, 28, 28), got {images.dtype.name} {images.shape}")
   if labels.dtype != np.uint8 or labels.shape != (10000,):
-    raise ValueError(f"data_dir: {MNIST_T10K_LABELS} should hold 10000 uint8 labels, "
+    raise ValueError(f"data_dir: {str(folder / MNIST_T10K_LABELS)!r} should hold 10000 uint8 labels, "
                      f"got {labels.dtype.name} {labels.shape}")
   if labels.max() > 9:
-    raise ValueError(f"data_dir: {MNIST_T10K_LABELS} holds labels up to {labels.max()}, expected 0..9")
+    raise ValueError(f"data_dir: {str(folder / MNIST_T10K_LABELS)!r} holds labels up to {labels.max()}, "
+                     "expected 0..9")
   return _as_features("data_dir", images, scale), labels.astype(np.int32)
 
 
@@ -245,13 +302,28 @@ def load_digits(*, scale: bool = True) -> Tuple[np.ndarray, np.ndarray]:
   return features, np.asarray(bunch.target, np.int32)
 
 
+#: What :func:`load_tfds` says when tensorflow-datasets cannot be imported.
+_TFDS_MISSING = "hashjax.data.load_tfds needs tensorflow-datasets: pip install 'hashjax[tfds]'"
+
+
+def _import_tfds():
+  """The ``tensorflow_datasets`` module, imported on first use (it is an optional extra, and slow to import)."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f"{_TFDS_MISSING} ({type(e).__name__}: {e})", name="tensorflow_datasets") from e
+  return tfds
+
+
 def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, download: bool = False,
               image_key: str = "image", label_key: str = "label", scale: bool = True
               ) -> Tuple[np.ndarray, np.ndarray]:
   r"""Any tensorflow-datasets dataset with image and class-label features.
 
-  Reads through ``tfds.data_source`` (random access over ArrayRecord files),
-  which works without TensorFlow; examples are read one at a time and stacked.
+  Needs the optional extra ``pip install 'hashjax[tfds]'`` (tensorflow-datasets,
+  imported here, never at ``import hashjax``). Reads through
+  ``tfds.data_source`` (random access over ArrayRecord files), which works
+  without TensorFlow; examples are read one at a time and stacked.
   ``tfds.load`` would need TensorFlow and is not used. Use tfds's split
   slicing to read part of a split (``split="train[:5000]"``).
 
@@ -273,11 +345,13 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
     ``(features float32[n, prod(image shape)], labels int32[n])``.
 
   Raises:
+    ImportError: when tensorflow-datasets, an optional extra, is not
+      installed (``pip install 'hashjax[tfds]'``).
     ValueError: naming the argument for an unknown dataset or feature key.
     FileNotFoundError: when the data are not in ``data_dir`` and
       ``download`` is False.
 
-  >>> import tensorflow_datasets as tfds
+  >>> import pytest; tfds = pytest.importorskip("tensorflow_datasets")  # the optional extra
   >>> with tfds.testing.mock_data(num_examples=3):  # random stand-in data, offline
   ...   features, labels = load_tfds("cifar10", split="test")
   >>> features.shape, features.dtype.name, labels.dtype.name
@@ -288,7 +362,7 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
   if not isinstance(split, str) or not split:
     raise ValueError(f"split: expected a tfds split such as 'test' or 'train[:5000]', got {split!r}")
   _checks.check_bool("scale", scale)
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  (slow import)
+  tfds = _import_tfds()
 
   try:
     source = tfds.data_source(name, split=split, data_dir=data_dir, download=download,

@@ -333,7 +333,8 @@ def ranknet_loss(query_codes: Array, doc_codes: Array, preference: Array, *,
   Args:
     query_codes: ``[Q, num_bits]`` sigmoid outputs (or logits).
     doc_codes: ``[N, num_bits]`` shared or ``[Q, N, num_bits]`` per-query documents.
-    preference: real ``[Q, N]`` (see :func:`preference_pairs`).
+    preference: real ``[Q, N]`` (see :func:`preference_pairs`). Only its order
+      within a query matters, so negative values are valid (e.g. ``-|t_i - t_q|``).
     pair_mask: optional ``bool[Q, N, N]`` restricting the pairs.
     from_logits: codes are logits; the sigmoid is applied first.
 
@@ -413,6 +414,27 @@ def _check_lambdarank(distances: Any, affinity: Any, deltas_fn: Any, preference:
                        f"{tuple(affinity.shape)}")
     _checks.check_real("affinity", affinity, shape_doc="[Q, N] (used as the preference)")
   _check_pair_mask(pair_mask, tuple(distances.shape) + (distances.shape[-1],))
+  _probe_negative_affinity(affinity, deltas_fn)
+
+
+def _probe_negative_affinity(affinity: Any, deltas_fn: Callable) -> None:
+  """Lets ``deltas_fn`` check a concrete ``affinity`` that holds a negative entry.
+
+  ``deltas_fn`` runs vmapped, on traced rows that its own checks cannot see. Whether a negative entry is
+  wrong depends on what it reads (relevance levels must be non-negative, regression target offsets are
+  signed), so the row holding the smallest value is passed to it once, concretely, with placeholder
+  distances (its checks read ``affinity``): a ``ValueError`` it raises is raised here, naming that row.
+  """
+  if not _checks.is_concrete(affinity) or np.dtype(affinity.dtype).kind not in "if" or not affinity.size:
+    return
+  values = np.asarray(affinity)
+  if values.min() >= 0:
+    return
+  row = int(np.unravel_index(np.argmin(values), values.shape)[0])
+  try:
+    deltas_fn(_checks.as_jax(np.zeros(values.shape[1], np.int32)), _checks.as_jax(values[row]))
+  except ValueError as e:
+    raise ValueError(f"{e}, in query {row} of affinity[Q, N, ...] (as deltas_fn reads it)") from e
 
 
 def _weights(distances, affinity, deltas_fn, preference, pair_mask):
@@ -441,7 +463,12 @@ def lambdarank_weights(distances: Array, affinity: Array, *, deltas_fn: Callable
 
   Args:
     distances: int ``[Q, N]`` hard Hamming distances.
-    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads for each document.
+    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads for each document. When
+      concrete and holding a negative entry, the query holding the smallest
+      value goes through ``deltas_fn`` once first, so that its checks apply:
+      the closed forms that read relevance reject negative levels, while
+      :func:`~hashjax.objectives.regression_deltas` takes signed target
+      offsets (a traced ``affinity`` cannot be checked).
     deltas_fn: ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``, the
       swap matrix of one query: a closed form of
       :mod:`hashjax.objectives.swap` with its options bound (e.g.
@@ -485,7 +512,8 @@ def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, *,
   Args:
     query_codes: ``[Q, num_bits]`` sigmoid outputs (or logits).
     doc_codes: ``[N, num_bits]`` shared or ``[Q, N, num_bits]`` per-query documents.
-    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads.
+    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads (negative entries checked
+      as in :func:`lambdarank_weights`).
     deltas_fn: ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``, vmapped
       over queries (see :func:`lambdarank_weights`).
     distances: optional int ``[Q, N]`` hard distances; default: the Hamming

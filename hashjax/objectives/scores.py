@@ -95,16 +95,25 @@ def check_distances(distances: Any, *, num_bits: Optional[int] = None, min_ndim:
 
 
 def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document values",
-                   integer: bool = False, low: Optional[int] = None, high: Optional[int] = None) -> None:
-  """``affinity`` must be a numeric array shaped like ``distances``."""
+                   integer: bool = False, low: Optional[int] = None, high: Optional[int] = None,
+                   nonnegative: bool = False) -> None:
+  """``affinity`` must be a numeric array shaped like ``distances``.
+
+  ``nonnegative`` (implied by ``low >= 0``): no negative entry, as a score reading ``affinity`` as graded
+  relevance needs; checked when concrete (a traced ``affinity`` cannot be).
+  """
   if not hasattr(affinity, "dtype") or not hasattr(affinity, "shape"):
     raise ValueError(f"affinity: expected an array of {what} shaped like distances "
                      f"{tuple(distances.shape)}, got {type(affinity).__name__}")
   if integer:
-    _checks.check_int_range("affinity", affinity, _BIG * -1 if low is None else low,
-                            _BIG if high is None else high, what=what)
+    _checks.check_integer_dtype("affinity", affinity, what=what)
   else:
     _checks.check_real("affinity", affinity, shape_doc=f"of {what}")
+  if nonnegative or (low is not None and low >= 0):
+    _checks.check_nonnegative("affinity", affinity, what=what)
+  if integer and (low is not None or high is not None):
+    _checks.check_int_range("affinity", affinity, -_BIG if low is None else low, _BIG if high is None else high,
+                            what=what)
   _checks.check_shape("affinity", affinity, distances.shape, like="distances")
 
 
@@ -115,6 +124,8 @@ def check_similarity(similarity: Any) -> int:
     raise ValueError("similarity: expected a square class-similarity matrix F[num_classes, num_classes], got "
                      + _checks.desc(similarity))
   _checks.check_real("similarity", similarity, shape_doc="F[num_classes, num_classes]")
+  # F(l_q, l_i) is the graded relevance of a document of class l_i to a query of class l_q.
+  _checks.check_nonnegative("similarity", similarity, what="class similarities")
   return int(similarity.shape[0])
 
 
@@ -308,7 +319,8 @@ def knn_count_score(distances: Array, affinity: Array, *, k: int = 3) -> Array:
 
   Args:
     distances: int ``[..., N]`` Hamming distances.
-    affinity: ``[..., N]`` relevance (int levels or real weights).
+    affinity: ``[..., N]`` non-negative relevance (int levels or real weights; a
+      negative entry is an error when concrete, unchecked when traced).
     k: the relative threshold (``>= 1``).
 
   Returns:
@@ -319,7 +331,7 @@ def knn_count_score(distances: Array, affinity: Array, *, k: int = 3) -> Array:
   3.0
   """
   check_distances(distances)
-  check_affinity(affinity, distances, what="relevance levels")
+  check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
   k = _checks.check_positive_int("k", k)
   return _masked_sum(_nearest_bins(jnp.asarray(distances), k), jnp.asarray(affinity))
 
@@ -409,7 +421,8 @@ def hierarchical_score(distances: Array, affinity: Array, *, similarity: Array, 
   Args:
     distances: int ``[..., N]`` Hamming distances.
     affinity: int ``[..., N]`` label pairs ``l_q * C + l_i`` (:func:`label_pairs`).
-    similarity: real ``[C, C]`` table of ``F``.
+    similarity: real non-negative ``[C, C]`` table of ``F`` (the graded relevance
+      of class ``l_i`` to a query of class ``l_q``).
     k: the relative threshold (``>= 1``).
 
   Returns:
@@ -442,7 +455,8 @@ def retrieval_score(distances: Array, affinity: Array, *, radius: int) -> Array:
 
   Args:
     distances: int ``[..., N]`` Hamming distances.
-    affinity: ``[..., N]`` relevance (int levels or real weights).
+    affinity: ``[..., N]`` non-negative relevance (int levels or real weights; a
+      negative entry is an error when concrete, unchecked when traced).
     radius: the absolute threshold ``r >= 0``.
 
   Returns:
@@ -453,7 +467,7 @@ def retrieval_score(distances: Array, affinity: Array, *, radius: int) -> Array:
   2.0
   """
   check_distances(distances)
-  check_affinity(affinity, distances, what="relevance levels")
+  check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
   radius = _checks.check_int("radius", radius, low=0)
   return _masked_sum(jnp.asarray(distances) <= radius, jnp.asarray(affinity))
 
@@ -470,7 +484,8 @@ def regression_score(distances: Array, affinity: Array, *, k: int = 3, mode: str
 
   Args:
     distances: int ``[..., N]`` Hamming distances.
-    affinity: real ``[..., N]`` target offsets ``t_i - t_q`` (:func:`target_offsets`).
+    affinity: real ``[..., N]`` target offsets ``t_i - t_q`` (:func:`target_offsets`);
+      signed, so negative values are valid.
     k: the relative threshold (``>= 1``).
     mode: ``"pairs"`` or ``"prediction"``.
 
@@ -646,7 +661,8 @@ def hierarchical_from_histogram(hist: Array, *, query_label: Any, similarity: Ar
   Args:
     hist: ``[..., num_bits + 1, C]`` counts per distance and document class.
     query_label: int (or int ``[...]``) class of the query.
-    similarity: real ``[C, C]`` table of ``F``.
+    similarity: real non-negative ``[C, C]`` table of ``F`` (the graded relevance
+      of class ``l_i`` to a query of class ``l_q``).
     k: the relative threshold (``>= 1``).
 
   Returns:

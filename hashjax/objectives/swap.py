@@ -135,7 +135,11 @@ def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, aff
       by ``functools.partial``.
     distances: int ``[N]`` Hamming distances of the query's documents.
     affinity: ``[N, ...]`` per-document array the score reads (relevance
-      levels, label pairs, target offsets...); passed through unchanged.
+      levels, label pairs, target offsets...); passed through unchanged, so
+      the score checks it: the shipped scores that read relevance reject a
+      negative entry (on the first, concrete evaluation; a traced
+      ``affinity`` cannot be checked), while :func:`regression_deltas`'s
+      target offsets are signed.
     method: ``"auto"`` or ``"generic"`` (the same path).
 
   Returns:
@@ -197,7 +201,8 @@ def knn_count_deltas(distances: Array, affinity: Array, *, k: int = 3) -> Array:
 
   Args:
     distances: int ``[N]`` Hamming distances.
-    affinity: ``[N]`` relevance (int levels or real weights).
+    affinity: ``[N]`` non-negative relevance (int levels or real weights; a
+      negative entry is an error when concrete, unchecked when traced).
     k: the relative threshold (``>= 1``).
 
   Returns:
@@ -208,7 +213,7 @@ def knn_count_deltas(distances: Array, affinity: Array, *, k: int = 3) -> Array:
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
   _check_one_query(distances, affinity)
-  scores.check_affinity(affinity, distances, what="relevance levels")
+  scores.check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
   k = _checks.check_positive_int("k", k)
   return _neighbour_sum(scores.nearest_bins_mask(distances, k=k), jnp.asarray(affinity))
 
@@ -220,7 +225,8 @@ def retrieval_deltas(distances: Array, affinity: Array, *, radius: int) -> Array
 
   Args:
     distances: int ``[N]`` Hamming distances.
-    affinity: ``[N]`` relevance (int levels or real weights).
+    affinity: ``[N]`` non-negative relevance (int levels or real weights; a
+      negative entry is an error when concrete, unchecked when traced).
     radius: the absolute threshold ``r >= 0``.
 
   Returns:
@@ -231,7 +237,7 @@ def retrieval_deltas(distances: Array, affinity: Array, *, radius: int) -> Array
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
   _check_one_query(distances, affinity)
-  scores.check_affinity(affinity, distances, what="relevance levels")
+  scores.check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
   radius = _checks.check_int("radius", radius, low=0)
   return _neighbour_sum(jnp.asarray(distances) <= radius, jnp.asarray(affinity))
 
@@ -248,7 +254,8 @@ def hierarchical_deltas(distances: Array, affinity: Array, *, similarity: Array,
     distances: int ``[N]`` Hamming distances.
     affinity: int ``[N]`` label pairs ``l_q * C + l_i``
       (:func:`~hashjax.objectives.label_pairs`).
-    similarity: real ``[C, C]`` table of ``F``.
+    similarity: real non-negative ``[C, C]`` table of ``F`` (the graded relevance
+      of class ``l_i`` to a query of class ``l_q``).
     k: the relative threshold (``>= 1``).
 
   Returns:
@@ -318,7 +325,7 @@ def regression_deltas(distances: Array, affinity: Array, *, k: int = 3, mode: st
   Args:
     distances: int ``[N]`` Hamming distances.
     affinity: real ``[N]`` target offsets ``t_i - t_q``
-      (:func:`~hashjax.objectives.target_offsets`).
+      (:func:`~hashjax.objectives.target_offsets`); signed, so negative values are valid.
     k: the relative threshold (``>= 1``).
     mode: ``"pairs"`` or ``"prediction"``.
 
@@ -554,6 +561,8 @@ def histogram_swap_deltas(hist_score_fn: Callable[[Array], Array], distances: Ar
   if affinity.shape != distances.shape:
     raise ValueError(f"affinity: expected int levels of shape {tuple(distances.shape)} like distances, "
                      f"got {tuple(affinity.shape)}")
+  _checks.check_integer_dtype("affinity", affinity, what="affinity levels")
+  _checks.check_nonnegative("affinity", affinity, what="affinity levels")
   _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
   n = distances.shape[0]
   distances = jnp.asarray(distances).astype(jnp.int32)

@@ -27,12 +27,14 @@ Two retrieval settings:
 from __future__ import annotations
 
 import functools
-from typing import Callable, Union
+import math
+from typing import Any, Callable, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from hashjax import mappings, relaxations
+from hashjax import _checks, mappings, relaxations
 
 Array = jax.Array
 Schedule = Union[float, Callable[[Array], Array]]
@@ -80,8 +82,32 @@ def _distance(distance: Union[str, Callable]) -> Callable:
   return DISTANCES[distance]
 
 
-def _alpha(alpha: Schedule, step: Array) -> Array:
-  return alpha(step) if callable(alpha) else jnp.asarray(alpha, jnp.float32)
+def _alpha(alpha: Schedule, step: Array) -> Union[float, Array]:
+  # A fixed slope stays a Python float, so relax() checks it even when the loss is traced.
+  return alpha(step) if callable(alpha) else alpha
+
+
+def _check_alpha(alpha: Schedule) -> Schedule:
+  """A fixed slope ``> 0`` (as float), or a schedule ``step -> alpha``, probed at step 0 when that is concrete."""
+  if not callable(alpha):
+    return _checks.check_number("alpha", alpha, low=0, low_open=True)
+  # The slope under jit is traced and cannot be checked there: try the schedule's start here instead.
+  start = alpha(jnp.zeros((), jnp.int32))  # as the loss passes the step: an int32 scalar
+  if _checks.is_concrete(start) and getattr(start, "ndim", 0) == 0:
+    value = float(np.asarray(start))
+    if not (math.isfinite(value) and value > 0):
+      raise ValueError(f"alpha: expected a schedule of slopes > 0, got alpha(0) = {value!r}")
+  return alpha
+
+
+def _check_objective(metric: Any, num_bits: Any, num_levels: Any, alpha: Schedule, width: Any) -> tuple:
+  """The options shared by the objectives, checked where the objective is built (the loss runs traced)."""
+  _checks.check_callable("metric", metric, what="relaxed metric hist[..., num_bits + 1, V] -> [...]")
+  num_bits = _checks.check_num_bits(num_bits)
+  num_levels = _checks.check_positive_int("num_levels", num_levels)
+  alpha = _check_alpha(alpha)
+  width = _checks.check_number("width", width, low=0, low_open=True)
+  return num_bits, num_levels, alpha, width
 
 
 def ranking_loss(distances: Array, affinity: Array, *, metric: Callable[[Array], Array],
@@ -130,8 +156,14 @@ def query_vs_rest(mapping, *, metric: Callable[[Array], Array], num_bits: int, n
     num_bits: code length (the mapping's).
     num_levels: affinity levels ``V`` (2 for AP).
     distance: a name in :data:`DISTANCES` or a callable of the same signature.
-    alpha: the relaxation's slope, a float or a schedule ``step -> alpha``.
-    width: soft-histogram bin width.
+    alpha: the relaxation's slope, a float ``> 0`` or a schedule ``step -> alpha``
+      (e.g. :func:`hashjax.mappings.alpha_schedule` with its options bound), whose
+      value at step 0 must be ``> 0``; later values run traced and are not checked.
+    width: soft-histogram bin width ``> 0``.
+
+  Raises:
+    ValueError: naming the option, here rather than when the loss runs (traced
+      under jit, where values cannot be checked).
 
   Returns:
     ``loss_fn(params, batch, step) -> (loss, aux)`` with ``batch = {"features": [M, dim],
@@ -149,6 +181,7 @@ def query_vs_rest(mapping, *, metric: Callable[[Array], Array], num_bits: int, n
   True
   """
   dist = _distance(distance)
+  num_bits, num_levels, alpha, width = _check_objective(metric, num_bits, num_levels, alpha, width)
 
   def loss_fn(params, batch, step):
     phi = relaxations.relax(mappings.apply(mapping, params, batch["features"]),
@@ -187,6 +220,8 @@ def query_vs_database(mapping, *, metric: Callable[[Array], Array], num_bits: in
   True
   """
   dist = _distance(distance)
+  num_bits, num_levels, alpha, width = _check_objective(metric, num_bits, num_levels, alpha, width)
+  cached = _checks.check_bool("cached", cached)
 
   def loss_fn(params, batch, step):
     a = _alpha(alpha, step)

@@ -1,0 +1,489 @@
+"""Checks of a config before any data is loaded: its fields, and whether the run fits in memory.
+
+:func:`check_config` checks a config (a trained method's or ``experiments.evaluate``'s): every choice
+against the library's own names, every number against its range, the fields that must agree;
+:func:`check_memory` refuses a run that cannot fit in memory, with :func:`estimate_memory`'s estimate
+(the arrays that grow with the code length, the batch and the model); :func:`check_run` does both.
+They raise :class:`ConfigError`, a one-line ``ValueError`` the launchers print as ``error: ...``
+(``experiments.cli``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zipfile
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import ml_collections
+import numpy as np
+
+from experiments import common
+from experiments.methods.nair import AFFINITIES as NAIR_AFFINITIES, SCORES as NAIR_SCORES
+from experiments.methods.talr import EVAL_KEYS as TALR_EVAL_KEYS, OBJECTIVES as TALR_OBJECTIVES
+from experiments.methods.talr import SETTINGS as TALR_SETTINGS
+from hashjax import _checks, baselines, data, mappings, relaxations
+from hashjax import train as train_lib
+from hashjax.objectives import ranknet as ranknet_lib
+from hashjax.objectives import talr as talr_lib
+
+#: ``config.method``: the trained methods (``experiments.methods.TRAINERS`` runs each).
+METHODS = ("talr", "ranknet", "lambdarank")
+#: ``config.target_metric``: what each method's periodic evaluation logs.
+TARGETS = {"talr": TALR_EVAL_KEYS, "nair": ("knn_error", "precision_at_radius")}
+
+
+class ConfigError(ValueError):
+  """A config that cannot run, told in one line naming the field (a launcher exits with status 2)."""
+
+
+def format_value(value) -> str:
+  """A field's value as it is typed on the command line: ``16,32`` for a tuple, ``()`` when empty, ``None``."""
+  if isinstance(value, (tuple, list)):
+    return ",".join(format_value(v) for v in value) if value else "()"
+  return str(value)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _fail(name: str, expected: str, value) -> ConfigError:
+  return ConfigError(f"{name}: expected {expected}, got {value!r}")
+
+
+def _choice(options):
+  def check(name, v):
+    _checks.check_option(name, v, list(options))
+  return check
+
+
+def _int(low: int, allow_none: bool = False):
+  def check(name, v):
+    _checks.check_int(name, v, low=low, allow_none=allow_none)
+  return check
+
+
+def _num(low=None, high=None, low_open=False, high_open=False):
+  def check(name, v):
+    _checks.check_number(name, v, low=low, high=high, low_open=low_open, high_open=high_open)
+  return check
+
+
+def _bool(name, v):
+  _checks.check_bool(name, v)
+
+
+def _names(options, *, nonempty: bool):
+  def check(name, v):
+    if not isinstance(v, (tuple, list)) or (nonempty and not v):
+      raise _fail(name, "a " + ("non-empty " if nonempty else "") + f"list of names from {sorted(options)} "
+                  f"(--{name}=lsh,itq)", v)
+    for item in v:
+      if item not in options:
+        raise _fail(name, f"names from {sorted(options)}", item)
+  return check
+
+
+def _hidden(name, v):
+  if not isinstance(v, (tuple, list)) or not all(_checks.is_int(w) and w >= 1 for w in v):
+    raise _fail(name, "a list of positive layer widths (--config.hidden=512,256)", v)
+
+
+def _bits(name, v):
+  if isinstance(v, (tuple, list)):  # experiments.evaluate: several code lengths
+    if not v or not all(_checks.is_int(b) and b >= 1 for b in v):
+      raise _fail(name, "a non-empty list of code lengths >= 1 (--config.bits=16,32)", v)
+  else:
+    _checks.check_int(name, v, low=1)
+
+
+def _train_neighbors(name, v):
+  if v != "scaled":
+    _checks.check_int(name, v, low=1)
+
+
+def _file_exists(name: str, path: str, value: str) -> None:
+  if not os.path.isfile(path):
+    where = f" (relative paths are read from the current directory {os.getcwd()})" if not os.path.isabs(path) else ""
+    raise ConfigError(f"{name}: no file {path!r}{where}, got {value!r}")
+
+
+def _dataset(name, v):
+  forms = "'mnist_t10k', 'digits', 'tfds:<name>', 'idx:<images>,<labels>' or 'npz:<file>'"
+  if not isinstance(v, str):
+    raise _fail(name, forms, v)
+  if v in ("mnist_t10k", "digits") or (v.startswith("tfds:") and v[5:]):
+    return
+  if v.startswith("idx:"):
+    paths = v[4:].split(",")
+    if len(paths) != 2 or not all(paths):
+      raise _fail(name, "'idx:<images file>,<labels file>'", v)
+    for p in paths:
+      _file_exists(name, p, v)
+    return
+  if v.startswith("npz:") and v[4:]:
+    _file_exists(name, v[4:], v)
+    return
+  raise _fail(name, forms, v)
+
+
+def _rules() -> Dict[str, Callable]:
+  return {
+      "method": _choice(METHODS), "dataset": _dataset, "seed": _int(0),
+      "queries_per_class": _int(1), "train_per_class": _int(1), "val_per_class": _int(1),
+      "val_heldout_per_class": _int(1), "eval_split": _choice(common.EVAL_SPLITS), "affinity": _choice(common.AFFINITIES),
+      "num_neighbors": _int(1), "train_neighbors": _train_neighbors,
+      "model": _choice(mappings.MAPPINGS), "hidden": _hidden, "init": _choice(mappings.INITS),
+      "activation": _choice(mappings.ACTIVATIONS), "standardize": _bool, "bits": _bits,
+      "objective": _choice(TALR_OBJECTIVES), "harmonic": _choice(relaxations.HARMONICS),
+      "discount": _choice(relaxations.DISCOUNTS), "distance": _choice(talr_lib.DISTANCES),
+      "alpha": _num(0, low_open=True), "alpha_final": _num(0), "width": _num(0, low_open=True),
+      "setting": _choice(TALR_SETTINGS), "database_size": _int(0), "database_cached": _bool,
+      "score": _choice(NAIR_SCORES), "k": _int(1), "radius": _int(0), "top_bins": _int(1, True),
+      "swap_bins": _int(1, True), "threshold": _choice(ranknet_lib.THRESHOLDS),
+      "queries_per_batch": _int(1), "docs_per_query": _int(1), "doc_pool": _int(1, True),
+      "optimizer": _choice(common.OPTIMIZERS), "learning_rate": _num(0, low_open=True), "momentum": _num(0, 1, high_open=True),
+      "weight_decay": _num(0), "lr_schedule": _choice(train_lib.SCHEDULES), "warmup_steps": _int(0),
+      "lr_final_fraction": _num(0, 1), "augment_shift": _int(0), "input_noise": _num(0), "batch_per_class": _int(1),
+      "num_steps": _int(0), "log_every": _int(1), "eval_every": _int(0, True), "checkpoint_every": _int(0, True),
+      "target": _num(0), "precision_k": _int(1), "exact_l2": _bool, "plots": _bool,
+      "baselines": _names(baselines.BASELINES, nonempty=False), "methods": _names(baselines.BASELINES, nonempty=True),
+  }
+
+
+def run_kind(config: ml_collections.ConfigDict) -> Optional[str]:
+  """``"talr"``, ``"nair"`` (a trained method's config), ``"baselines"`` (``experiments.evaluate``'s) or None."""
+  method = config.get("method")
+  if method == "talr":
+    return "talr"
+  if method in ("ranknet", "lambdarank"):
+    return "nair"
+  return "baselines" if "methods" in config else None
+
+
+def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> None:
+  c = config.get
+  if kind in ("talr", "nair"):
+    affinities = ("label", "euclidean") if kind == "talr" else NAIR_AFFINITIES
+    if c("affinity") is not None and c("affinity") not in affinities:
+      raise _fail("config.affinity", f"one of {list(affinities)} for config.method={c('method')!r}", c("affinity"))
+    targets = TARGETS[kind]
+    if c("target_metric") is not None and c("target_metric") not in targets:
+      raise _fail("config.target_metric", f"one of {list(targets)} for config.method={c('method')!r}",
+                  c("target_metric"))
+  if "warmup_steps" in config and "num_steps" in config and c("warmup_steps") >= max(c("num_steps"), 1):
+    raise ConfigError(f"config.warmup_steps: expected fewer than config.num_steps={c('num_steps')} "
+                      f"(at least 1), got {c('warmup_steps')}")
+  if c("model") == "mlp" and not c("hidden"):
+    raise _fail("config.hidden", "at least one hidden width for config.model='mlp'", c("hidden"))
+  if c("train_per_class") is not None and c("eval_split") in ("validation", "validation_heldout"):
+    held = c("val_per_class") + (c("val_heldout_per_class") if c("eval_split") == "validation_heldout" else 0)
+    if held >= c("train_per_class"):
+      raise ConfigError(f"config.train_per_class: expected more than the {held} items per class held out for "
+                        f"config.eval_split={c('eval_split')!r}, got {c('train_per_class')}")
+  if kind == "talr" and c("batch_per_class") is not None:
+    left = c("train_per_class") - (c("val_per_class") if c("eval_split") != "test" else 0) \
+        - (c("val_heldout_per_class") if c("eval_split") == "validation_heldout" else 0)
+    if c("batch_per_class") > left:
+      raise ConfigError(f"config.batch_per_class: expected at most the {left} training items per class of "
+                        f"config.eval_split={c('eval_split')!r}, got {c('batch_per_class')}")
+
+
+def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Checks every field of ``config`` it knows (choices, ranges, their relations); returns ``config``.
+
+  Raises ConfigError naming the field, what was expected and what came,
+  e.g. ``config.model: expected one of ['linear', 'mlp'], got 'cnn'``.
+  Fields it does not know pass unchecked.
+  """
+  for name, rule in _rules().items():
+    if name in config:
+      try:
+        rule(f"config.{name}", config[name])
+      except ConfigError:
+        raise
+      except ValueError as e:
+        raise ConfigError(str(e)) from None
+  _check_relations(config, run_kind(config))
+  return config
+
+
+# --------------------------------------------------------------------------- memory
+
+
+class DataShape(NamedTuple):
+  """Sizes of a dataset, known without loading it (``known`` False: assumed)."""
+  num_items: int
+  dim: int
+  num_classes: int
+  known: bool = True
+
+
+#: ``(dataset, tfds split)`` -> items, features, classes of the datasets whose sizes are known.
+KNOWN_SHAPES = {
+    ("mnist_t10k", None): DataShape(10000, 784, 10), ("digits", None): DataShape(1797, 64, 10),
+    ("tfds:mnist", "test"): DataShape(10000, 784, 10), ("tfds:mnist", "train"): DataShape(60000, 784, 10),
+    ("tfds:fashion_mnist", "test"): DataShape(10000, 784, 10),
+    ("tfds:fashion_mnist", "train"): DataShape(60000, 784, 10),
+    ("tfds:cifar10", "test"): DataShape(10000, 3072, 10), ("tfds:cifar10", "train"): DataShape(50000, 3072, 10),
+}
+#: What a dataset of unknown size is assumed to be.
+ASSUMED_SHAPE = DataShape(10000, 784, 10, known=False)
+#: Bytes of Python, jax and XLA themselves.
+RUNTIME_BYTES = 500 * 10 ** 6
+#: Peak bytes per query and Hamming bin of the tie-aware evaluation (hashjax.metrics.evaluate_codes: the
+#: histograms and the metrics' float arrays over them), and of the radius metrics of Nair's evaluation;
+#: its kNN classification (hashjax.metrics.knn_classify on distances) takes bytes per query, item and bin.
+#: All measured on the CPU (jax 0.10, numpy), as peak resident memory.
+EVAL_BYTES_PER_BIN = {"talr": 480, "baselines": 480, "nair": 32}
+KNN_BYTES_PER_ITEM_BIN = 0.125
+
+
+def _idx_shape(path: str) -> Tuple[int, ...]:
+  with open(path, "rb") as f:
+    magic = f.read(2)
+  with (gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")) as f:
+    head = f.read(4)
+    return tuple(int(n) for n in np.frombuffer(f.read(4 * head[3]), ">u4"))
+
+
+def _npz_shape(path: str, key: str) -> Tuple[int, ...]:
+  with zipfile.ZipFile(path) as z, z.open(key + ".npy") as f:
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return tuple(read(f)[0])
+
+
+def dataset_shape(config: ml_collections.ConfigDict) -> DataShape:
+  """Items, features and classes of ``config.dataset`` from a table or the files' headers, loading no features."""
+  name = config.get("dataset")
+  split = config.get("tfds_split", "test") if isinstance(name, str) and name.startswith("tfds:") else None
+  if (name, split) in KNOWN_SHAPES:
+    return KNOWN_SHAPES[(name, split)]
+  try:
+    if name.startswith("idx:"):
+      images, labels = name[4:].split(",")
+      shape = _idx_shape(images)
+      return DataShape(shape[0], int(np.prod(shape[1:])), int(data.read_idx(labels).max()) + 1)
+    if name.startswith("npz:"):
+      shape = _npz_shape(name[4:], "features")
+      with zipfile.ZipFile(name[4:]) as z, z.open("labels.npy") as f:
+        labels = np.lib.format.read_array(f, allow_pickle=False)
+      return DataShape(shape[0], int(np.prod(shape[1:])), int(labels.max()) + 1)
+  except (OSError, ValueError, KeyError, IndexError, AttributeError, zipfile.BadZipFile, EOFError):
+    pass  # the loader names what is wrong with the file when the run reads it
+  return ASSUMED_SHAPE
+
+
+class _Term(NamedTuple):
+  what: str
+  formula: str
+  bytes: float
+  phase: str  # "always", "train" or "eval"
+  fields: Tuple[str, ...]
+
+
+def _size(n: float) -> str:
+  for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    if n >= scale:
+      return f"{n / scale:.{0 if n >= 10 * scale else 1}f} {unit}"
+  return f"{n:.0f} B"
+
+
+def _n(x: int) -> str:
+  return f"{int(x):,}"
+
+
+def _param_count(model: str, dim: int, hidden: Sequence[int], bits: int) -> int:
+  widths = [dim] + (list(hidden) if model == "mlp" else []) + [bits]
+  return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+
+
+def _sizes(config, shape: DataShape) -> Tuple[int, int, int]:
+  """``(queries, database, training items)`` of the config's evaluation split."""
+  c, classes = config.get, shape.num_classes
+  queries, train = c("queries_per_class") * classes, c("train_per_class") * classes
+  split = c("eval_split", "test")
+  if split == "test":
+    return queries, max(shape.num_items - queries, 1), train
+  q = c("val_per_class") * classes
+  held = c("val_heldout_per_class") * classes if split == "validation_heldout" else 0
+  return q, max(train - q, 1), max(train - q - held, 1)
+
+
+def _model_terms(config, shape: DataShape, bits: int) -> List[_Term]:
+  c = config.get
+  params = _param_count(c("model"), shape.dim, c("hidden") or (), bits)
+  moments = {"adam": 2}.get(c("optimizer"), 1 if c("momentum") else 0)
+  copies = 3 + moments
+  what = "parameters, gradients, " + (f"{moments} optimizer moment(s), " if moments else "") + "checkpoint copy"
+  return [_Term("model", f"{_n(params)} parameters ({c('model')}, {shape.dim} -> {_n(bits)} bits) x 4 B x "
+                f"{copies} ({what})", params * 4.0 * copies, "always", ("config.bits", "config.hidden"))]
+
+
+def _eval_terms(config, shape: DataShape, kind: str, bits: int, queries: int, database: int) -> List[_Term]:
+  c = config.get
+  per_bin = EVAL_BYTES_PER_BIN[kind]
+  fields = ("config.bits", "config.queries_per_class")
+  terms = [_Term("evaluation histograms", f"{_n(queries)} queries x {_n(bits + 1)} bins x ~{per_bin} B",
+                 float(queries) * (bits + 1) * per_bin, "eval", fields)]
+  if kind == "nair":
+    terms.append(_Term("kNN classification", f"{_n(queries)} queries x {_n(database)} items x {_n(bits + 1)} "
+                       f"bins x {KNN_BYTES_PER_ITEM_BIN} B", KNN_BYTES_PER_ITEM_BIN * queries * database * (bits + 1),
+                       "eval", fields))
+  if kind != "baselines":
+    terms.append(_Term("encoding", f"{_n(min(database, mappings.DEFAULT_ENCODE_BATCH))} items x {_n(bits)} "
+                       "logits x 5 B", float(min(database, mappings.DEFAULT_ENCODE_BATCH)) * bits * 5, "eval",
+                       ("config.bits",)))
+  projected = [m for m in (c("methods") if kind == "baselines" else c("baselines") or ()) if m in ("lsh", "sh")]
+  if projected:
+    terms.append(_Term("baseline codes", f"{'/'.join(projected)}: ({_n(shape.dim)} x 4 B x 3 + {_n(database)} "
+                       f"items x 8 B) x {_n(bits)} bits", (shape.dim * 12.0 + database * 8.0) * bits, "eval",
+                       ("config.bits",)))
+  if kind == "nair" or c("affinity", "label") != "label":
+    terms.append(_Term("relevance and distances", f"{_n(queries)} queries x {_n(database)} items x 4 B x 3",
+                       queries * database * 12.0, "eval", ("config.queries_per_class",)))
+  return terms
+
+
+def _talr_terms(config, shape: DataShape, bits: int, train: int) -> List[_Term]:
+  c = config.get
+  batch = c("batch_per_class") * shape.num_classes
+  if c("setting") == "query_vs_database":
+    others, what = c("database_size") or max(train - batch, 1), "database items"
+    mapped = batch + others
+  else:
+    others, what, mapped = batch - 1, "others", batch
+  levels = 2 if c("objective") == "ap" else 11
+  hidden = sum(c("hidden") or ()) if c("model") == "mlp" else 0
+  fields = ("config.bits", "config.batch_per_class") + (("config.database_size",) if what != "others" else ())
+  return [
+      _Term("soft histograms", f"batch {_n(batch)} x {_n(others)} {what} x {_n(bits + 1)} bins x 4 B x 2 "
+            "(kernel and its gradient)", 8.0 * batch * others * (bits + 1), "train", fields),
+      _Term("relaxed metric", f"batch {_n(batch)} x {_n(bits + 1)} bins x {levels} levels x 4 B x 12",
+            48.0 * batch * (bits + 1) * levels, "train", fields[:2]),
+      _Term("mapped items", f"{_n(mapped)} items x ({_n(shape.dim)} x 2 + {_n(hidden)} x 3 + {_n(bits)} x 3) x 4 B",
+            4.0 * mapped * (2 * shape.dim + 3 * hidden + 3 * bits), "train", fields[:2]),
+  ]
+
+
+def _nair_terms(config, shape: DataShape, bits: int, train: int) -> List[_Term]:
+  c = config.get
+  q, m, pool = c("queries_per_batch"), c("docs_per_query"), c("doc_pool")
+  mapped = train if pool is None else q + pool
+  hidden = sum(c("hidden") or ()) if c("model") == "mlp" else 0
+  fields = ("config.bits", "config.queries_per_batch", "config.docs_per_query")
+  return [
+      _Term("pair codes", f"{_n(q)} queries x {_n(m)} documents x {_n(bits)} bits x 4 B x 4", 16.0 * q * m * bits,
+            "train", fields),
+      _Term("pair tensors", f"{_n(q)} x {_n(m)} x {_n(m)} pairs x 4 B x 8", 32.0 * q * m * m, "train", fields[1:]),
+      _Term("mapped items", f"{_n(mapped)} items x ({_n(shape.dim)} x 2 + {_n(hidden)} x 3 + {_n(bits)} x 2) x 4 B",
+            4.0 * mapped * (2 * shape.dim + 3 * hidden + 2 * bits), "train",
+            ("config.bits",) + (("config.doc_pool",) if pool else ())),
+  ]
+
+
+def _terms(config: ml_collections.ConfigDict, shape: DataShape) -> List[_Term]:
+  kind = run_kind(config)
+  terms = [_Term("runtime", "Python, jax and XLA", RUNTIME_BYTES, "always", ()),
+           _Term("data", f"{_n(shape.num_items)} items x {_n(shape.dim)} features x 4 B x 3",
+                 12.0 * shape.num_items * shape.dim, "always", ("config.dataset",))]
+  if kind is None:
+    return terms
+  queries, database, train = _sizes(config, shape)
+  if kind == "baselines":
+    return terms + _eval_terms(config, shape, kind, max(config.bits), queries, database)
+  bits = config.bits
+  terms += _model_terms(config, shape, bits)
+  terms += (_talr_terms if kind == "talr" else _nair_terms)(config, shape, bits, train)
+  return terms + _eval_terms(config, shape, kind, bits, queries, database)
+
+
+def _total(terms: Sequence[_Term]) -> float:
+  return sum(t.bytes for t in terms)
+
+
+def estimate_memory(config: ml_collections.ConfigDict, *, shape: Optional[DataShape] = None) -> Tuple[int, List[str]]:
+  """About how many bytes a run of ``config`` needs at its peak, and the breakdown, one line per term.
+
+  What scales with the code length ``b``: TALR's soft histograms (``[B, N,
+  b + 1]`` floats for a batch of ``B`` queries against ``N`` items, and their
+  gradient), Nair's document codes (``[Q, M, b]``) and ``[Q, M, M]`` pairs,
+  the model (parameters, gradients, optimizer moments, a checkpoint copy),
+  and the evaluation (histograms of ``Q`` queries over ``b + 1`` bins; for
+  Nair's kNN error, a cost in queries x items x bins; the logits of the
+  encoded items; the baselines' projections). Dataset sizes come from
+  :func:`dataset_shape`. The peak is
+  the sum: what stays (runtime, data, model), a training step and an
+  evaluation, which overlap in time (jax dispatches the training step
+  asynchronously while the periodic evaluation runs). The per-bin costs were
+  measured on the CPU (jax 0.10).
+  """
+  check_config(config)
+  shape = shape or dataset_shape(config)
+  terms = _terms(config, shape)
+  lines = [f"{t.what} ({t.phase}): {t.formula} = {_size(t.bytes)}" for t in terms]
+  if not shape.known:
+    lines.append(f"dataset {config.get('dataset')!r}: sizes not known before loading; assumed "
+                 f"{_n(shape.num_items)} items of {_n(shape.dim)} features in {shape.num_classes} classes")
+  total = _total(terms)
+  lines.append(f"total: about {_size(total)} (the sum: a training step and an evaluation can overlap)")
+  return int(total), lines
+
+
+def available_memory() -> int:
+  """Bytes the system can give a new process: ``MemAvailable`` of /proc/meminfo, else free physical pages."""
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  try:
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  except (ValueError, OSError, AttributeError):
+    return 1 << 62  # unknown: refuse nothing
+
+
+def check_memory(config: ml_collections.ConfigDict, *, available: Optional[int] = None,
+                 shape: Optional[DataShape] = None) -> int:
+  """Refuses (ConfigError, one line with the estimate) a run that needs more than ``available`` bytes.
+
+  ``available`` defaults to :func:`available_memory`. Returns the estimate.
+  """
+  shape = shape or dataset_shape(config)
+  total, _ = estimate_memory(config, shape=shape)
+  available = available_memory() if available is None else available
+  if total <= available:
+    return total
+  terms = sorted(_terms(config, shape), key=lambda t: -t.bytes)
+  fields = sorted(terms[0].fields or ("config.bits",), key=lambda f: f != "config.bits")
+  head = fields[0]
+  parts = "; ".join(f"{t.what}: {t.formula} = {_size(t.bytes)}" for t in terms[:3])
+  raise ConfigError(f"{head}={format_value(config.get(head[len('config.'):]))}: this run needs about "
+                    f"{_size(total)} ({parts}), more than the {_size(available)} available; "
+                    f"lower {' or '.join(fields)}")
+
+
+def check_baselines_fit(config: ml_collections.ConfigDict, *, shape: Optional[DataShape] = None) -> None:
+  """PCA and ITQ need ``bits <= dim`` (one bit per principal direction): checked where the dimension is known."""
+  shape = shape or dataset_shape(config)
+  kind = run_kind(config)
+  if not shape.known or kind is None:
+    return
+  bits = config.bits if isinstance(config.bits, (tuple, list)) else (config.bits,)
+  field = "config.methods" if kind == "baselines" else "config.baselines"
+  for m in (config.get(field[len("config."):]) or ()):
+    if m in ("pca", "itq") and max(bits) > shape.dim:
+      raise ConfigError(f"config.bits={format_value(config.bits)}: {m} needs at most {shape.dim} bits on "
+                        f"{config.dataset} ({shape.dim} features); lower config.bits or drop {m} from {field}")
+
+
+def check_run(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """What every run checks before it loads data: :func:`check_config`, :func:`check_memory`, then
+  :func:`check_baselines_fit`; returns ``config``."""
+  shape = dataset_shape(check_config(config))
+  check_memory(config, shape=shape)
+  check_baselines_fit(config, shape=shape)
+  return config

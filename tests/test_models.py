@@ -1,0 +1,334 @@
+"""Tests of hashjax.models: saved models that encode new data, and the models the experiments write."""
+
+import json
+import os
+import sys
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+import hashjax
+from hashjax import baselines, data, mappings, models
+
+
+@pytest.fixture(scope="module")
+def digits():
+  x, y = data.load_digits()
+  return x[:300], y[:300]
+
+
+def _pack_by_hand(bits):
+  """uint32 words of ``bits[n, b]``: bit ``j`` of a code at position ``j % 32`` of word ``j // 32``."""
+  n, b = bits.shape
+  words = np.zeros((n, (b + 31) // 32), np.uint32)
+  for i in range(n):
+    for j in range(b):
+      if bits[i, j]:
+        words[i, j // 32] |= np.uint32(1 << (j % 32))
+  return words
+
+
+def _check_words(words, logits, *, margin=1e-4):
+  """``words`` are the packed signs of ``logits`` (float64 reference), except where a logit is within
+  ``margin`` of 0 (float32 rounding may go either way there; such codes are few)."""
+  clear = np.all(np.abs(logits) > margin, axis=1)
+  assert clear.mean() > 0.95
+  np.testing.assert_array_equal(np.asarray(words)[clear], _pack_by_hand(logits > 0)[clear])
+
+
+def _linear_model(x, *, num_bits=40, standardize=True):
+  mean, scale = mappings.feature_stats(x)
+  mapping = mappings.make_mapping("linear", num_bits=num_bits, mean=mean, scale=scale if standardize else None)
+  params = mappings.init(jax.random.key(1), mapping, x)
+  return models.from_mapping(mapping, params, train_features=x, config={"seed": 1, "hidden": (3,)})
+
+
+def test_linear_model_round_trips_and_encodes_like_numpy(digits, tmp_path):
+  x, _ = digits
+  model = _linear_model(x)
+  path = model.save(tmp_path / "model")
+  assert sorted(os.listdir(path)) == ["arrays.npz", "model.json"]
+  loaded = hashjax.load_model(tmp_path)  # a workdir holding model/
+  assert (loaded.kind, loaded.num_bits, loaded.dim, loaded.num_words) == ("linear", 40, 64, 2)
+  assert loaded.feature_range == (0.0, 1.0)
+  assert loaded.config == {"seed": 1, "hidden": [3]}  # the JSON form: tuples come back as lists
+  with np.load(os.path.join(path, "arrays.npz")) as arrays:
+    mean, scale = arrays["preprocess/mean"], arrays["preprocess/scale"]
+    kernel, bias = arrays["params/kernel"], arrays["params/bias"]
+  np.testing.assert_array_equal(kernel, model.params["kernel"])
+  np.testing.assert_array_equal(mean, x.astype(np.float64).mean(0).astype(np.float32))
+  new = x[::7]
+  logits = ((new.astype(np.float64) - mean) / scale) @ kernel.astype(np.float64) + bias
+  words = loaded.encode(new)
+  assert words.dtype == np.uint32 and words.shape == (len(new), 2)
+  _check_words(words, logits)
+  np.testing.assert_array_equal(words, model.encode(new))
+  assert loaded.encode(new[0]).shape == (2,)  # a single feature vector
+
+
+def test_mlp_model_round_trips_and_encodes_like_numpy(digits, tmp_path):
+  x, _ = digits
+  mean, scale = mappings.feature_stats(x)
+  mapping = mappings.make_mapping("mlp", num_bits=20, hidden=(16,), activation="tanh", init="nair", mean=mean)
+  params = mappings.init(jax.random.key(2), mapping, x)
+  params = jax.tree.map(lambda p: p + 0.05, params)  # non-zero biases
+  model = models.from_mapping(mapping, params, train_features=x)
+  loaded = models.load_model(model.save(tmp_path / "mlp"))
+  assert loaded.settings == {"init": "nair", "param_dtype": "float32", "hidden": [16], "activation": "tanh"}
+  assert loaded.config is None and loaded.mapping == mapping
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  hidden = np.tanh((x - mean.astype(np.float64)) @ p["hidden_0"]["kernel"] + p["hidden_0"]["bias"])
+  logits = hidden @ p["output"]["kernel"] + p["output"]["bias"]
+  _check_words(loaded.encode(x), logits)
+  np.testing.assert_array_equal(loaded.encode(x), mappings.encode(mapping, params, x))
+
+
+def test_itq_model_round_trips_and_encodes_like_numpy(digits, tmp_path):
+  x, _ = digits
+  params = baselines.fit("itq", x[:200], num_bits=24, key=jax.random.key(0))
+  model = models.from_baseline("itq", params, train_features=x[:200], config={"method": "itq"})
+  assert model.num_bits == 24 and model.settings == {}
+  loaded = models.load_model(model.save(tmp_path / "models" / "itq-24"))  # the one model under models/
+  assert loaded.kind == "itq" and type(loaded.params).__name__ == "ITQParams"
+  for a, b in zip(loaded.params, params):
+    np.testing.assert_array_equal(a, b)
+  p = [np.asarray(a, np.float64) for a in params]
+  logits = (x[200:] - p[0]) @ p[1] @ p[2]
+  _check_words(loaded.encode(x[200:]), logits)
+  assert hashjax.load_model(tmp_path).kind == "itq"
+
+
+def test_every_baseline_round_trips(digits, tmp_path):
+  x, _ = digits
+  for method in ("lsh", "pca", "sh"):
+    model = models.from_baseline(method, baselines.fit(method, x, num_bits=12, key=jax.random.key(3)),
+                                 train_features=x)
+    loaded = models.load_model(model.save(tmp_path / method))
+    assert (loaded.kind, loaded.num_bits) == (method, 12)
+    np.testing.assert_array_equal(loaded.encode(x[:50]), model.encode(x[:50]))
+
+
+def test_wrong_feature_width_is_an_error_naming_features(digits):
+  x, _ = digits
+  model = _linear_model(x)
+  with pytest.raises(ValueError, match=r"features: expected 64 feature columns .* got shape \(5, 10\)"):
+    model.encode(x[:5, :10])
+  with pytest.raises(ValueError, match="features"):
+    model.encode(x[:5].tolist())
+  bad = x[:5].copy()
+  bad[1, 3] = np.nan
+  with pytest.raises(ValueError, match="features: expected finite"):
+    model.encode(bad)
+
+
+def test_features_far_outside_the_training_range_warn(digits):
+  x, _ = digits
+  model = _linear_model(x)  # trained on [0, 1]: the criterion is [0 - 1, 1 + 1]
+  with pytest.warns(models.FeatureRangeWarning, match=r"span \[0, 255\].*training range \[0, 1\]"):
+    model.encode(np.round(x[:5] * 255).astype(np.uint8))
+  with pytest.warns(models.FeatureRangeWarning):
+    model.encode(x[:5] - 1.01)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    model.encode(x[:5] * 1.9)  # within hi + (hi - lo)
+    model.encode(x[:5] - 0.99)
+
+
+def test_models_are_immutable_and_constructors_check_their_input(digits):
+  x, _ = digits
+  model = _linear_model(x)
+  with pytest.raises(AttributeError, match="immutable"):
+    model.num_bits = 8
+  mapping = mappings.make_mapping("linear", num_bits=8)
+  params = mappings.init(jax.random.key(0), mapping, x)
+  with pytest.raises(ValueError, match="params: expected the parameters of a Linear mapping on 10 features"):
+    models.from_mapping(mapping, params, train_features=x[:, :10])
+  with pytest.raises(ValueError, match="config: expected JSON"):
+    models.from_mapping(mapping, params, train_features=x, config={"f": object()})
+  with pytest.raises(ValueError, match="mapping: expected"):
+    models.from_mapping("linear", params, train_features=x)
+  with pytest.raises(ValueError, match="params: expected ITQParams"):
+    models.from_baseline("itq", baselines.fit("pca", x, num_bits=4), train_features=x)
+  with pytest.raises(ValueError, match="method"):
+    models.from_baseline("cnn", None, train_features=x)
+
+
+def test_corrupt_files_are_named_in_the_error(digits, tmp_path):
+  x, _ = digits
+  path = _linear_model(x).save(tmp_path / "m")
+  meta_file, arrays_file = os.path.join(path, "model.json"), os.path.join(path, "arrays.npz")
+  with open(meta_file) as f:
+    meta = json.load(f)
+  with open(arrays_file, "rb") as f:
+    blob = f.read()
+
+  def expect(pattern):
+    with pytest.raises(ValueError, match=pattern):
+      models.load_model(path)
+
+  with open(meta_file, "w") as f:
+    f.write(json.dumps(meta)[:-20])
+  expect(f"{meta_file}: not valid JSON")
+  with open(meta_file, "w") as f:
+    json.dump({**meta, "version": 99}, f)
+  expect(f"{meta_file}: expected format version")
+  with open(meta_file, "w") as f:
+    json.dump({**meta, "format": "other"}, f)
+  expect(f"{meta_file}: expected format 'hashjax-model'")
+  with open(meta_file, "w") as f:
+    json.dump({**meta, "settings": {"hidden": [4]}}, f)
+  expect(f"{meta_file}: does not describe a usable model: .*hidden")
+  with open(meta_file, "w") as f:
+    json.dump(meta, f)
+  with open(arrays_file, "wb") as f:
+    f.write(blob[:len(blob) // 2])
+  expect(f"{arrays_file}: truncated or not an .npz archive")
+  with open(arrays_file, "wb") as f:
+    f.write(b"\x93NUMPY garbage")
+  expect(f"{arrays_file}: truncated or not an .npz archive")
+  with open(arrays_file, "wb") as f:
+    np.savez(f, **{"params/kernel": np.zeros((64, 40), np.float32)})
+  expect(f"{arrays_file}: missing array 'params/bias'")
+  with open(arrays_file, "wb") as f:
+    np.savez(f, **{"params/kernel": np.zeros((64, 41), np.float32), "params/bias": np.zeros(40, np.float32)})
+  expect(f"{arrays_file}: array 'params/kernel': expected dtype float32 and shape \\(64, 40\\)")
+  os.remove(arrays_file)
+  expect(f"{arrays_file}: missing")
+
+
+def test_saving_is_atomic_and_leaves_no_temporary_directory(digits, tmp_path, monkeypatch):
+  x, _ = digits
+  first, second = _linear_model(x, num_bits=8), _linear_model(x, num_bits=16)
+  first.save(tmp_path / "model")
+  second.save(tmp_path / "model")  # replaces the saved model
+  assert os.listdir(tmp_path) == ["model"]
+  assert models.load_model(tmp_path).num_bits == 16
+
+  def broken_savez(*args, **kwargs):
+    raise OSError("disk full")
+
+  monkeypatch.setattr(np, "savez", broken_savez)
+  with pytest.raises(OSError, match="disk full"):
+    first.save(tmp_path / "model")
+  monkeypatch.undo()
+  assert os.listdir(tmp_path) == ["model"]
+  assert models.load_model(tmp_path).num_bits == 16  # the previous model, intact
+  (tmp_path / "run").mkdir()
+  (tmp_path / "run" / "results.json").write_text("{}")
+  with pytest.raises(ValueError, match="non-empty directory without model.json; refusing"):
+    first.save(tmp_path / "run")
+  assert os.listdir(tmp_path / "run") == ["results.json"]
+
+
+def test_load_model_resolves_workdirs(digits, tmp_path):
+  x, _ = digits
+  model = models.from_baseline("pca", baselines.fit("pca", x, num_bits=8), train_features=x)
+  for name in ("pca-8", "itq-8"):
+    model.save(tmp_path / "models" / name)
+  with pytest.raises(ValueError, match=r"holds 2 models; pass one of them: .*models/itq-8, .*models/pca-8"):
+    models.load_model(tmp_path)
+  assert models.load_model(tmp_path / "models" / "pca-8").kind == "pca"
+  model.save(tmp_path / "model")  # a training run's own model comes first
+  assert models.load_model(str(tmp_path)).num_bits == 8
+  with pytest.raises(ValueError, match="holds no saved model"):
+    models.load_model(tmp_path / "models")
+  with pytest.raises(ValueError, match="does not exist"):
+    models.load_model(tmp_path / "nowhere")
+  (tmp_path / "other" / "model").mkdir(parents=True)
+  with pytest.raises(ValueError, match=r"other/model/model.json: missing"):
+    models.load_model(tmp_path / "other")
+
+
+# ----------------------------------------------------------------------------
+# The models the experiments write.
+
+
+def _repo_on_path():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if root not in sys.path:
+    sys.path.insert(0, root)
+
+
+def _nulls(tree, where="results"):
+  if tree is None:
+    return [where]
+  if isinstance(tree, dict):
+    return [n for k, v in tree.items() for n in _nulls(v, f"{where}.{k}")]
+  if isinstance(tree, list):
+    return [n for i, v in enumerate(tree) for n in _nulls(v, f"{where}[{i}]")]
+  return []
+
+
+def test_a_training_run_writes_the_model_it_evaluated(tmp_path):
+  _repo_on_path()
+  from configs import lambdarank_knn  # pylint: disable=g-import-not-at-top
+  from experiments import common, methods  # pylint: disable=g-import-not-at-top
+  from experiments.methods import nair  # pylint: disable=g-import-not-at-top
+  config = lambdarank_knn.get_config("runlocal,method=ranknet")
+  config.num_steps, config.log_every, config.eval_every, config.checkpoint_every = 4, 2, 0, 0
+  config.baselines, config.exact_l2 = (), False
+  results = methods.train_and_evaluate(config, str(tmp_path))
+  assert _nulls(results) == []
+  with open(tmp_path / "results.json") as f:
+    assert _nulls(json.load(f)) == []
+  model = hashjax.load_model(tmp_path)
+  assert (model.kind, model.num_bits, model.dim, model.settings["init"]) == ("linear", config.bits, 64, "nair")
+  assert model.config == json.loads(json.dumps(results["config"])) and model.config["doc_pool"] == "all"
+  task = common.make_task(config)
+  mapping, _ = common.make_mapping(config, task)
+  assert model.mapping == mapping  # the same preprocessing constants
+  query_words = model.encode(task.features[task.query])
+  db_words = model.encode(task.features[task.database])
+  np.testing.assert_array_equal(query_words, mappings.encode(mapping, model.params, task.features[task.query]))
+  rescored = nair.evaluate(config, task, query_words, db_words)
+  row = results["rows"][0]
+  assert (rescored["knn_error"], rescored["precision_at_radius"]) == (row["knn_error"], row["precision_at_radius"])
+
+
+def test_lambdarank_records_resolved_options_not_nulls():
+  _repo_on_path()
+  from configs import lambdarank_knn  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.methods import nair  # pylint: disable=g-import-not-at-top
+  config = lambdarank_knn.get_config("runlocal,score=ap")
+  assert config.doc_pool is None and config.top_bins is None  # placeholders the trainer resolves
+  task = common.make_task(config)
+  record = common.recorded_config(config, nair.resolved_options(config, task))
+  assert _nulls(record) == []
+  assert record["doc_pool"] == "all" and record["top_bins"] == "any"
+  config.eval_every = config.checkpoint_every = None  # only at the start and the end
+  record = common.recorded_config(config, nair.resolved_options(config, task))
+  assert (record["eval_every"], record["checkpoint_every"]) == (0, 0) and _nulls(record) == []
+  config.method = "ranknet"
+  assert common.recorded_config(config, nair.resolved_options(config, task))["top_bins"] == "unused"
+  config = lambdarank_knn.get_config("runlocal,score=retrieval")
+  config.affinity, config.num_neighbors = "neighbors", 10
+  task = common.make_task(config)
+  record = common.recorded_config(config, nair.resolved_options(config, task))
+  expected = round(10 * (len(task.train) - 1) / len(task.database))  # the "scaled" rule, by hand
+  assert record["train_neighbors"] == expected == task.train_neighbors
+  assert task.train_relevance.sum(axis=1).tolist() == [expected] * len(task.train)
+
+
+def test_evaluate_writes_one_model_per_baseline_and_length(tmp_path):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import common, evaluate  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits = ("itq",), (16,)
+  rows = evaluate.evaluate(config, str(tmp_path))
+  assert rows[0]["model"] == os.path.join("models", "itq-16")
+  with open(tmp_path / "results.json") as f:
+    assert _nulls(json.load(f)) == []
+  model = hashjax.load_model(tmp_path)  # the only model under models/
+  assert (model.kind, model.num_bits) == ("itq", 16) and model.config["methods"] == ["itq"]
+  protocol = common.load_protocol(config)
+  split = protocol.split
+  result = hashjax.evaluate_codes(model.encode(protocol.features[split.query]),
+                                  model.encode(protocol.features[split.database]),
+                                  query_labels=protocol.labels[split.query],
+                                  db_labels=protocol.labels[split.database], num_bits=16,
+                                  radius=config.radius, k=config.precision_k)
+  assert float(result["tie_aware_ap"]) == rows[0]["tie_aware_ap"]
