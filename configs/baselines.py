@@ -3,8 +3,8 @@ r"""Unsupervised baselines (LSH, PCA-sign, ITQ, SH) on the embedded MNIST-10k pr
   python -m experiments.evaluate --config=configs/baselines.py
   python -m experiments.evaluate --config=configs/baselines.py:runlocal  # scikit-learn digits
 
-Test AP_T at 16 / 32 / 64 bits: ITQ 0.4231 / 0.4537 / 0.4667, LSH 0.2306 / 0.2455 / 0.3466
-(README, the main job); about 15 s on a 2-core CPU (runlocal: a few seconds). Override
+Test AP_T at 16 / 32 / 64 bits: ITQ 0.4105 / 0.4539 / 0.4643, LSH 0.2306 / 0.2455 / 0.3466
+(README, the main job; the same at any thread count); 16 s on a 2-core CPU (runlocal: a few seconds). Override
 any field, a list as comma-separated values, e.g. ``--config.bits=16,32 --config.methods=lsh,itq``;
 ``python -m experiments.evaluate --config=configs/baselines.py --help`` lists the fields.
 """

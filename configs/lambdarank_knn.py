@@ -16,7 +16,7 @@ Test kNN error (relative threshold k = 3, 1,000 queries against 9,000 items), se
   model=mlp / model=mlp,method=ranknet     5.3 / 4.0%     97 / 84 s of training
   fixed_step / fixed_step,method=ranknet   8.8 / 9.8%     66 s of training (LambdaRank)
   runlocal (digits)                        12.0%          14 s wall
-  (same split: ITQ 10.4%, LSH 30.2%, exact L2 3-NN 5.7%)
+  (same split: ITQ 11.3%, LSH 30.2%, exact L2 3-NN 5.7%)
 
 The argument sets ``method``, ``bits``, ``model`` and ``score`` with the options chosen
 for them on validation splits, never on the test queries (README, Nair): at 32 bits the

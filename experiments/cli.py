@@ -60,15 +60,6 @@ def _split_list(text: str) -> List[str]:
   return [p.strip().strip("'\"") for p in s.split(",") if p.strip()]
 
 
-def _infer(text: str):
-  for kind in (int, float):
-    try:
-      return kind(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def parse_value(text: Optional[str], default, kind: type, *, name: str):
   """``text`` typed like a field whose default is ``default`` and type ``kind``; ConfigError if it cannot be.
 
@@ -96,7 +87,7 @@ def parse_value(text: Optional[str], default, kind: type, *, name: str):
   if kind in (tuple, list):
     parts = _split_list(s)
     if not default:
-      return kind(_infer(p) for p in parts)
+      return kind(checks.infer_value(p) for p in parts)
     elem = type(default[0])
     try:
       return kind(parse_value(p, default[0], elem, name=name) for p in parts)
@@ -113,7 +104,7 @@ def parse_value(text: Optional[str], default, kind: type, *, name: str):
   if kind is str:
     return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"" else s
   if kind is type(None):
-    return _infer(s)
+    return checks.infer_value(s)
   if isinstance(default, ml_collections.ConfigDict):
     raise ConfigError(f"{name}: a group of fields; set them one by one as {name}.<field>=<value>")
   try:

@@ -197,6 +197,12 @@ def _check_entries(entries) -> List[Mapping]:
   return list(entries)
 
 
+def _curve_rows(entries) -> tuple:
+  """``(entries, rows)``: the checked entries, and those of them that hold curve data."""
+  entries = _check_entries(entries)
+  return entries, [e for e in entries if e.get("curves") is not None]
+
+
 def _used(entry: Mapping) -> bool:
   """Whether a figure draws this row: it holds the AP columns or curve data (others, e.g. an exact-search
   reference row without a code length, are passed over)."""
@@ -297,8 +303,7 @@ def plot_pr_curves(entries: Sequence[Mapping], path: str, *, title: Optional[str
   Returns:
     ``path``, or None when no row holds curve data.
   """
-  entries = _check_entries(entries)
-  rows = [e for e in entries if e.get("curves") is not None]
+  entries, rows = _curve_rows(entries)
   if not rows:
     return None
   styles = _styles(entries)
@@ -344,8 +349,7 @@ def plot_distance_histograms(entries: Sequence[Mapping], path: str, *,
   Returns:
     ``path``, or None when no row holds curve data.
   """
-  entries = _check_entries(entries)
-  rows = [e for e in entries if e.get("curves") is not None]
+  entries, rows = _curve_rows(entries)
   if not rows:
     return None
   methods = list(dict.fromkeys(e["method"] for e in rows))

@@ -59,18 +59,9 @@ def _grid_value(key: str, text: str, kind: type):
   if kind in (tuple, list):
     raise ConfigError(f"--grid: {key}: a list field is not a grid axis (set it with --config.{key}=a,b)")
   try:
-    return kind(text) if kind in (int, float, str) else _literal(text)
+    return kind(text) if kind in (int, float, str) else checks.infer_value(text)
   except ValueError:
     raise ConfigError(f"--grid: {key}={text}: expected a value of type {kind.__name__}") from None
-
-
-def _literal(text: str):
-  for kind in (int, float):
-    try:
-      return kind(text)
-    except ValueError:
-      pass
-  return text
 
 
 def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, list]]:

@@ -37,6 +37,16 @@ class ConfigError(ValueError):
   """A config that cannot run, told in one line naming the field (a launcher exits with status 2)."""
 
 
+def infer_value(text: str):
+  """A command-line value of a field without a declared type: an int, a float, True / False, else the text."""
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def format_value(value) -> str:
   """A field's value as it is typed on the command line: ``16,32`` for a tuple, ``()`` when empty, ``None``."""
   if isinstance(value, (tuple, list)):
