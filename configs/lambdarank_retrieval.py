@@ -8,7 +8,7 @@ A query's relevant items are its 50 Euclidean nearest neighbours in feature spac
 training query's: the same fraction, 28, of the other training items); the codes are scored
 by precision within Hamming distance < 2 (radius 1), 0 for a query that retrieves nothing.
 Test precision, 32 bits, seed 0, 2-core CPU: LambdaRank 0.413 (78 s wall, 62 s of training),
-RankNet 0.340 (71 s of training); same split: ITQ 0.253, LSH 0.055. runlocal (digits): 0.281, 13 s wall.
+RankNet 0.340 (71 s of training); same split: ITQ 0.277, LSH 0.055. runlocal (digits): 0.281, 13 s wall.
 
 The argument is that of ``configs/lambdarank_knn.py`` (Nair's fixed step at every length,
 with the kNN step sizes, not tuned for retrieval); ``score=retrieval`` trains on S_R of eq. 8

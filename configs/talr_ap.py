@@ -5,12 +5,12 @@ r"""TALR-AP (He et al. 2018): a hash mapping trained on relaxed tie-aware AP, MN
   python -m experiments.train --config=configs/talr_ap.py:bits=16 --workdir=runs/talr_ap16
   python -m experiments.train --config=configs/talr_ap.py:runlocal --workdir=/tmp/talr_quick
 
-Test AP_T, seed 0 (training time on a shared 2-core CPU):
+Test AP_T, seed 0, 2 threads (training time on a 2-core CPU; under load it grows):
 
-  (default) linear, 32 bits   0.8727   72 s
-  bits=16 / bits=64           0.8223 / 0.8871   33 / 125 s
-  model=mlp                   0.9638   46 s
-  model=mlp,bits=16 / 64      0.9617 / 0.9687
+  (default) linear, 32 bits   0.8726   65 s (0.8720 under ``taskset -c 0``)
+  bits=16 / bits=64           0.8252 / 0.8881
+  model=mlp                   0.9654   85 s
+  model=mlp,bits=16 / 64      0.9665 / 0.9662
   runlocal (digits)           0.8203   seconds
 
 The argument sets the model and code length together with the options chosen for
