@@ -8,9 +8,9 @@ Every launcher (``experiments.train``, ``evaluate``, ``tune``, ``nair_study``) h
   beside it in the config's source; without ``--config``, the configs the launcher runs;
 * loads ``--config=configs/x.py[:argument]`` and applies ``--config.<field>=<value>``, each value typed
   like the field's default: ``--config.bits=16,32`` for a tuple, ``--config.doc_pool=None``;
-* checks the whole config before any data is loaded (:func:`experiments.checks.check_config`: every
+* checks the whole config before any data is loaded (:func:`experiments.methods.checks.check_config`: every
   choice against the library's own names, every number against its range) and refuses a run that cannot
-  fit in memory (:func:`experiments.checks.check_memory`, from :func:`~experiments.checks.estimate_memory`);
+  fit in memory (:func:`experiments.methods.checks.check_memory`, from :func:`~experiments.methods.checks.estimate_memory`);
 * reports each of these problems as one line ``error: ...`` with exit status 2, no traceback; so is a
   ``ValueError`` raised later whose message names a config field (``config.<field>: ...``).
 
@@ -435,7 +435,7 @@ def run(main: Callable, *, config: bool = True, required: Sequence[str] = (),
   Help, config loading and checks as the module docstring says. ``required``
   names absl flags that must be given; ``check(config)`` (``check()`` without
   a config) runs after the flags are parsed and before ``main`` (default
-  :func:`experiments.checks.check_run`); ``configs_of``: whose configs the
+  :func:`experiments.methods.checks.check_run`); ``configs_of``: whose configs the
   help lists (:func:`help_text`). Also silences jax's backend notice, keeps
   library logs quiet (:func:`experiments.common.quiet_library_logs`) and
   pads malloc's heaps (:func:`experiments.common.pad_malloc_heaps`).

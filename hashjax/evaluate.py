@@ -1,9 +1,11 @@
-r"""One-call evaluation of packed codes: streamed Hamming histograms, then every metric.
+r"""One-call evaluation of packed codes or of a real-valued distance matrix: histograms, then every metric.
 
 :func:`evaluate_codes` counts ``hist[Q, num_bits + 1, V]`` with
 :func:`hashjax.histograms.hamming_histogram` (no ``[Q, N]`` distance matrix)
 and reads the metrics of :mod:`hashjax.metrics` from it, averaged with
-:func:`hashjax.metrics.mean_and_count`. This module imports
+:func:`hashjax.metrics.mean_and_count`. :func:`evaluate_distances` does the
+same for any real ``distances[Q, N]`` (weighted Hamming, Euclidean), its bins
+the tie groups of each query (:mod:`hashjax._ties`). This module imports
 :mod:`hashjax.metrics`, never the reverse (``hashjax.metrics.evaluate_codes``
 reaches this function lazily).
 """
@@ -16,12 +18,17 @@ import jax
 import numpy as np
 
 from hashjax import _checks
+from hashjax import _ties
 from hashjax import histograms
 from hashjax import metrics
 
 Array = jax.Array
 
-__all__ = ["evaluate_codes"]
+__all__ = ["evaluate_codes", "evaluate_distances"]
+
+#: Cells (query, item, level) per block of queries of :func:`evaluate_distances`: its group histograms and
+#: the formulas' temporaries stay ~100 MB.
+_BLOCK_CELLS = 1 << 21
 
 
 def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
@@ -75,24 +82,13 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, num_db = query_words.shape[0], db_words.shape[0]
-  labels_given = query_labels is not None or db_labels is not None
-  given = [name for name, used in (("query_labels/db_labels", labels_given), ("relevance", relevance is not None),
-                                   ("affinity", affinity is not None)) if used]
-  if len(given) != 1:
-    raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels "
-                     f"(both query_labels and db_labels), relevance or affinity, got {given or 'none'}")
+  labels_given = _check_labels(num_q, num_db, query_labels, db_labels, relevance, affinity)
   radius = _checks.check_int("radius", radius, low=0)
   k = _checks.check_cutoff(k, allow_none=False)
   dtype = _checks.check_float_dtype(dtype)
   chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
   int32 = np.iinfo(np.int32)
   if labels_given:
-    for name, lab, n in (("query_labels", query_labels, num_q), ("db_labels", db_labels, num_db)):
-      if lab is None:
-        raise ValueError(f"{name}: expected int labels of shape ({n},) together with the other labels, got None")
-      _checks.check_int_range(name, lab, int32.min, int32.max, what="class labels")
-      if lab.ndim != 1 or lab.shape[0] != n:
-        raise ValueError(f"{name}: expected shape ({n},), got {tuple(lab.shape)}")
     hist = histograms.hamming_histogram(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
                                         db_labels=db_labels, chunk_size=chunk_size)
   elif relevance is not None:
@@ -102,31 +98,152 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   else:
     _checks.check_int_range("affinity", affinity, 0, int32.max, what="affinity levels")
     hist = histograms.hamming_histogram(query_words, db_words, affinity, num_bits=num_bits, chunk_size=chunk_size)
-  return _summary(np.asarray(hist), radius=radius, k=k, dtype=dtype, num_db=num_db)
+  hist = np.asarray(hist)
+  values = {**_tie_aware(hist, k=k, dtype=dtype), **_at_radius(hist, radius=radius, dtype=dtype)}
+  return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)
 
 
-def _summary(hist: np.ndarray, *, radius: int, k: int, dtype, num_db: int) -> dict:
-  """Every number of :func:`evaluate_codes` from a concrete ``hist[Q, B, V]`` (the formulas run on the host)."""
-  means = {name: metrics.mean_and_count(values) for name, values in (
+def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None, db_labels: Optional[Array] = None,
+                       relevance: Optional[Array] = None, affinity: Optional[Array] = None, k: int = 100,
+                       radius: Optional[float] = None, dtype: Any = None) -> dict:
+  r"""Evaluates a real-valued distance matrix (smaller is closer) with the metrics of :func:`evaluate_codes`.
+
+  Ties are exactly equal distances: the tie-aware metrics average over every
+  order of each query's tie groups (found by sorting, ``O(N log N)`` per
+  query), AP's bounds put relevant items first / last in each group,
+  precision@k counts a group straddling ``k`` by its expectation; ``radius``
+  retrieves ``d <= radius``. ``+inf`` ranks last and ``-inf`` first, equal
+  infinities tie; NaN is refused. Concrete inputs only (the results are
+  Python numbers); queries are processed in blocks on the host.
+
+  .. math:: \mathrm{hist}_{q,g,v} = |\{i : d_{q,i} = u_{q,g},\ a_{q,i} = v\}| 	o
+     (\overline{\mathrm{AP}_T}, \overline{\mathrm{NDCG}_T}, \overline{\mathrm{AP}_{opt}},
+     \overline{\mathrm{AP}_{pes}}, \overline{P_T@k})
+
+  Args:
+    distances: real ``[Q, N]`` (int or float), e.g. weighted Hamming distances.
+    query_labels: ``int[Q]`` class labels (with ``db_labels``; relevance = label agreement).
+    db_labels: ``int[N]`` class labels.
+    relevance: alternatively ``{0, 1}[Q, N]``.
+    affinity: alternatively ``int[Q, N]`` levels ``>= 0`` (NDCG uses the levels; AP and precision count
+      levels ``>= 1`` as relevant).
+    k: cutoff of the tie-aware precision@k.
+    radius: optional finite distance threshold; when given the radius metrics of :func:`evaluate_codes`
+      are added.
+    dtype: float dtype of the computation (``None``: follow x64 mode).
+
+  Returns:
+    dict of Python numbers: ``tie_aware_ap``, ``tie_aware_ndcg``,
+    ``optimistic_ap``, ``pessimistic_ap``, ``tie_aware_precision_at_k``,
+    ``num_undefined_ap``, ``num_undefined_ndcg``, ``k``, ``num_queries``,
+    ``num_db``; with ``radius`` also ``precision_at_radius`` (queries
+    retrieving nothing count as 0), ``num_empty_at_radius``,
+    ``recall_at_radius`` and ``radius``.
+
+  >>> import numpy as np
+  >>> d = np.array([[0.5, 0.5, 2.0], [1.0, 0.25, 0.25]])
+  >>> out = evaluate_distances(d, query_labels=np.array([0, 1]), db_labels=np.array([0, 1, 1]), radius=0.5)
+  >>> out["tie_aware_ap"], out["optimistic_ap"], out["precision_at_radius"]  # AP: query 0 (1 + 1/2) / 2, query 1 1
+  (0.875, 1.0, 0.75)
+  """
+  if not hasattr(distances, "dtype") or getattr(distances, "ndim", 0) != 2:
+    raise ValueError(f"distances: expected a real array [Q, N], got {_checks.desc(distances)}")
+  _ties.check_distances(distances)
+  num_q, num_db = distances.shape
+  if num_q == 0:
+    raise ValueError(f"distances: expected at least one query, got shape {tuple(distances.shape)}")
+  labels_given = _check_labels(num_q, num_db, query_labels, db_labels, relevance, affinity)
+  if not all(_checks.is_concrete(x) for x in (distances, query_labels, db_labels, relevance, affinity)):
+    raise ValueError("distances: expected concrete arrays (evaluate_distances returns Python numbers), got a "
+                     "traced value; use hashjax.metrics.tie_aware_ap etc. under jit")
+  k = _checks.check_cutoff(k, allow_none=False)
+  if radius is not None:
+    radius = _checks.check_number("radius", radius)
+  dtype = _checks.check_float_dtype(dtype)
+  if labels_given:
+    ql, xl, num_levels = np.asarray(query_labels), np.asarray(db_labels), 2
+    levels = lambda rows: (ql[rows, None] == xl[None, :]).astype(np.int8)
+  else:
+    if relevance is not None:
+      _checks.check_int_range("relevance", relevance, 0, 1, what="relevance labels")
+    name, given = ("relevance", relevance) if relevance is not None else ("affinity", affinity)
+    _checks.check_shape(name, given, distances.shape, like="distances")
+    num_levels = histograms.num_levels_of(given, 2 if relevance is not None else None, name=name)
+    given = np.asarray(given)
+    levels = lambda rows: given[rows]
+  d = np.asarray(distances)
+  step = max(1, _BLOCK_CELLS // (num_db * num_levels))
+  blocks = []
+  for start in range(0, num_q, step):
+    rows = slice(start, start + step)
+    lev = levels(rows)
+    values = _tie_aware(np.asarray(_ties.group_histogram(d[rows], lev, num_levels=num_levels)), k=k, dtype=dtype)
+    if radius is not None:  # two bins, within and beyond the radius: the radius metrics' formulas at radius 0
+      inside = d[rows] <= radius
+      counts = [np.sum(lev == v, axis=-1) for v in range(num_levels)]
+      within = [np.sum((lev == v) & inside, axis=-1) for v in range(num_levels)]
+      two = np.stack([np.stack(within, -1), np.stack(counts, -1) - np.stack(within, -1)], axis=-2)
+      values.update(_at_radius(two, radius=0, dtype=dtype))
+    blocks.append(values)
+  values = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
+  return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)
+
+
+def _check_labels(num_q: int, num_db: int, query_labels, db_labels, relevance, affinity) -> bool:
+  """Exactly one of labels (both), ``relevance`` or ``affinity``; checks the labels; True when labels."""
+  labels_given = query_labels is not None or db_labels is not None
+  given = [name for name, used in (("query_labels/db_labels", labels_given), ("relevance", relevance is not None),
+                                   ("affinity", affinity is not None)) if used]
+  if len(given) != 1:
+    raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels "
+                     f"(both query_labels and db_labels), relevance or affinity, got {given or 'none'}")
+  int32 = np.iinfo(np.int32)
+  if labels_given:
+    for name, lab, n in (("query_labels", query_labels, num_q), ("db_labels", db_labels, num_db)):
+      if lab is None:
+        raise ValueError(f"{name}: expected int labels of shape ({n},) together with the other labels, got None")
+      _checks.check_int_range(name, lab, int32.min, int32.max, what="class labels")
+      if lab.ndim != 1 or lab.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},), got {tuple(lab.shape)}")
+  return labels_given
+
+
+def _tie_aware(hist: np.ndarray, *, k: int, dtype) -> dict:
+  """Per-query tie-aware AP, NDCG, AP bounds and precision@k (numpy ``[Q]``) of a concrete ``hist[Q, B, V]``."""
+  return {name: np.asarray(values) for name, values in (
       ("tie_aware_ap", metrics.tie_aware_ap_from_histogram(hist, dtype=dtype)),
       ("tie_aware_ndcg", metrics.tie_aware_ndcg_from_histogram(hist, dtype=dtype)),
       ("optimistic_ap", metrics.optimistic_ap_from_histogram(hist, dtype=dtype)),
       ("pessimistic_ap", metrics.pessimistic_ap_from_histogram(hist, dtype=dtype)),
-      ("recall_at_radius", metrics.recall_at_radius_from_histogram(hist, radius=radius, dtype=dtype)),
       ("tie_aware_precision_at_k", metrics.tie_aware_precision_at_k_from_histogram(hist, k=k, dtype=dtype)))}
-  precision = np.asarray(metrics.precision_at_radius_from_histogram(hist, radius=radius, dtype=dtype))
-  retrieved = np.asarray(metrics.retrieved_at_radius_from_histogram(hist, radius=radius))
-  mean = lambda name: float(means[name].mean)
-  return {
+
+
+def _at_radius(hist: np.ndarray, *, radius: int, dtype) -> dict:
+  """Per-query precision, recall and retrieved count at bin ``radius`` (numpy ``[Q]``) of ``hist[Q, B, V]``."""
+  return {"precision_at_radius": np.asarray(metrics.precision_at_radius_from_histogram(hist, radius=radius,
+                                                                                       dtype=dtype)),
+          "recall_at_radius": np.asarray(metrics.recall_at_radius_from_histogram(hist, radius=radius, dtype=dtype)),
+          "retrieved_at_radius": np.asarray(metrics.retrieved_at_radius_from_histogram(hist, radius=radius))}
+
+
+def _summary(values: dict, *, radius: Any, k: int, dtype, num_queries: int, num_db: int) -> dict:
+  """Every number of :func:`evaluate_codes` from the per-query values of :func:`_tie_aware` and
+  :func:`_at_radius` (without the latter, no radius entries)."""
+  means = {name: metrics.mean_and_count(v) for name, v in values.items() if name != "retrieved_at_radius"}
+  mean = lambda name: float(means[name].mean) if name in means else None
+  radial = "precision_at_radius" in values
+  out = {
       "tie_aware_ap": mean("tie_aware_ap"),
       "tie_aware_ndcg": mean("tie_aware_ndcg"),
       "optimistic_ap": mean("optimistic_ap"),
       "pessimistic_ap": mean("pessimistic_ap"),
-      "precision_at_radius": float(np.mean(precision, dtype=dtype)),
-      "num_empty_at_radius": int(np.sum(retrieved == 0)),
+      "precision_at_radius": float(np.mean(values["precision_at_radius"], dtype=dtype)) if radial else None,
+      "num_empty_at_radius": int(np.sum(values["retrieved_at_radius"] == 0)) if radial else None,
       "recall_at_radius": mean("recall_at_radius"),
       "tie_aware_precision_at_k": mean("tie_aware_precision_at_k"),
       "num_undefined_ap": int(means["tie_aware_ap"].num_undefined),
       "num_undefined_ndcg": int(means["tie_aware_ndcg"].num_undefined),
-      "radius": radius, "k": k, "num_queries": hist.shape[0], "num_db": int(num_db),
+      "radius": radius, "k": k, "num_queries": num_queries, "num_db": int(num_db),
   }
+  radius_keys = ("precision_at_radius", "num_empty_at_radius", "recall_at_radius", "radius")
+  return out if radial else {key: v for key, v in out.items() if key not in radius_keys}

@@ -10,6 +10,9 @@ functions of ``distances[..., N]`` validate, count the histogram and apply it.
 * Inputs: ``distances`` int in ``[0, num_bits]``; ``relevance`` in ``{0, 1}``;
   ``affinity`` int ``>= 0`` (0 = irrelevant; levels ``v >= 1`` are relevant for
   AP and precision).
+* Real-valued ``distances`` (any int or float, ``num_bits`` left out): tie-aware
+  AP, NDCG, precision@k and the AP bounds read each query's tie groups (equal
+  values, by sorting) as the bins, by the same formulas (:mod:`hashjax._ties`).
 * Ties: each docstring states its policy. Tie-aware = the expectation over all
   orders of tied items (He et al. eqs. 3-4) in closed form; optimistic /
   pessimistic = relevant items first / last; :func:`ap`: ascending index.
@@ -26,7 +29,7 @@ functions of ``distances[..., N]`` validate, count the histogram and apply it.
   traced in a caller's ``jit``, ``vmap`` or ``grad``. Results are jax arrays.
 
 :func:`hashjax.evaluate.evaluate_codes` (also ``hashjax.metrics.evaluate_codes``)
-evaluates packed codes with all of them.
+evaluates packed codes with all of them, :func:`hashjax.evaluate.evaluate_distances` a real ``distances[Q, N]``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import numpy as np
 
 from hashjax import _checks
 from hashjax import _special
+from hashjax import _ties
 from hashjax import histograms
 
 Array = jax.Array
@@ -61,10 +65,10 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 
 def __getattr__(name: str):
-  # hashjax.metrics.evaluate_codes for outside code; hashjax.evaluate imports this module, not the reverse.
-  if name == "evaluate_codes":
+  # hashjax.metrics.evaluate_codes (and evaluate_distances) for outside code; hashjax.evaluate imports this module.
+  if name in ("evaluate_codes", "evaluate_distances"):
     from hashjax import evaluate  # pylint: disable=import-outside-toplevel
-    return evaluate.evaluate_codes
+    return getattr(evaluate, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -80,10 +84,13 @@ class MeanCount(NamedTuple):
 
 def _cumsum(x, xp):
   """Cumulative sums of int32 ``x[..., m]`` along the last axis. Traced, an exact int32 product with a
-  triangle of ones: XLA:CPU compiles ``jnp.cumsum`` as a chain of kernels that costs several times as long."""
+  triangle of ones: XLA:CPU compiles ``jnp.cumsum`` as a chain of kernels that costs several times as long;
+  past 1024 bins (tie groups of real distances) the triangle's ``m^2`` cost is the larger."""
   if xp is np:
     return np.cumsum(x, axis=-1, dtype=np.int32)
   m = x.shape[-1]
+  if m > 1024:
+    return jnp.cumsum(x, axis=-1, dtype=jnp.int32)
   return x @ jnp.asarray(np.triu(np.ones((m, m), np.int32)))
 
 
@@ -202,13 +209,16 @@ class _Counting(NamedTuple):
   """Validated inputs of a distance-level metric, counted into ``hist`` once its options are checked."""
   distances: Any
   levels: Any
-  num_bits: int
+  num_bits: Optional[int]
   num_levels: Optional[int]
   where: Any
 
 
 def _evaluate(formula, hist, name="hist", **options):
   """``formula(hist, **options)`` of a checked histogram (or of the one a :class:`_Counting` counts)."""
+  if isinstance(hist, _Counting) and hist.num_bits is None:
+    return _ties.apply_to_groups(formula, hist.distances, hist.levels, hist.where, num_levels=hist.num_levels,
+                                 **options)
   if isinstance(hist, _Counting):
     hist = histograms.distance_histogram(hist.distances, hist.levels, num_bits=hist.num_bits,
                                          num_levels=hist.num_levels, where=hist.where)
@@ -494,9 +504,12 @@ def _check_where(where: Any, distances: Any) -> None:
   _checks.check_shape("where", where, distances.shape, like="distances")
 
 
-def _counting(kind, distances, labels, *, num_bits, where, option=None) -> _Counting:
-  """Validates a distance-level metric's inputs; ``kind`` names what ``labels`` hold."""
-  num_bits = _check_distances(distances, num_bits)
+def _counting(kind, distances, labels, *, num_bits, where, option=None, real=False) -> _Counting:
+  """Validates a distance-level metric's inputs; ``kind`` names what ``labels`` hold (``real``: see below)."""
+  if real and num_bits is None:
+    _ties.check_distances(distances)
+  else:
+    num_bits = _check_distances(distances, num_bits)
   num_levels = None
   if kind == "relevance":
     _checks.check_int_range("relevance", labels, 0, 1, what="relevance labels")
@@ -532,14 +545,21 @@ _KINDS = {
     None: (None, None),
 }
 
+_REAL_DOC = """Without ``num_bits``, ``distances`` may be any real values: the bins ``d``
+  are then each query's tie groups (equal values) in ascending order, found by
+  sorting (:mod:`hashjax._ties`; ``O(N log N)`` per query, traced too)."""
+_REAL = {"distances": "``[..., N]``, smaller is closer: Hamming distances (int in ``[0, num_bits]``) with\n"
+                      "      ``num_bits``; else any int or float values, tied when equal (``+inf`` ranks last,\n"
+                      "      ``-inf`` first, equal infinities tie; NaN is refused).",
+         "num_bits": "the code length of Hamming ``distances``; None (default): real-valued ``distances``."}
 
-def _distance_level(from_histogram, kind: Optional[str], *, example: str):
+
+def _distance_level(from_histogram, kind: Optional[str], *, example: str, real: bool = False):
   """The distance-level form of ``from_histogram``: ``f(distances, <kind>, *, num_bits, ..., where)``.
 
-  It validates its inputs, then ``from_histogram`` checks its options and
-  counts ``hist`` (:class:`_Counting`). Its docstring is ``from_histogram``'s
-  summary, ``Ties:`` paragraph, formula, options and ``Returns``, with
-  ``example``.
+  It validates its inputs, then ``from_histogram`` checks its options and counts ``hist`` (:class:`_Counting`;
+  with ``real``, ``num_bits=None``, the default, counts real-valued distances by tie group). Its docstring is
+  ``from_histogram``'s summary, ``Ties:`` paragraph, formula, options and ``Returns``, with ``example``.
   """
   doc = inspect.cleandoc(from_histogram.__doc__)
   find = lambda pattern: re.search(pattern, doc, re.S | re.M).group(1)
@@ -549,11 +569,12 @@ def _distance_level(from_histogram, kind: Optional[str], *, example: str):
   label_doc, level_option = _KINDS[kind]
   entries.update({"distances": "``int[..., N]`` Hamming distances in ``[0, num_bits]``.", kind: label_doc,
                   "num_bits": "the code length.",
-                  "where": "optional bool ``[..., N]`` mask; ``False`` items are left out."})
+                  "where": "optional bool ``[..., N]`` mask; ``False`` items are left out.", **(_REAL if real else {})})
   kw = inspect.Parameter.KEYWORD_ONLY
   options = [p for p in inspect.signature(from_histogram).parameters.values() if p.kind is kw]
   params = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("distances", kind) if name]
-  keyword = [inspect.Parameter("num_bits", kw)] + [p for p in options if p.name != "dtype"]
+  num_bits = inspect.Parameter("num_bits", kw, **({"default": None} if real else {}))
+  keyword = [num_bits] + [p for p in options if p.name != "dtype"]
   if level_option:  # num_classes leads (knn_classify(..., num_classes, num_bits, ...)), num_levels follows the options
     entries[level_option[0]] = level_option[2]
     option = inspect.Parameter(level_option[0], kw, default=level_option[1])
@@ -566,12 +587,13 @@ def _distance_level(from_histogram, kind: Optional[str], *, example: str):
     given.apply_defaults()
     a = dict(given.arguments)
     counting = _counting(kind, a.pop("distances"), a.pop(kind) if kind else None, num_bits=a.pop("num_bits"),
-                         where=a.pop("where"), option=a.pop(level_option[0]) if level_option else None)
+                         where=a.pop("where"), option=a.pop(level_option[0]) if level_option else None, real=real)
     return from_histogram(counting, **a)
 
   args = "\n".join(f"    {p.name}: {entries[p.name]}" for p in signature.parameters.values())
   ties, math, returns = (section(pattern) for pattern in (r"^(Ties: .*?)\n\n", r"^(\.\. math:: .*?)\n\n",
                                                           r"^Returns:\n(.*?)\n\n"))
+  ties += "\n\n  " + _REAL_DOC if real else ""
   metric.__doc__ = (f"{doc.splitlines()[0]}\n\n  {ties}\n\n  The histogram form: :func:`{from_histogram.__name__}`."
                     f"\n\n  {math}\n\n  Args:\n{args}\n\n  Returns:\n  {returns}\n\n{example}\n  ")
   metric.__name__ = metric.__qualname__ = from_histogram.__name__.removesuffix("_from_histogram")
@@ -579,28 +601,39 @@ def _distance_level(from_histogram, kind: Optional[str], *, example: str):
   return metric
 
 
-tie_aware_ap = _distance_level(tie_aware_ap_from_histogram, "relevance", example="""\
+tie_aware_ap = _distance_level(tie_aware_ap_from_histogram, "relevance", real=True, example="""\
   >>> import numpy as np
   >>> d, rel = np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]])
   >>> tie_aware_ap(d, rel, num_bits=2).tolist()
+  [0.91667]
+  >>> tie_aware_ap(np.array([[0.1, 0.7, 0.7, 2.5]]), rel).tolist()  # the same tie groups, real-valued
   [0.91667]""")
-optimistic_ap = _distance_level(optimistic_ap_from_histogram, "relevance", example="""\
+optimistic_ap = _distance_level(optimistic_ap_from_histogram, "relevance", real=True, example="""\
   >>> import numpy as np
   >>> optimistic_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
+  [1.0]
+  >>> optimistic_ap(np.array([[-1.5, 0.2, 0.2, np.inf]]), np.array([[1, 0, 1, 0]])).tolist()
   [1.0]""")
-pessimistic_ap = _distance_level(pessimistic_ap_from_histogram, "relevance", example="""\
+pessimistic_ap = _distance_level(pessimistic_ap_from_histogram, "relevance", real=True, example="""\
   >>> import numpy as np
   >>> pessimistic_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
+  [0.83333]
+  >>> pessimistic_ap(np.array([[-1.5, 0.2, 0.2, np.inf]]), np.array([[1, 0, 1, 0]])).tolist()
   [0.83333]""")
-tie_aware_ndcg = _distance_level(tie_aware_ndcg_from_histogram, "affinity", example="""\
+tie_aware_ndcg = _distance_level(tie_aware_ndcg_from_histogram, "affinity", real=True, example="""\
   >>> import numpy as np
   >>> d, a = np.array([[0, 1, 1]]), np.array([[2, 0, 1]])
   >>> dcg, ideal = 3 + 0.5 * (1 / np.log2(3) + 1 / np.log2(4)), 3 + 1 / np.log2(3)
   >>> bool(np.isclose(tie_aware_ndcg(d, a, num_bits=1)[0], dcg / ideal))
+  True
+  >>> bool(np.isclose(tie_aware_ndcg(np.array([[0.5, 3.25, 3.25]]), a)[0], dcg / ideal))
   True""")
-tie_aware_precision_at_k = _distance_level(tie_aware_precision_at_k_from_histogram, "relevance", example="""\
+tie_aware_precision_at_k = _distance_level(tie_aware_precision_at_k_from_histogram, "relevance", real=True,
+                                           example="""\
   >>> import numpy as np
   >>> tie_aware_precision_at_k(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2, k=2).tolist()
+  [0.75]
+  >>> tie_aware_precision_at_k(np.array([[0.0, 0.5, 0.5, 0.75]]), np.array([[1, 0, 1, 0]]), k=2).tolist()
   [0.75]""")
 precision_at_radius = _distance_level(precision_at_radius_from_histogram, "relevance", example="""\
   >>> import numpy as np

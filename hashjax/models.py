@@ -48,14 +48,14 @@ FORMAT = "hashjax-model"
 #: The newest ``version`` of the format this module writes and reads.
 VERSION = 1
 #: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, then the baselines of :mod:`hashjax.baselines`.
-KINDS = ("linear", "mlp", "lsh", "pca", "itq", "sh")
+KINDS = ("linear", "mlp", "lsh", "pca", "itq", "sh", "iso")
 #: The two files of a saved model directory.
 MODEL_FILE = "model.json"
 ARRAYS_FILE = "arrays.npz"
 
 _MAPPING_KINDS = ("linear", "mlp")
 _BASELINE_PARAMS = {"lsh": baselines.LSHParams, "pca": baselines.PCAParams, "itq": baselines.ITQParams,
-                    "sh": baselines.SpectralParams}
+                    "sh": baselines.SpectralParams, "iso": baselines.IsoHashParams}
 
 
 class FeatureRangeWarning(UserWarning):
@@ -180,8 +180,8 @@ class Model:
   does not); it is immutable (its attributes cannot be set).
 
   Attributes:
-    kind: ``"linear"`` or ``"mlp"`` (:mod:`hashjax.mappings`), ``"lsh"``, ``"pca"``, ``"itq"`` or ``"sh"``
-      (:mod:`hashjax.baselines`).
+    kind: ``"linear"`` or ``"mlp"`` (:mod:`hashjax.mappings`), ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or
+      ``"iso"`` (:mod:`hashjax.baselines`).
     num_bits: code length ``b``.
     dim: feature width the model encodes.
     settings: JSON-friendly dict of the hash function's options (a mapping's ``init`` and
@@ -352,7 +352,7 @@ def from_baseline(method: str, params: Any, *, train_features: Any, config: Any 
   .. math:: \mathrm{Model}(\mathrm{encode}_{method}, \theta), \qquad \mathrm{range} = [\min X, \max X]
 
   Args:
-    method: ``"lsh"``, ``"pca"``, ``"itq"`` or ``"sh"`` (see :data:`hashjax.baselines.BASELINES`).
+    method: ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or ``"iso"`` (see :data:`hashjax.baselines.BASELINES`).
     params: the params NamedTuple :func:`hashjax.baselines.fit` returned for ``method``.
     train_features: ``[N, dim]`` the features it was fitted on (for the width and value range).
     config: the run's config (a ``ml_collections.ConfigDict`` or a JSON-serialisable dict), or None.

@@ -4,10 +4,14 @@ Each method is checked against its paper's algorithm written out in numpy:
 LSH against sign((X - mean) W) and Charikar's collision probability theta/pi,
 PCA against numpy's SVD, ITQ against a numpy Procrustes step and the monotone
 decrease of its quantisation loss, SH against a brute-force enumeration of
-the 1-D Laplacian eigenvalues over (direction, mode) pairs.
+the 1-D Laplacian eigenvalues over (direction, mode) pairs, IsoHash against
+numpy's per-bit variances of the rotated projections, a numpy
+lift-and-projection step and the monotone decrease of its gradient flow's
+objective.
 """
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -15,10 +19,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from hashjax import baselines
-from hashjax.baselines import itq, lsh, pca, spectral
+from hashjax import baselines, models
+from hashjax.baselines import isohash, itq, lsh, pca, spectral
 
-METHODS = ["lsh", "pca", "itq", "sh"]
+METHODS = ["lsh", "pca", "itq", "sh", "iso"]
 KEY = jax.random.key(0)
 
 
@@ -277,7 +281,7 @@ import hashlib, sys, jax, numpy as np
 from hashjax import baselines
 x = np.load(sys.argv[1])
 h = hashlib.sha1()
-for method in ("lsh", "pca", "itq", "sh"):
+for method in ("lsh", "pca", "itq", "sh", "iso"):
   params = baselines.fit(method, x, num_bits=32, key=jax.random.key(0))
   h.update(np.asarray(baselines.encode(method, params, x)).tobytes())
 print(h.hexdigest())
@@ -304,7 +308,7 @@ def test_codes_do_not_depend_on_threads_or_cpu_features(tmp_path):
 
 
 def test_registry():
-  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh"}
+  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "iso"}
   x = _anisotropic(n=50, d=4)
   with jax.enable_x64(True):
     via = baselines.encode("itq", baselines.fit("itq", x, num_bits=3, key=KEY, num_iters=5), x)
@@ -339,13 +343,13 @@ def test_bad_num_bits(method):
       _fit(method, x, num_bits=bad)
 
 
-@pytest.mark.parametrize("method", ["pca", "itq"])
+@pytest.mark.parametrize("method", ["pca", "itq", "iso"])
 def test_num_bits_above_dim_for_pca_methods(method):
   with pytest.raises(ValueError, match="num_bits"):
     _fit(method, _anisotropic(n=20, d=5), num_bits=6)
 
 
-@pytest.mark.parametrize("method", ["pca", "itq", "sh"])
+@pytest.mark.parametrize("method", ["pca", "itq", "sh", "iso"])
 def test_pca_methods_need_two_rows(method):
   with pytest.raises(ValueError, match="features"):
     _fit(method, np.ones((1, 5)))
@@ -392,3 +396,208 @@ def test_unknown_method():
     baselines.fit("kmeans", _anisotropic(n=20, d=5), num_bits=4, key=KEY)
   with pytest.raises(ValueError, match="method"):
     baselines.encode("kmeans", None, _anisotropic(n=20, d=5))
+
+
+# ----------------------------------------------------------------------------- IsoHash
+
+def _np_spectrum(x, num_bits):
+  """Reference PCA variances: the squared singular values of the centred data over N, largest first."""
+  s = np.linalg.svd(x - x.mean(0), compute_uv=False)
+  return s[:num_bits] ** 2 / len(x)
+
+
+def _iso_fit(x, num_bits, **options):
+  """IsoHash params in float64 (x64 on), as numpy arrays."""
+  with jax.enable_x64(True):
+    params = isohash.fit(x, num_bits=num_bits, **options)
+  return [np.asarray(a, np.float64) for a in params]
+
+
+def _iso_fit_unconverged(x, num_bits, **options):
+  """As :func:`_iso_fit`, for a ``num_iters`` too small to meet the stopping rule."""
+  with pytest.warns(isohash.ConvergenceWarning, match="num_iters"):
+    return _iso_fit(x, num_bits, **options)
+
+
+@pytest.mark.parametrize("solver", isohash.SOLVERS)
+@pytest.mark.parametrize("data,num_bits", [("digits", 16), ("digits", 40), ("aniso", 8), ("aniso", 3)])
+def test_iso_gives_every_bit_the_same_variance(solver, data, num_bits):
+  x = _anisotropic(d=8) if data == "aniso" else _digits()[0]
+  mean, projection, rotation = _iso_fit(x, num_bits, solver=solver)
+  lam = _np_spectrum(x, num_bits)
+  assert lam[0] > 3 * lam[-1]  # PCA's own bits are far from isotropic
+  a = lam.sum() / num_bits
+  ref_mean, dirs = _np_pca(x, num_bits)
+  np.testing.assert_allclose(mean, ref_mean, atol=1e-12)
+  np.testing.assert_allclose(projection, dirs, atol=1e-8)
+  np.testing.assert_allclose(rotation.T @ rotation, np.eye(num_bits), atol=1e-12)
+  np.testing.assert_allclose(rotation @ rotation.T, np.eye(num_bits), atol=1e-12)
+  # The stopping rule: every diagonal entry of Q^T Lambda Q within tol * a of a.
+  z = rotation.T @ np.diag(lam) @ rotation
+  assert np.max(np.abs(np.diag(z) - a)) <= 1.001 * isohash.DEFAULT_TOL * a
+  # What the rule is for: the hashed projections of the training data all have variance a.
+  variances = np.var((x - x.mean(0)) @ dirs @ rotation, axis=0)
+  assert np.max(np.abs(variances / a - 1)) <= 1.001 * isohash.DEFAULT_TOL
+  np.testing.assert_allclose(variances.sum(), lam.sum(), rtol=1e-12)  # a rotation keeps the total
+
+
+def test_iso_start_and_lift_and_projection_steps():
+  # Kong & Li 2012, Sec. 3.2: T = Z with diagonal a; T = U Gamma U^T; Z = U Lambda U^T (both sorted alike).
+  x, _ = _digits()
+  b = 12
+  lam = _np_spectrum(x, b)
+  a = lam.mean()
+  g = np.random.RandomState(0).standard_normal((b, b))
+  q, r = np.linalg.qr(g)
+  np.testing.assert_allclose(_iso_fit_unconverged(x, b, num_iters=0)[2], q * np.sign(np.diag(r)), atol=1e-12)
+  for t in (0, 1, 4):
+    before = _iso_fit_unconverged(x, b, num_iters=t)[2]
+    after = _iso_fit_unconverged(x, b, num_iters=t + 1)[2]
+    z = before.T @ np.diag(lam) @ before
+    lifted = z.copy()
+    lifted[np.diag_indices(b)] = a
+    _, u = np.linalg.eigh(lifted)  # ascending, paired with the ascending variances
+    np.testing.assert_allclose(after.T @ np.diag(lam) @ after, u @ np.diag(lam[::-1]) @ u.T, atol=1e-9 * a)
+    assert np.all(np.sum(after * before, axis=1) > 0)  # rows signed to follow the previous iterate
+
+
+def test_iso_stops_at_the_first_iterate_that_meets_tol():
+  x, _ = _digits()
+  b, tol = 10, 1e-5
+  lam = _np_spectrum(x, b)
+  a = lam.mean()
+  worst = []
+  for t in range(200):
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      q = _iso_fit(x, b, num_iters=t, tol=tol)[2]
+    worst.append(np.max(np.abs(np.diag(q.T @ np.diag(lam) @ q) - a)))
+    assert bool(caught) == (worst[-1] > tol * a)  # warned exactly when the rule is not met
+    if worst[-1] <= tol * a:
+      break
+  assert 3 < t < 200, t
+  np.testing.assert_array_equal(_iso_fit(x, b, num_iters=t + 100, tol=tol)[2], q)  # no update after it
+  np.testing.assert_array_equal(_iso_fit(x, b, tol=tol)[2], q)
+
+
+def test_iso_gradient_flow_decreases_its_objective():
+  x, _ = _digits()
+  b = 12
+  lam = _np_spectrum(x, b)
+  a = lam.mean()
+  losses = []
+  for t in range(12):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", isohash.ConvergenceWarning)
+      q = _iso_fit(x, b, solver="gradient_flow", num_iters=t)[2]
+    np.testing.assert_allclose(q.T @ q, np.eye(b), atol=1e-12)
+    d = np.diag(q.T @ np.diag(lam) @ q) - a
+    losses.append(0.5 * d @ d)
+  losses = np.array(losses)
+  assert np.all(np.diff(losses) < 0), losses
+  assert losses[-1] < 1e-2 * losses[0], losses
+
+
+def test_iso_encode_matches_numpy_sign_and_jit():
+  x, _ = _digits()
+  with jax.enable_x64(True):
+    params = isohash.fit(x, num_bits=24)
+    bits = np.asarray(isohash.encode(params, x))
+  mean, projection, rotation = (np.asarray(a) for a in params)
+  np.testing.assert_array_equal(bits, ((x - mean) @ projection @ rotation > 0).astype(np.uint8))
+  x32 = x.astype(np.float32)
+  params32 = isohash.fit(x32, num_bits=24)
+  assert all(a.dtype == jnp.float32 for a in params32)
+  bits32 = np.asarray(isohash.encode(params32, x32))
+  np.testing.assert_array_equal(np.asarray(jax.jit(isohash.encode)(params32, x32)), bits32)
+  mean, projection, rotation = (np.asarray(a, np.float64) for a in params32)
+  assert np.mean(bits32 != ((x - mean) @ projection @ rotation > 0)) < 1e-3
+
+
+def test_iso_ignores_the_key():
+  x, _ = _digits()
+  fits = [isohash.fit(x, num_bits=16, key=key) for key in (None, KEY, jax.random.key(7))]
+  fits.append(baselines.fit("iso", x, num_bits=16, key=jax.random.key(8)))
+  for params in fits[1:]:
+    for a, b in zip(params, fits[0]):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  np.testing.assert_array_equal(np.asarray(isohash.encode(fits[1], x)), np.asarray(isohash.encode(fits[0], x)))
+
+
+def test_iso_registry_forwards_the_solver():
+  x = _anisotropic(d=8)
+  via = baselines.fit("iso", x, num_bits=6, solver="gradient_flow", num_iters=500, tol=1e-7)
+  direct = isohash.fit(x, num_bits=6, solver="gradient_flow", num_iters=500, tol=1e-7)
+  lp = isohash.fit(x, num_bits=6)
+  np.testing.assert_array_equal(np.asarray(via.rotation), np.asarray(direct.rotation))
+  assert not np.allclose(np.asarray(via.rotation), np.asarray(lp.rotation))  # the two solvers find different Q
+
+
+def test_iso_beats_pca_hashing_on_digits():
+  x, y = _digits()
+  scores = {m: _nn_label_precision(np.asarray(baselines.encode(m, baselines.fit(m, x, num_bits=32), x)), y)
+            for m in ("pca", "iso")}
+  assert scores["iso"] > scores["pca"] + 0.05, scores
+
+
+def test_iso_degenerate_inputs():
+  x = np.ones((6, 3))  # every variance 0: already isotropic, the start is kept and no warning
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    params = isohash.fit(x, num_bits=2)
+  np.testing.assert_array_equal(np.asarray(isohash.encode(params, x)), np.zeros((6, 2), np.uint8))
+  r = np.asarray(params.rotation, np.float64)
+  np.testing.assert_allclose(r.T @ r, np.eye(2), atol=1e-6)
+  one = _iso_fit(_anisotropic(d=4), 1)
+  np.testing.assert_array_equal(one[2], [[1.0]])  # one bit: nothing to rotate
+
+
+def test_iso_converges_by_default():
+  x, _ = _digits()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for solver in isohash.SOLVERS:
+      for num_bits in (16, 64):  # 64: all of digits' dimensions, three of them constant
+        isohash.fit(x, num_bits=num_bits, solver=solver)
+
+
+def test_iso_bad_options():
+  x = _anisotropic(n=20, d=5)
+  for bad in ("lp", "Gradient_flow", None, 0):
+    with pytest.raises(ValueError, match="solver"):
+      isohash.fit(x, num_bits=3, solver=bad)
+  for bad in (-1, 2.5, None, True):
+    with pytest.raises(ValueError, match="num_iters"):
+      isohash.fit(x, num_bits=3, num_iters=bad)
+  for bad in (-1e-3, np.nan, np.inf, "1e-6", None):
+    with pytest.raises(ValueError, match="tol"):
+      isohash.fit(x, num_bits=3, tol=bad)
+  with pytest.raises(ValueError, match="num_bits"):
+    baselines.fit("iso", x, num_bits=6)
+  with pytest.raises(ValueError, match="params"):
+    isohash.encode(itq.fit(x, num_bits=3, key=KEY), x)
+  with pytest.raises(ValueError, match="num_bits"):
+    isohash.start_rotation(0)
+
+
+def _pack_by_hand(bits):
+  """uint32 words of ``bits[n, b <= 32]``: bit ``j`` at position ``j``."""
+  return (bits.astype(np.uint64) << np.arange(bits.shape[1], dtype=np.uint64)).sum(1).astype(np.uint32)[:, None]
+
+
+def test_iso_model_round_trips_and_encodes_like_numpy(tmp_path):
+  x = _digits()[0].astype(np.float32)
+  params = baselines.fit("iso", x[:1000], num_bits=24)
+  model = models.from_baseline("iso", params, train_features=x[:1000], config={"method": "iso"})
+  loaded = models.load_model(model.save(tmp_path / "iso-24"))
+  assert (loaded.kind, loaded.num_bits, loaded.dim) == ("iso", 24, 64)
+  assert type(loaded.params) is isohash.IsoHashParams
+  for a, b in zip(loaded.params, params):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  mean, projection, rotation = (np.asarray(a, np.float64) for a in params)
+  logits = (x[1000:].astype(np.float64) - mean) @ projection @ rotation
+  clear = np.all(np.abs(logits) > 1e-3, axis=1)
+  assert clear.mean() > 0.95
+  words = np.asarray(loaded.encode(x[1000:]))
+  np.testing.assert_array_equal(words[clear], _pack_by_hand(logits > 0)[clear])
+  np.testing.assert_array_equal(words, np.asarray(model.encode(x[1000:])))

@@ -265,12 +265,13 @@ def test_large_ranks_match_eq3_and_eq4_summed_term_by_term(path):
 
 def test_distance_level_signatures():
   want = {
-      "tie_aware_ap": "(distances, relevance, *, num_bits, k=None, where=None, dtype=None)",
-      "optimistic_ap": "(distances, relevance, *, num_bits, where=None, dtype=None)",
-      "pessimistic_ap": "(distances, relevance, *, num_bits, where=None, dtype=None)",
+      # num_bits=None: real-valued distances (tests/test_real_distances.py).
+      "tie_aware_ap": "(distances, relevance, *, num_bits=None, k=None, where=None, dtype=None)",
+      "optimistic_ap": "(distances, relevance, *, num_bits=None, where=None, dtype=None)",
+      "pessimistic_ap": "(distances, relevance, *, num_bits=None, where=None, dtype=None)",
       "ap": "(distances, relevance, *, num_bits, k=None, where=None, dtype=None)",
-      "tie_aware_ndcg": "(distances, affinity, *, num_bits, k=None, num_levels=None, where=None, dtype=None)",
-      "tie_aware_precision_at_k": "(distances, relevance, *, num_bits, k, where=None, dtype=None)",
+      "tie_aware_ndcg": "(distances, affinity, *, num_bits=None, k=None, num_levels=None, where=None, dtype=None)",
+      "tie_aware_precision_at_k": "(distances, relevance, *, num_bits=None, k, where=None, dtype=None)",
       "precision_at_radius": "(distances, relevance, *, num_bits, radius, where=None, dtype=None)",
       "recall_at_radius": "(distances, relevance, *, num_bits, radius, where=None, dtype=None)",
       "retrieved_at_radius": "(distances, *, num_bits, radius, where=None)",

@@ -91,6 +91,29 @@ def fit(features: Array, *, num_bits: int, key: Any,
   return ITQParams(*(jnp.asarray(a, dtype) for a in (mean, projection, rotation)))
 
 
+def project(params: ITQParams, features: Array) -> Array:
+  r"""The real values whose signs are the bits of :func:`encode` (``encode`` is ``binarize(project(...))``).
+
+  .. math:: v(x) = R^\top W^\top (x - \mu)
+
+  Args:
+    params: :class:`ITQParams` from :func:`fit`.
+    features: ``[..., dim]`` finite features, ``dim`` as in :func:`fit`.
+
+  Returns:
+    ``float[..., num_bits]``: bit ``j`` is 1 where value ``j`` is ``> 0``.
+
+  >>> import jax, numpy as np
+  >>> x = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+  >>> params = fit(x, num_bits=4, key=jax.random.key(0))
+  >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
+  True
+  """
+  _common.check_params(params, ITQParams, "itq")
+  _common.check_encode_features(features, params.mean.shape[-1])
+  return _rotated(params, jnp.asarray(features))
+
+
 def encode(params: ITQParams, features: Array) -> Array:
   r"""Hashes ``features`` by the signs of their rotated principal components.
 
@@ -109,9 +132,7 @@ def encode(params: ITQParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((100, 4), dtype('uint8'))
   """
-  _common.check_params(params, ITQParams, "itq")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  return codes.binarize(_rotated(params, jnp.asarray(features)))
+  return codes.binarize(project(params, features))
 
 
 def quantization_loss(params: ITQParams, features: Array) -> Array:

@@ -58,6 +58,29 @@ def fit(features: Array, *, num_bits: int, key: Any) -> LSHParams:
   return LSHParams(mean=jnp.asarray(x.mean(axis=0), dtype), projection=projection)
 
 
+def project(params: LSHParams, features: Array) -> Array:
+  r"""The real values whose signs are the bits of :func:`encode` (``encode`` is ``binarize(project(...))``).
+
+  .. math:: v(x) = W^\top (x - \mu)
+
+  Args:
+    params: :class:`LSHParams` from :func:`fit`.
+    features: ``[..., dim]`` finite features, ``dim`` as in :func:`fit`.
+
+  Returns:
+    ``float[..., num_bits]``: bit ``j`` is 1 where value ``j`` is ``> 0``.
+
+  >>> import jax, numpy as np
+  >>> x = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+  >>> params = fit(x, num_bits=4, key=jax.random.key(0))
+  >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
+  True
+  """
+  _common.check_params(params, LSHParams, "lsh")
+  _common.check_encode_features(features, params.mean.shape[-1])
+  return _common.project(jnp.asarray(features), params.mean, params.projection)
+
+
 def encode(params: LSHParams, features: Array) -> Array:
   r"""Hashes ``features`` by the side of each hyperplane.
 
@@ -77,6 +100,4 @@ def encode(params: LSHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((3, 16), dtype('uint8'))
   """
-  _common.check_params(params, LSHParams, "lsh")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  return codes.binarize(_common.project(jnp.asarray(features), params.mean, params.projection))
+  return codes.binarize(project(params, features))

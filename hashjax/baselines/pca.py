@@ -57,6 +57,29 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> PCAPara
   return PCAParams(mean=jnp.asarray(mean, dtype), projection=jnp.asarray(projection, dtype))
 
 
+def project(params: PCAParams, features: Array) -> Array:
+  r"""The real values whose signs are the bits of :func:`encode` (``encode`` is ``binarize(project(...))``).
+
+  .. math:: v_j(x) = (x - \mu)^\top u_j
+
+  Args:
+    params: :class:`PCAParams` from :func:`fit`.
+    features: ``[..., dim]`` finite features, ``dim`` as in :func:`fit`.
+
+  Returns:
+    ``float[..., num_bits]``: bit ``j`` is 1 where value ``j`` is ``> 0``.
+
+  >>> import jax, numpy as np
+  >>> x = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+  >>> params = fit(x, num_bits=4, key=jax.random.key(0))
+  >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
+  True
+  """
+  _common.check_params(params, PCAParams, "pca")
+  _common.check_encode_features(features, params.mean.shape[-1])
+  return _common.project(jnp.asarray(features), params.mean, params.projection)
+
+
 def encode(params: PCAParams, features: Array) -> Array:
   r"""Hashes ``features`` by the signs of their principal components.
 
@@ -74,6 +97,4 @@ def encode(params: PCAParams, features: Array) -> Array:
   >>> encode(fit(x, num_bits=1), x).ravel().tolist()
   [0, 0, 1, 1]
   """
-  _common.check_params(params, PCAParams, "pca")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  return codes.binarize(_common.project(jnp.asarray(features), params.mean, params.projection))
+  return codes.binarize(project(params, features))

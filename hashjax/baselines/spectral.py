@@ -98,6 +98,34 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> Spectra
   return SpectralParams(mean, projection, minimum, maximum, direction, mode)
 
 
+def project(params: SpectralParams, features: Array) -> Array:
+  r"""The eigenfunction values whose signs are the bits of :func:`encode` (``binarize(project(...))``).
+
+  .. math:: v_j(x) = \sin\Big(\frac{\pi}{2} + k_j \pi \frac{u_{i_j}^\top (x - \mu) - a_{i_j}}{b_{i_j} - a_{i_j}}\Big)
+
+  Args:
+    params: :class:`SpectralParams` from :func:`fit`.
+    features: ``[..., dim]`` finite features, ``dim`` as in :func:`fit`.
+
+  Returns:
+    ``float[..., num_bits]`` in ``[-1, 1]``: bit ``j`` is 1 where value ``j`` is ``> 0``.
+
+  >>> import numpy as np
+  >>> x = np.array([[-2.0, 0.0], [2.0, 0.0], [0.0, -0.5], [0.0, 0.5]])
+  >>> np.round(np.asarray(project(fit(x, num_bits=1), np.array([[-2.0, 0.0], [0.0, 0.0]]))), 3).tolist()
+  [[1.0], [0.0]]
+  """
+  _common.check_params(params, SpectralParams, "spectral")
+  _common.check_encode_features(features, params.mean.shape[-1])
+  features = jnp.asarray(features)
+  projected = _common.project(features, params.mean, params.projection[:, params.direction])
+  low = params.minimum[params.direction]
+  spread = params.maximum[params.direction] - low
+  position = jnp.where(spread > 0, (projected - low) / jnp.where(spread > 0, spread, 1), 0)
+  phase = jnp.pi / 2 + params.mode.astype(position.dtype) * jnp.pi * position
+  return jnp.sin(phase)
+
+
 def encode(params: SpectralParams, features: Array) -> Array:
   r"""Hashes ``features`` by the signs of their selected eigenfunctions.
 
@@ -118,12 +146,4 @@ def encode(params: SpectralParams, features: Array) -> Array:
   >>> encode(params, np.array([[-1.5, 0.0], [-0.5, 0.0], [0.5, 0.0], [1.5, 0.0]])).tolist()
   [[1, 1], [1, 0], [0, 0], [0, 1]]
   """
-  _common.check_params(params, SpectralParams, "spectral")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  features = jnp.asarray(features)
-  projected = _common.project(features, params.mean, params.projection[:, params.direction])
-  low = params.minimum[params.direction]
-  spread = params.maximum[params.direction] - low
-  position = jnp.where(spread > 0, (projected - low) / jnp.where(spread > 0, spread, 1), 0)
-  phase = jnp.pi / 2 + params.mode.astype(position.dtype) * jnp.pi * position
-  return codes.binarize(jnp.sin(phase))
+  return codes.binarize(project(params, features))
