@@ -5,7 +5,8 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.codes`: bits <-> packed ``uint32`` words, Hamming and weighted Hamming distances;
 * :mod:`hashjax.histograms`: distance histograms ``hist[Q, b+1, V]``, the input of every ranking metric;
 * :mod:`hashjax.metrics`: tie-aware AP/NDCG and friends, one formula each over histograms;
-* :mod:`hashjax.evaluate`: ``evaluate_codes``, the whole tie-aware table from packed codes and labels;
+* :mod:`hashjax.evaluate`: ``evaluate_codes`` / ``evaluate_distances``, the whole tie-aware table from packed codes
+  or any real-valued distances;
 * :mod:`hashjax.search`: exact k-NN and radius search over packed codes;
 * :mod:`hashjax.index`: the inverted index for short codes;
 * :mod:`hashjax.relaxations`: relaxed codes, distances, soft histograms, relaxed AP/NDCG;
@@ -13,14 +14,15 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.objectives`: TALR, RankNet and LambdaRank losses, swap deltas, task scores;
 * :mod:`hashjax.train`: the shared optax training loop with checkpoints;
 * :mod:`hashjax.data`: datasets, protocols, affinities;
-* :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing;
-* :mod:`hashjax.models`: saved models (a trained mapping or a fitted baseline) that encode new data.
+* :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing, isotropic hashing;
+* :mod:`hashjax.models`: saved models (a trained mapping or a fitted baseline) that encode new data;
+* :mod:`hashjax.weighting`: learned bit weights for a weighted Hamming ranking (Feng et al.), and WhRank.
 """
 
 from hashjax import baselines, codes, data, evaluate, histograms, index, io, mappings, metrics  # noqa: F401
-from hashjax import models, objectives, relaxations, search, train  # noqa: F401
+from hashjax import models, objectives, relaxations, search, train, weighting  # noqa: F401
 from hashjax.codes import binarize, hamming_distance, pack_bits, unpack_bits, weighted_hamming_distance  # noqa: F401
-from hashjax.evaluate import evaluate_codes  # noqa: F401
+from hashjax.evaluate import evaluate_codes, evaluate_distances  # noqa: F401
 from hashjax.histograms import distance_histogram, hamming_histogram  # noqa: F401
 from hashjax.models import load_model  # noqa: F401
 
