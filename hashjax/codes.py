@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax._kernels import weighted
 
 Array = jax.Array
 
@@ -162,15 +163,17 @@ def weighted_hamming_distance(query_bits: Array, db_bits: Array, weights: Array)
 
   .. math:: d_w(q, i) = \sum_k w_k \, [q_k \ne x_{i,k}]
 
-  Computed as two matrix products over ``{0, 1}`` bits, ``(w q) (1 - x)^T + (w (1 - q)) x^T``, each term a sum
-  of weights (no cancellation), at full float32 precision on every backend (``Precision.HIGHEST``: no
-  reduced-precision matmul).
+  Computed on packed codes as a sum of per-byte table lookups, in ``float32`` and in one fixed order (each
+  byte's table entry the pairwise sum of its 8 bit terms, then the pairwise sum of the entries over the bytes:
+  :mod:`hashjax._kernels.weighted`), so every backend gives the same bits, and the same bits as the
+  distances of ``hashjax.search.knn(..., weights=w)``. No matmul, so no reduced-precision default on a GPU.
+  Weights below ``2^-126`` in magnitude (subnormal) count as 0.
 
   Args:
     query_bits: ``[Q, num_bits]`` bits (``{0,1}``, ``bool`` or ``±1``).
     db_bits: ``[N, num_bits]`` bits.
     weights: ``float[num_bits]`` shared weights, or ``float[Q, num_bits]``
-      per-query weights (query-adaptive schemes such as WhRank).
+      per-query weights (query-adaptive schemes such as WhRank); finite, of any sign, used as ``float32``.
 
   Returns:
     ``float32[Q, N]`` distances.
@@ -192,8 +195,20 @@ def weighted_hamming_distance(query_bits: Array, db_bits: Array, weights: Array)
   if weights.shape not in ((num_bits,), (query_bits.shape[0], num_bits)):
     raise ValueError(f"weights: expected shape ({num_bits},) or ({query_bits.shape[0]}, {num_bits}), "
                      f"got {tuple(weights.shape)}")
-  q = (jnp.asarray(query_bits) > 0).astype(jnp.float32)
-  x = (jnp.asarray(db_bits) > 0).astype(jnp.float32)
-  w = jnp.asarray(weights).astype(jnp.float32)
-  matmul = lambda a, b: jnp.matmul(a, b.T, precision=jax.lax.Precision.HIGHEST)
-  return matmul(w * q, 1.0 - x) + matmul(w * (1.0 - q), x)
+  num_q, num_db = query_bits.shape[0], db_bits.shape[0]
+  num_words = _checks.num_words_for(num_bits)
+  if _checks.is_concrete(weights):
+    w = _checks.as_jax(weighted.flush_weights(np.asarray(weights), num_words))
+  else:
+    w = weighted.flush_weights_traced(weights, num_words)
+  tables = weighted.byte_tables(w)
+  # Queries in groups whose [rows, N, 4 W] lookups stay within a few MB.
+  rows = max(1, min(num_q, (1 << 21) // max(1, num_db * 4 * num_words)))
+  padded = -(-num_q // rows) * rows
+  q = pack_bits(query_bits)
+  if padded > num_q:
+    q = jnp.concatenate([q, jnp.zeros((padded - num_q, num_words), jnp.uint32)])
+    if tables.ndim == 3:
+      tables = jnp.concatenate([tables, jnp.zeros((padded - num_q,) + tables.shape[1:], tables.dtype)])
+  out = weighted.pair_distances(q, pack_bits(db_bits), tables, rows=rows)
+  return out[:num_q]

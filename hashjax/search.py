@@ -18,18 +18,31 @@ merge by (distance, index).
 :func:`radius_search` runs the same scan and examines item by item only the
 superblocks whose minimum is within the radius, so its cost is one scan plus
 work proportional to the output.
+
+**Weighted search** (``weights=w``, one non-negative weight per bit): the distance is
+``d_w(q, x) = sum_j w_j [q_j != x_j]``, a ``float32`` sum of per-byte table lookups in a fixed order, so every
+backend and every path gives the same bits as :func:`hashjax.codes.weighted_hamming_distance` (the order is
+in :mod:`hashjax._kernels.weighted`). The order of results is the same: ascending distance, then ascending
+index. For concrete inputs over a large database, :func:`knn` and :func:`radius_search` first scan a lower
+bound of the weighted distance (the popcount scan with one multiplier per half-byte of the code, its bits reordered
+by weight) and evaluate exactly only the blocks of 32 items that the bound cannot rule out; otherwise (under
+``jit``, small databases, a GPU) :func:`knn` scans the exact distances with the three selections above. Both
+are exact. :func:`rerank` orders a shortlist (such as Hamming neighbours) by weighted distance, and
+``knn(..., tie_break=True)`` ranks by Hamming distance with the weighted distance breaking its ties.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple, Optional, Union
 
 import jax
+from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
 from hashjax._kernels import scan
+from hashjax._kernels import weighted as wkernels
 
 Array = jax.Array
 
@@ -40,6 +53,10 @@ _SB = scan.SUPERBLOCK
 _MAX_LANES = 256  # queries per scan
 _STAGE_ELEMS = 1 << 23  # budget for the [queries, 32 k, W] words of the last selection
 _SORT_ELEMS = 1 << 22  # budget for the [queries, items] arrays of the fallbacks
+_EXACT_CHUNK = 4096  # items per step of the exact weighted scan (its [queries, items, bytes] lookups)
+#: Weighted knn prunes with its bound scan from this many database items on (concrete inputs, CPU backend):
+#: on one CPU core the exact scan is faster below about 2^17 items.
+PRUNE_MIN_ITEMS = 1 << 17
 
 
 class RaggedNeighbors(NamedTuple):
@@ -50,7 +67,8 @@ class RaggedNeighbors(NamedTuple):
   ascending database index.
 
   Attributes:
-    distances: ``int32[T]`` Hamming distances, ``T = offsets[-1]``.
+    distances: ``int32[T]`` Hamming distances, ``T = offsets[-1]`` (``float32[T]`` weighted distances from a
+      weighted search).
     indices: ``int32[T]`` database indices.
     offsets: ``int32[Q + 1]`` row starts; ``offsets[0] = 0``.
   """
@@ -62,6 +80,20 @@ class RaggedNeighbors(NamedTuple):
   def counts(self) -> Array:
     """``int32[Q]`` number of results of each query."""
     return jax.device_put(np.diff(np.asarray(self.offsets)))
+
+
+class TieBreakNeighbors(NamedTuple):
+  """Neighbours ranked by Hamming distance, ties broken by weighted distance, then by index
+  (``knn(..., weights=w, tie_break=True)``).
+
+  Attributes:
+    hamming: ``int32[Q, k]`` Hamming distances, ascending per row.
+    weighted: ``float32[Q, k]`` weighted distances, ascending within each run of equal Hamming distance.
+    indices: ``int32[Q, k]`` database indices.
+  """
+  hamming: Array
+  weighted: Array
+  indices: Array
 
 
 # ----------------------------------------------------------------------------
@@ -99,6 +131,55 @@ def _check_radius(r, num_queries: int) -> np.ndarray:
   if arr.size and arr.min() < 0:
     raise ValueError(f"r: expected radii >= 0, got min {arr.min()}")
   return arr
+
+
+def _check_weights(weights, query_words):
+  """Weights ``[num_bits]`` for codes of ``W = ceil(num_bits / 32)`` words: real, finite, non-negative, with a
+  finite ``float32`` sum (values checked when concrete). Returns ``float32[32 W]`` weights, subnormals as 0 and
+  padding bits 0 (numpy when concrete, else jax.numpy), and ``num_bits``."""
+  if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
+    raise ValueError(f"weights: expected a float array [num_bits] of non-negative weights, got "
+                     f"{type(weights).__name__}")
+  if np.dtype(weights.dtype).kind not in "fiu":
+    raise ValueError(f"weights: expected a real array [num_bits], got {_checks.desc(weights)}")
+  if weights.ndim != 1 or weights.shape[0] == 0:
+    raise ValueError(f"weights: expected shape [num_bits] with num_bits >= 1, got shape {tuple(weights.shape)}")
+  num_bits, num_words = weights.shape[0], query_words.shape[1]
+  if _checks.num_words_for(num_bits) != num_words:
+    raise ValueError(f"weights: {num_bits} weights are codes of {num_bits} bits, which pack into "
+                     f"{_checks.num_words_for(num_bits)} uint32 word(s), but query_words and db_words have "
+                     f"{num_words}")
+  if not _checks.is_concrete(weights):
+    return wkernels.flush_weights_traced(weights, num_words), num_bits
+  _checks.check_finite("weights", weights)
+  _checks.check_nonnegative("weights", weights, what="weights")
+  total = float(np.asarray(weights, np.float64).sum())
+  if not total <= float(np.finfo(np.float32).max) / 2:
+    raise ValueError(f"weights: expected a sum within float32's range, got a sum of {total!r}")
+  return wkernels.flush_weights(np.asarray(weights), num_words), num_bits
+
+
+def _check_weighted_pair(query_words, db_words, weights):
+  """Checks of a weighted search's codes and weights; returns the flushed, padded weights."""
+  _checks.check_word_pair(query_words, db_words)
+  w, num_bits = _check_weights(weights, query_words)
+  _checks.check_padding_bits("query_words", query_words, num_bits)
+  _checks.check_padding_bits("db_words", db_words, num_bits)
+  return w
+
+
+def _check_float_radius(r, num_queries: int) -> np.ndarray:
+  """A weighted radius as ``float64[Q]``: a finite number ``>= 0``, or one per query."""
+  if hasattr(r, "shape") and getattr(r, "ndim", 0) > 0:
+    if not _checks.is_concrete(r):
+      raise ValueError("r: radius_search needs concrete radii (it returns variable-length results)")
+    if np.dtype(r.dtype).kind not in "fiu" or tuple(r.shape) != (num_queries,):
+      raise ValueError(f"r: expected a number or a real array of shape ({num_queries},), got {_checks.desc(r)}")
+    arr = np.asarray(r, np.float64)
+    if not (np.isfinite(arr).all() and (arr >= 0).all()):
+      raise ValueError(f"r: expected finite radii >= 0, got values in [{arr.min()}, {arr.max()}]")
+    return arr
+  return np.full((num_queries,), _checks.check_number("r", r, low=0))
 
 
 # ----------------------------------------------------------------------------
@@ -234,12 +315,14 @@ def _knn_sorted(query_words, db_words, k: int, chunk_size: int):
   return _rows(dists, num_q), _rows(ids, num_q)
 
 
-def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = False,
-        chunk_size: int = DEFAULT_CHUNK_SIZE):
-  r"""Exact k nearest neighbours in Hamming distance, ties broken by database index.
+def knn(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array] = None, tie_break: bool = False,
+        return_ties: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE):
+  r"""Exact k nearest neighbours in Hamming or weighted Hamming distance, ties broken by database index.
 
   The order is ascending distance, then ascending database index, so the
   result is deterministic and equals a stable sort of each query's distances.
+  With ``weights=w`` the distance is the weighted Hamming distance
+  :math:`d_w(q, i) = \sum_j w_j [q_j \ne x_{i,j}]` (see the module docstring).
 
   .. math:: \mathrm{knn}_k(q) = \text{the first } k \text{ items } i
      \text{ in the order } (d(q, i), i)
@@ -255,6 +338,18 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
     db_words: ``uint32[N, W]`` packed database codes of the same width.
     k: number of neighbours, ``1 <= k <= N``; ``k > N`` raises ``ValueError``
       (no padding policy).
+    weights: None (Hamming distance), or ``float[num_bits]`` non-negative finite
+      weights, one per bit, used as ``float32`` (``W = ceil(num_bits / 32)``; the
+      codes' padding bits must be 0; values checked when concrete). Returns
+      ``float32`` distances, the bits of
+      :func:`hashjax.codes.weighted_hamming_distance`. On the CPU
+      backend, concrete inputs over at least :data:`PRUNE_MIN_ITEMS` items take
+      the pruned scan (see the module docstring); otherwise the exact scan, about
+      4 ns per (query, item) on a CPU core.
+    tie_break: with ``weights``, rank by Hamming distance and break its ties by
+      weighted distance, then by index; returns a :class:`TieBreakNeighbors`
+      ``(hamming, weighted, indices)``. Its weighted search scans exact
+      distances (restricted to each query's k-th Hamming distance).
     return_ties: if True, return every item whose distance is at most the
       k-th distance (whole tie groups, as Nair et al. 2012 evaluate), as a
       :class:`RaggedNeighbors`: row ``q`` starts with the same ``k`` items as
@@ -265,9 +360,10 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
       256). Memory per step is ``O(256 * chunk_size)`` bytes.
 
   Returns:
-    ``(distances, indices)``, each ``int32[Q, k]``, sorted per row by
-    (distance, index); with ``return_ties=True``, a :class:`RaggedNeighbors`
-    ``(distances, indices, offsets)``.
+    ``(distances, indices)``, each ``int32[Q, k]`` (distances ``float32[Q, k]``
+    with ``weights``), sorted per row by (distance, index); with
+    ``return_ties=True``, a :class:`RaggedNeighbors` ``(distances, indices,
+    offsets)``; with ``tie_break=True``, a :class:`TieBreakNeighbors`.
 
   >>> import numpy as np
   >>> from hashjax.codes import pack_bits
@@ -279,14 +375,32 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
   >>> ties = knn(q, x, 2, return_ties=True)
   >>> ties.distances.tolist(), ties.indices.tolist(), ties.offsets.tolist()
   ([0, 1, 1], [2, 0, 1], [0, 3])
+  >>> w = np.array([0.5, 2.0, 1.0], np.float32)
+  >>> distances, indices = knn(q, x, 2, weights=w)
+  >>> distances.tolist(), indices.tolist()
+  ([[0.0, 0.5]], [[2, 1]])
+  >>> knn(q, x, 2, weights=w, tie_break=True).indices.tolist()
+  [[2, 1]]
   """
   _checks.check_word_pair(query_words, db_words)
   k = _check_k(k, db_words.shape[0])
   chunk_size = _check_chunk_size(chunk_size)
   return_ties = _checks.check_bool("return_ties", return_ties)
+  tie_break = _checks.check_bool("tie_break", tie_break)
   if return_ties and not (_checks.is_concrete(query_words) and _checks.is_concrete(db_words)):
     raise ValueError("return_ties: True needs concrete inputs (the number of ties varies, so it "
                      "cannot run under jit); call knn outside jit")
+  if tie_break and (weights is None or return_ties):
+    raise ValueError("tie_break: True needs weights= and return_ties=False (it orders ties of the Hamming "
+                     "distance by weighted distance)")
+  if weights is not None:
+    w = _check_weighted_pair(query_words, db_words, weights)
+    if tie_break:
+      return _knn_tie_break(query_words, db_words, w, k, chunk_size)
+    d, i = _weighted_knn(query_words, db_words, w, k, chunk_size)
+    if not return_ties:
+      return d, i
+    return radius_search(query_words, db_words, np.asarray(d[:, -1]), weights=weights, chunk_size=chunk_size)
   q, db = _host_or_traced(query_words, db_words)
   segment = _segment_size(q.shape[1], chunk_size)
   d = i = None
@@ -309,12 +423,123 @@ def knn(query_words: Array, db_words: Array, k: int, *, return_ties: bool = Fals
 
 
 # ----------------------------------------------------------------------------
+# Weighted k nearest neighbours.
+
+
+def _weighted_knn(query_words, db_words, w, k: int, chunk_size: int, required=None):
+  """Weighted top ``k`` by (distance, index): the pruned scan for concrete inputs over a large database, else
+  the exact scan. ``required[Q]``: only items at that Hamming distance count (others at ``+inf``)."""
+  concrete = all(_checks.is_concrete(a) for a in (query_words, db_words, w))
+  # The pruned search passes its candidates through the host: on a GPU the exact scan is 17 times faster.
+  if (concrete and required is None and jax.default_backend() == "cpu" and db_words.shape[0] >= PRUNE_MIN_ITEMS
+      and -(-db_words.shape[0] // _SB) >= k):
+    pruning = wkernels.Pruning(np.asarray(db_words), w, chunk_size=chunk_size)
+    d, i = wkernels.knn_pruned(pruning, np.asarray(query_words), k)
+    return _checks.as_jax(d), _checks.as_jax(i)
+  tables = wkernels.byte_tables(_checks.as_jax(w))
+  q, db = _host_or_traced(query_words, db_words)
+  num_q, num_words = q.shape
+  num_db = db.shape[0]
+  if required is not None:
+    required = jnp.asarray(required, jnp.int32)
+  size, num_chunks = _layout(num_db, min(chunk_size, _EXACT_CHUNK))
+  num_pad = -(-num_db // _SB) * _SB
+  if -(-num_db // _SB) >= k:
+    db_pad = _checks.as_jax(_pad_rows(db, size * num_chunks))
+    rows = _lanes(num_q, k * scan.BLOCK * num_words)
+    call = lambda qb, rb: wkernels.knn_exact(qb, db_pad, num_db, tables, rb, k=k, chunk_size=size)
+  elif num_pad <= 4 * max(chunk_size, 4096):
+    db_pad = _checks.as_jax(_pad_rows(db, num_pad))
+    rows = _query_rows(num_q, num_pad * 4 * num_words)
+    call = lambda qb, rb: wkernels.select_all_exact(qb, db_pad, num_db, tables, rb, k=k)
+  else:
+    size, num_chunks = _layout(num_db, max(min(chunk_size, _EXACT_CHUNK), -(-k // _SB) * _SB))
+    db_pad = _pad_rows(db, size * num_chunks)
+    chunks = [_checks.as_jax(db_pad[c * size:(c + 1) * size]) for c in range(num_chunks)]
+    rows = _query_rows(num_q, (size + k) * 4 * num_words)
+
+    def call(qb, rb):
+      d = jnp.full((qb.shape[0], k), jnp.inf, jnp.float32)
+      i = jnp.full((qb.shape[0], k), np.iinfo(np.int32).max, jnp.int32)
+      for c, chunk in enumerate(chunks):
+        d, i = wkernels.merge_chunk_exact(qb, chunk, c * size, num_db, tables, rb, d, i, k=k)
+      return d, i
+
+  req = None if required is None else _pad_rows(required, -(-num_q // rows) * rows)
+  out = [call(qb, None if req is None else req[b * rows:(b + 1) * rows])
+         for b, qb in enumerate(_batches(q, rows))]
+  return _checks.as_jax(_rows([d for d, _ in out], num_q)), _checks.as_jax(_rows([i for _, i in out], num_q))
+
+
+def _knn_tie_break(query_words, db_words, w, k: int, chunk_size: int) -> TieBreakNeighbors:
+  """Rank by (Hamming, weighted, index): the items nearer than the k-th Hamming distance ``h_k``, then the
+  items at ``h_k`` by (weighted distance, index)."""
+  ham, ham_ids = knn(query_words, db_words, k, chunk_size=chunk_size)
+  h_k = ham[:, -1]
+  wd, wi = _weighted_knn(query_words, db_words, w, k, chunk_size, required=h_k)
+  tables = wkernels.byte_tables(_checks.as_jax(w))
+  q, db = (_checks.as_jax(a) for a in (query_words, db_words))
+  dw_ham = wkernels.distances_of(q, db, ham_ids, tables)
+  # Items at h_k come from the restricted weighted search (its +inf entries: fewer than k items at h_k).
+  valid = jnp.concatenate([ham < h_k[:, None], jnp.isfinite(wd)], axis=1)
+  hamming = jnp.where(valid, jnp.concatenate([ham, jnp.broadcast_to(h_k[:, None], wd.shape)], 1),
+                      np.iinfo(np.int32).max)
+  order = lax.sort((hamming, jnp.concatenate([dw_ham, wd], 1), jnp.concatenate([ham_ids, wi], 1)),
+                   dimension=1, num_keys=3)
+  return TieBreakNeighbors(*(a[:, :k] for a in order))
+
+
+def rerank(query_words: Array, db_words: Array, candidates: Array, k: int, *, weights: Array):
+  r"""Re-ranks a shortlist by weighted Hamming distance: the top ``k`` of each query's candidates.
+
+  A Hamming shortlist then an exact weighted order, e.g. ``rerank(q, x, knn(q, x, 1000)[1], 100,
+  weights=w)``. The result is the exact weighted top ``k`` of the candidates, ordered by (weighted distance,
+  index), with the distances of :func:`knn` (the same bits).
+
+  .. math:: \mathrm{rerank}_k(q) = \text{the first } k \text{ of } C_q \text{ in the order } (d_w(q, i), i)
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed query codes.
+    db_words: ``uint32[N, W]`` packed database codes of the same width.
+    candidates: ``int[Q, C]`` distinct database indices per query, ``k <= C`` (checked when concrete).
+    k: number of results per query.
+    weights: ``float[num_bits]`` non-negative finite weights, as for :func:`knn`.
+
+  Returns:
+    ``(distances float32[Q, k], indices int32[Q, k])`` sorted per row by (distance, index).
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = pack_bits(np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 1]]))
+  >>> q = pack_bits(np.array([[0, 0, 1]]))
+  >>> d, i = rerank(q, x, np.array([[3, 0, 1]]), 2, weights=np.array([0.5, 2.0, 1.0], np.float32))
+  >>> d.tolist(), i.tolist()
+  ([[1.0, 2.0]], [[1, 3]])
+  """
+  w = _check_weighted_pair(query_words, db_words, weights)
+  _checks.check_integer_dtype("candidates", candidates, what="database indices")
+  if candidates.ndim != 2 or candidates.shape[0] != query_words.shape[0]:
+    raise ValueError(f"candidates: expected shape ({query_words.shape[0]}, C) (a row per query), got "
+                     f"{tuple(candidates.shape)}")
+  k = _checks.check_positive_int("k", k)
+  if k > candidates.shape[1]:
+    raise ValueError(f"k: expected k <= C = {candidates.shape[1]} candidates per query, got {k}")
+  if _checks.is_concrete(candidates):
+    _checks.check_int_range("candidates", candidates, 0, db_words.shape[0] - 1, what="database indices")
+    ids = np.sort(np.asarray(candidates), axis=1)
+    if (ids[:, 1:] == ids[:, :-1]).any():
+      raise ValueError("candidates: expected distinct indices in each row, got a repeated index")
+  tables = wkernels.byte_tables(_checks.as_jax(w))
+  return wkernels.rerank(*(_checks.as_jax(a) for a in (query_words, db_words, candidates)), tables, k=k)
+
+
+# ----------------------------------------------------------------------------
 # Radius search.
 
 
-def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
-                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> RaggedNeighbors:
-  r"""Every database item within Hamming distance ``r`` of each query.
+def radius_search(query_words: Array, db_words: Array, r: Union[int, float, Array], *,
+                  weights: Optional[Array] = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> RaggedNeighbors:
+  r"""Every database item within Hamming (or weighted Hamming) distance ``r`` of each query.
 
   .. math:: \mathcal{R}_r(q) = \{ i : d(q, i) \le r \}, \text{ ordered by } (d(q, i), i)
 
@@ -328,7 +553,12 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
   Args:
     query_words: ``uint32[Q, W]`` packed query codes.
     db_words: ``uint32[N, W]`` packed database codes of the same width.
-    r: the radius, a non-negative int, or ``int[Q]`` one radius per query.
+    r: the radius, a non-negative int, or ``int[Q]`` one radius per query; with
+      ``weights``, a finite number ``>= 0`` or a real array ``[Q]``.
+    weights: None, or ``float[num_bits]`` non-negative finite weights as for
+      :func:`knn`: items with ``d_w(q, i) <= r``, found by the bound scan (the
+      blocks of 32 items whose bound is within ``r``, evaluated exactly), with
+      ``float32`` distances.
     chunk_size: database items per streamed step (rounded up to a multiple of 256).
 
   Returns:
@@ -343,12 +573,25 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
   >>> res = radius_search(q, x, 1)
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
+  >>> res = radius_search(q, x, 1.0, weights=np.array([0.5, 2.0, 1.0], np.float32))
+  >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
+  ([0.0, 0.5, 0.5, 1.0], [2, 1, 3, 0], [0, 2, 4])
   """
   _checks.check_word_pair(query_words, db_words)
   if not (_checks.is_concrete(query_words) and _checks.is_concrete(db_words)):
     raise ValueError("query_words, db_words: radius_search needs concrete arrays (it returns "
                      "variable-length results, so it cannot run under jit)")
   num_q, num_words = query_words.shape
+  if weights is not None:
+    w = _check_weighted_pair(query_words, db_words, weights)
+    if not _checks.is_concrete(weights):
+      raise ValueError("weights: radius_search needs concrete weights (it cannot run under jit)")
+    radius = _check_float_radius(r, num_q)
+    pruning = wkernels.Pruning(np.asarray(db_words), w, chunk_size=_check_chunk_size(chunk_size))
+    d, i, offsets = wkernels.radius_pruned(pruning, np.asarray(query_words), radius)
+    if offsets[-1] > np.iinfo(np.int32).max:
+      raise ValueError(f"r: {offsets[-1]} results exceed the int32 offsets of RaggedNeighbors")
+    return RaggedNeighbors(jax.device_put(d), *(jax.device_put(a.astype(np.int32)) for a in (i, offsets)))
   radius = np.minimum(_check_radius(r, num_q), 32 * num_words)
   chunk_size = _check_chunk_size(chunk_size)
   q, db = np.asarray(query_words), np.asarray(db_words)

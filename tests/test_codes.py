@@ -154,3 +154,52 @@ def test_jit_compatible():
 
 def test_public_reexports():
   assert hashjax.pack_bits is codes.pack_bits and hashjax.hamming_distance is codes.hamming_distance
+
+
+# -- weighted distance: one fixed float32 order --------------------------------
+
+
+def _pairwise32(terms):
+  terms = list(terms)
+  while len(terms) > 1:
+    terms = [np.float32(terms[i] + terms[i + 1]) if i + 1 < len(terms) else terms[i]
+             for i in range(0, len(terms), 2)]
+  return terms[0]
+
+
+def _documented_order(q, x, w):
+  """The documented float32 order in numpy: per code byte p (bits 8p .. 8p+7), the table entry of the byte of
+  q XOR x is the pairwise sum of its 8 terms (the weight where the bit differs, else 0), and the distance the
+  pairwise sum of the entries over the bytes (adjacent pairs, an odd last one carried)."""
+  q, x = np.asarray(q) > 0, np.asarray(x) > 0
+  num_bits = q.shape[1]
+  pad = -num_bits % 32
+  w = np.where(np.abs(w) < np.finfo(np.float32).tiny, 0, w).astype(np.float32)
+  w = np.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, pad)])
+  diff = np.pad(q[:, None, :] != x[None], [(0, 0), (0, 0), (0, pad)])  # [Q, N, 32 W]
+  wq = w if w.ndim == 1 else w[:, None, :]
+  entries = []
+  for p in range(diff.shape[-1] // 8):
+    terms = [np.where(diff[..., 8 * p + b], wq[..., 8 * p + b], np.float32(0)).astype(np.float32) for b in range(8)]
+    entries.append(_pairwise32(terms))
+  return _pairwise32(entries)
+
+
+@pytest.mark.parametrize("num_bits,shared", [(12, True), (12, False), (64, True), (64, False), (200, True)])
+def test_weighted_hamming_follows_the_documented_order_bit_for_bit(num_bits, shared):
+  rng = np.random.default_rng(num_bits + 7)
+  q = rng.integers(0, 2, size=(6, num_bits))
+  x = rng.integers(0, 2, size=(11, num_bits))
+  w = rng.uniform(0.1, 3.0, size=num_bits if shared else (6, num_bits)).astype(np.float32)
+  w = np.where(rng.random(w.shape) < 0.2, -w, w)  # the order holds for any sign
+  got = np.asarray(codes.weighted_hamming_distance(q, 2 * x - 1, w))
+  np.testing.assert_array_equal(got, _documented_order(q, x, w))
+  jitted = np.asarray(jax.jit(codes.weighted_hamming_distance)(q, x, w))
+  np.testing.assert_array_equal(jitted, got)
+
+
+def test_weighted_hamming_counts_subnormal_weights_as_zero():
+  # A subnormal weight would be flushed to 0 by some backends' float modes and not by others: it is 0.
+  q, x = np.array([[1, 1, 0]]), np.array([[0, 0, 0]])
+  w = np.array([1.0, 1e-39, 0.5], np.float32)
+  assert np.asarray(codes.weighted_hamming_distance(q, x, w)).tolist() == [[1.0]]

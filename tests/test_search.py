@@ -294,3 +294,262 @@ def test_bad_return_ties_and_tracing_raise():
     jax.jit(lambda a, b: search.knn(a, b, 1, return_ties=True))(_Q, _X)
   with pytest.raises(ValueError, match="db_words"):
     jax.jit(lambda a, b: search.radius_search(a, b, 1).offsets)(_Q, _X)
+
+
+# -- weighted search -----------------------------------------------------------
+# References: float64 sums of the weights of the differing bits (unpacked with numpy), and the documented
+# float32 order written again in numpy (each byte's table entry the pairwise sum of its 8 bit terms, then the
+# pairwise sum of the entries over the bytes), which must match bit for bit.
+
+
+def _unpack(words, num_bits):
+  return np.unpackbits(np.ascontiguousarray(words).view(np.uint8), axis=-1, bitorder="little")[..., :num_bits]
+
+
+def _ref_weighted64(q, x, w):
+  num_bits = w.shape[0]
+  return (_unpack(q, num_bits)[:, None, :] != _unpack(x, num_bits)[None]).astype(np.float64) @ w.astype(np.float64)
+
+
+def _pairwise32(terms):
+  terms = list(terms)
+  while len(terms) > 1:
+    terms = [np.float32(terms[i] + terms[i + 1]) if i + 1 < len(terms) else terms[i]
+             for i in range(0, len(terms), 2)]
+  return terms[0]
+
+
+def _ref_weighted32(q, x, w):
+  num_words = q.shape[1]
+  w = np.where(np.abs(w) < np.finfo(np.float32).tiny, 0, w).astype(np.float32)
+  w = np.pad(w, (0, 32 * num_words - w.shape[0]))
+  v = np.arange(256)
+  tables = [_pairwise32([np.where((v >> b) & 1, w[8 * p + b], np.float32(0)).astype(np.float32) for b in range(8)])
+            for p in range(4 * num_words)]
+  xor = (q[:, None, :] ^ x[None]).astype("<u4").view(np.uint8)  # [Q, N, 4 W], byte p = bits 8p .. 8p+7
+  return _pairwise32([tables[p][xor[..., p]] for p in range(4 * num_words)])
+
+
+def _ref_wknn(q, x, w, k):
+  d = _ref_weighted32(q, x, w)
+  order = np.stack([np.lexsort((np.arange(x.shape[0]), row))[:k] for row in d])
+  return np.take_along_axis(d, order, 1), order
+
+
+def _weights(rng, num_bits, kind):
+  if kind == "uniform":
+    return rng.random(num_bits).astype(np.float32)
+  if kind == "integer":  # many exact ties between different codes
+    return rng.integers(0, 4, num_bits).astype(np.float32)
+  return np.where(rng.random(num_bits) < 0.4, 0, rng.exponential(size=num_bits)).astype(np.float32)  # "zeros"
+
+
+def test_weighted_reference_is_the_float64_sum_within_float32_rounding():
+  rng = np.random.default_rng(0)
+  for num_bits in (5, 64, 100):
+    x = _codes(rng, 50, num_bits)
+    q = _codes(rng, 4, num_bits)
+    w = _weights(rng, num_bits, "uniform")
+    d64 = _ref_weighted64(q, x, w)
+    assert np.all(np.abs(_ref_weighted32(q, x, w) - d64) <= 2 * num_bits * 2.0**-24 * d64)
+
+
+# num_bits, N, Q, k, chunk_size, pool, weights, prune (None: exact scan; else the bound scan's threshold)
+_WKNN_CASES = [
+    (64, 20000, 37, 24, 2048, None, "uniform", None),  # exact, three selections
+    (64, 20000, 37, 24, 2048, 50, "integer", None),  # ties: repeated codes and equal sums
+    (33, 3000, 37, 100, 65536, 60, "uniform", None),  # exact, one top_k over every item
+    (31, 3001, 5, 3001, 65536, None, "zeros", None),  # k = N: a full ranking
+    (64, 20000, 9, 200, 2048, 200, "integer", None),  # exact, running merge (k > superblocks)
+    (64, 20000, 37, 24, 2048, None, "uniform", 1000),  # pruned
+    (64, 20000, 37, 24, 2048, 50, "integer", 1000),
+    (16, 6000, 20, 10, 2048, None, "integer", 1000),  # 2 bytes, massive ties
+    (70, 6000, 20, 5, 2048, 300, "zeros", 1000),  # padding bits, zero weights
+]
+
+
+@pytest.mark.parametrize("num_bits,num_db,num_q,k,chunk_size,pool,kind,prune", _WKNN_CASES)
+def test_weighted_knn_matches_brute_force(monkeypatch, num_bits, num_db, num_q, k, chunk_size, pool, kind, prune):
+  monkeypatch.setattr(search, "PRUNE_MIN_ITEMS", prune or 1 << 40)
+  rng = np.random.default_rng(num_bits * 1000 + k)
+  x = _codes(rng, num_db, num_bits, pool=pool)
+  q = np.concatenate([_codes(rng, num_q - num_q // 2, num_bits, pool=pool), x[:num_q // 2]])
+  w = _weights(rng, num_bits, kind)
+  dist, ids = search.knn(q, x, k, weights=w, chunk_size=chunk_size)
+  assert dist.shape == ids.shape == (num_q, k) and dist.dtype == np.float32 and ids.dtype == np.int32
+  ref_d, ref_i = _ref_wknn(q, x, w, k)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+  d64 = np.take_along_axis(_ref_weighted64(q, x, w), ref_i, 1)
+  assert np.all(np.abs(np.asarray(dist) - d64) <= 2 * num_bits * 2.0**-24 * d64)
+
+
+def test_weighted_knn_tie_rule_on_a_hand_computed_example():
+  # Weights 1, 1, 2: items 0 and 1 differ from the query by one unit-weight bit each, item 2 by the weight-2
+  # bit alone, item 3 by both unit bits: distances 1, 1, 2, 2, and item 4 equals the query.
+  x = np.asarray(codes.pack_bits(np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [0, 0, 0]])))
+  q = np.asarray(codes.pack_bits(np.array([[0, 0, 0]])))
+  dist, ids = search.knn(q, x, 4, weights=np.array([1, 1, 2], np.float32))
+  assert np.asarray(dist).tolist() == [[0.0, 1.0, 1.0, 2.0]] and np.asarray(ids).tolist() == [[4, 0, 1, 2]]
+
+
+def test_weighted_knn_does_not_depend_on_the_blocking(monkeypatch):
+  # Every path and chunk size gives the same bits: the exact scan at several chunk sizes and the pruned scan.
+  rng = np.random.default_rng(17)
+  x = _codes(rng, 6000, 64, pool=400)
+  q = np.concatenate([_codes(rng, 20, 64), x[:5]])
+  w = _weights(rng, 64, "uniform")
+  results = []
+  for prune, chunk_size in ((None, 256), (None, 65536), (1000, 512)):
+    monkeypatch.setattr(search, "PRUNE_MIN_ITEMS", prune or 1 << 40)
+    results.append(tuple(np.asarray(a) for a in search.knn(q, x, 30, weights=w, chunk_size=chunk_size)))
+  for d, i in results[1:]:
+    np.testing.assert_array_equal(d, results[0][0])
+    np.testing.assert_array_equal(i, results[0][1])
+  ref_d, ref_i = _ref_wknn(q, x, w, 30)
+  np.testing.assert_array_equal(results[0][1], ref_i)
+  np.testing.assert_array_equal(results[0][0], ref_d)
+
+
+def test_weighted_knn_under_jit_and_with_traced_weights():
+  rng = np.random.default_rng(23)
+  x = _codes(rng, 3000, 40, pool=30)
+  q = _codes(rng, 6, 40, pool=30)
+  w = _weights(rng, 40, "integer")
+  jitted = jax.jit(lambda a, b, c: search.knn(a, b, 12, weights=c, chunk_size=1024))
+  dist, ids = jitted(q, x, w)
+  ref_d, ref_i = _ref_wknn(q, x, w, 12)
+  np.testing.assert_array_equal(np.asarray(ids), ref_i)
+  np.testing.assert_array_equal(np.asarray(dist), ref_d)
+
+
+def test_weighted_distances_equal_weighted_hamming_distance_bit_for_bit(monkeypatch):
+  rng = np.random.default_rng(29)
+  x = _codes(rng, 5000, 64)
+  q = _codes(rng, 7, 64)
+  w = _weights(rng, 64, "uniform")
+  whd = np.asarray(codes.weighted_hamming_distance(_unpack(q, 64), _unpack(x, 64), w))
+  for prune in (None, 1000):
+    monkeypatch.setattr(search, "PRUNE_MIN_ITEMS", prune or 1 << 40)
+    dist, ids = search.knn(q, x, 50, weights=w)
+    np.testing.assert_array_equal(np.asarray(dist), np.take_along_axis(whd, np.asarray(ids), 1))
+
+
+def _ref_wradius(q, x, w, r):
+  d = _ref_weighted32(q, x, w)
+  r = np.broadcast_to(np.asarray(r, np.float64), (q.shape[0],))
+  rows = []
+  for j in range(q.shape[0]):
+    hit = np.nonzero(d[j] <= r[j])[0]
+    hit = hit[np.lexsort((hit, d[j, hit]))]
+    rows.append((d[j, hit], hit))
+  return rows
+
+
+def _assert_weighted_ragged_equal(res, rows):
+  offsets = np.asarray(res.offsets)
+  assert res.distances.dtype == np.float32 and res.indices.dtype == np.int32 and res.offsets.dtype == np.int32
+  assert offsets.shape == (len(rows) + 1,) and offsets[0] == 0 and offsets[-1] == res.indices.shape[0]
+  for j, (ref_d, ref_i) in enumerate(rows):
+    np.testing.assert_array_equal(np.asarray(res.distances)[offsets[j]:offsets[j + 1]], ref_d, err_msg=f"query {j}")
+    np.testing.assert_array_equal(np.asarray(res.indices)[offsets[j]:offsets[j + 1]], ref_i, err_msg=f"query {j}")
+
+
+def test_weighted_radius_search_and_return_ties_match_brute_force():
+  rng = np.random.default_rng(31)
+  x = _codes(rng, 6000, 64, pool=300)
+  q = np.concatenate([_codes(rng, 10, 64, pool=300), _codes(rng, 3, 64)])
+  w = _weights(rng, 64, "integer")
+  for r in (0.0, 3, 9.5):
+    _assert_weighted_ragged_equal(search.radius_search(q, x, r, weights=w, chunk_size=2048),
+                                  _ref_wradius(q, x, w, r))
+  radii = rng.uniform(0, 40, q.shape[0]).round(1)
+  radii[-1] = 1e6  # every item
+  _assert_weighted_ragged_equal(search.radius_search(q, x, radii, weights=w), _ref_wradius(q, x, w, radii))
+  w = _weights(rng, 64, "uniform")
+  res = search.knn(q, x, 20, weights=w, return_ties=True)
+  _assert_weighted_ragged_equal(res, _ref_wradius(q, x, w, _ref_wknn(q, x, w, 20)[0][:, -1]))
+
+
+def _ref_tie_break(q, x, w, k):
+  ham = _ref_distances(q, x)
+  d = _ref_weighted32(q, x, w)
+  order = np.stack([np.lexsort((np.arange(x.shape[0]), d[j], ham[j]))[:k] for j in range(q.shape[0])])
+  return np.take_along_axis(ham, order, 1), np.take_along_axis(d, order, 1), order
+
+
+@pytest.mark.parametrize("num_bits,pool,k", [(16, None, 40), (64, 60, 7)])
+def test_tie_break_matches_brute_force(num_bits, pool, k):
+  rng = np.random.default_rng(num_bits + k)
+  x = _codes(rng, 3000, num_bits, pool=pool)
+  q = np.concatenate([_codes(rng, 8, num_bits, pool=pool), x[:3]])
+  w = _weights(rng, num_bits, "uniform")
+  res = search.knn(q, x, k, weights=w, tie_break=True, chunk_size=1024)
+  assert isinstance(res, search.TieBreakNeighbors)
+  assert res.hamming.dtype == np.int32 and res.weighted.dtype == np.float32 and res.indices.dtype == np.int32
+  for got, want in zip(res, _ref_tie_break(q, x, w, k)):
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_tie_break_under_jit():
+  rng = np.random.default_rng(37)
+  x = _codes(rng, 3000, 16)
+  q = _codes(rng, 5, 16)
+  w = _weights(rng, 16, "integer")
+  res = jax.jit(lambda a, b, c: search.knn(a, b, 25, weights=c, tie_break=True))(q, x, w)
+  for got, want in zip(res, _ref_tie_break(q, x, w, 25)):
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_rerank_of_a_hamming_shortlist_matches_brute_force():
+  rng = np.random.default_rng(41)
+  x = _codes(rng, 8000, 64, pool=500)
+  q = _codes(rng, 9, 64, pool=500)
+  w = _weights(rng, 64, "integer")
+  _, shortlist = search.knn(q, x, 60)
+  shortlist = np.asarray(shortlist)[:, ::-1]  # any order
+  dist, ids = search.rerank(q, x, shortlist, 15, weights=w)
+  d = _ref_weighted32(q, x, w)
+  for j in range(q.shape[0]):
+    cand = shortlist[j]
+    want = cand[np.lexsort((cand, d[j, cand]))][:15]
+    np.testing.assert_array_equal(np.asarray(ids)[j], want)
+    np.testing.assert_array_equal(np.asarray(dist)[j], d[j, want])
+  got = jax.jit(lambda a, b, c: search.rerank(a, b, c, 15, weights=w))(q, x, shortlist)
+  np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(ids))
+
+
+_W3 = np.ones(3, np.float32)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: search.knn(_Q, _X, 1, weights=np.array([1.0, -0.5, 1.0])), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=np.array([1.0, np.nan, 1.0])), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=np.array([1.0, np.inf, 1.0])), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=np.ones(33)), "weights"),  # 33 bits need 2 words
+    (lambda: search.knn(_Q, _X, 1, weights=np.ones((1, 3))), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=np.ones(0)), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=np.ones(3, bool)), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=[1.0, 1.0, 1.0]), "weights"),
+    (lambda: search.knn(_Q, _X, 1, weights=np.full(3, 3e38, np.float32)), "weights"),
+    (lambda: search.knn(_Q + 8, _X, 1, weights=_W3), "query_words"),  # bit 3 set in 3-bit codes
+    (lambda: search.knn(_Q, _X + 8, 1, weights=_W3), "db_words"),
+    (lambda: search.knn(_Q, np.zeros((5, 2), np.uint32), 1, weights=_W3), "db_words"),
+    (lambda: search.knn(_Q, _X, 6, weights=_W3), "k"),
+    (lambda: search.knn(_Q, _X, 1, tie_break=True), "tie_break"),
+    (lambda: search.knn(_Q, _X, 1, weights=_W3, tie_break=True, return_ties=True), "tie_break"),
+    (lambda: search.knn(_Q, _X, 1, weights=_W3, tie_break=1), "tie_break"),
+    (lambda: search.radius_search(_Q, _X, -0.5, weights=_W3), "r"),
+    (lambda: search.radius_search(_Q, _X, np.array([1.0, np.nan]), weights=_W3), "r"),
+    (lambda: search.radius_search(_Q, _X, np.array([1.0, 2.0, 3.0]), weights=_W3), "r"),
+    (lambda: search.radius_search(_Q, _X, 1.0, weights=np.ones(40)), "weights"),
+    (lambda: search.rerank(_Q, _X, np.array([[0, 1], [2, 3]]), 1, weights=np.ones(40)), "weights"),
+    (lambda: search.rerank(_Q, _X, np.array([[0, 1], [2, 5]]), 1, weights=_W3), "candidates"),
+    (lambda: search.rerank(_Q, _X, np.array([[0, 0], [2, 3]]), 1, weights=_W3), "candidates"),
+    (lambda: search.rerank(_Q, _X, np.array([[0, 1]]), 1, weights=_W3), "candidates"),
+    (lambda: search.rerank(_Q, _X, np.array([[0.0, 1.0], [2.0, 3.0]]), 1, weights=_W3), "candidates"),
+    (lambda: search.rerank(_Q, _X, np.array([[0, 1], [2, 3]]), 3, weights=_W3), "k"),
+])
+def test_bad_weighted_input_names_the_argument(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()

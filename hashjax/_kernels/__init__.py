@@ -3,5 +3,8 @@
 * :mod:`hashjax._kernels.bitsliced`: Hamming histograms of codes of at most 128 bits by bit-sliced counting
   (used by :mod:`hashjax.histograms`);
 * :mod:`hashjax._kernels.scan`: exact Hamming search, the block-minimum scan and the k-NN selections (used by
-  :mod:`hashjax.search`).
+  :mod:`hashjax.search`);
+* :mod:`hashjax._kernels.weighted`: weighted Hamming distances as per-byte table lookups summed in one fixed
+  order (the same bits on every backend), the weighted scan and the pruned weighted search (used by
+  :mod:`hashjax.search` and :func:`hashjax.codes.weighted_hamming_distance`).
 """
