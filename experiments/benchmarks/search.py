@@ -43,11 +43,12 @@ against a numpy brute-force scan for ``--check_queries`` queries.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Dict, List
 
 from absl import app, flags
+
+from experiments import benchmarks
 
 _SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 20000, 100 queries, 2 repeats.")
 _NUM_DB = flags.DEFINE_integer("num_db", 1_000_000, "Database size N.")
@@ -230,12 +231,7 @@ def _format_row(row: Dict) -> str:
 
 def main(argv):
   del argv
-  threads = _THREADS.value or len(os.sched_getaffinity(0))
-  if "jax" in sys.modules:
-    raise RuntimeError("jax must start after the CPU affinity is set; import it lazily")
-  available = sorted(os.sched_getaffinity(0))
-  if threads < len(available):
-    os.sched_setaffinity(0, available[:threads])  # XLA sizes its thread pool from this mask
+  threads = benchmarks.pin_threads(_THREADS.value)
   small = _SMALL.value
   num_db = 20_000 if small else _NUM_DB.value
   num_queries = 100 if small else _NUM_QUERIES.value

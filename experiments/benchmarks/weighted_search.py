@@ -27,10 +27,11 @@ ordered by (distance, index), and no item left out is nearer than the k-th.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from absl import app, flags
+
+from experiments import benchmarks
 
 _SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 200000, 256 queries, 2 repeats.")
 _NUM_DB = flags.DEFINE_integer("num_db", 1_000_000, "Database size N.")
@@ -143,12 +144,7 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, num_bits: int, weigh
 
 def main(argv):
   del argv
-  threads = _THREADS.value or len(os.sched_getaffinity(0))
-  if "jax" in sys.modules:
-    raise RuntimeError("jax must start after the CPU affinity is set; import it lazily")
-  available = sorted(os.sched_getaffinity(0))
-  if threads < len(available):
-    os.sched_setaffinity(0, available[:threads])  # XLA sizes its thread pool from this mask
+  threads = benchmarks.pin_threads(_THREADS.value)
   small = _SMALL.value
   num_db = 200_000 if small else _NUM_DB.value
   num_queries = 256 if small else _NUM_QUERIES.value
