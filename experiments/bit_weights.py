@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from experiments import cli, common
+from experiments.methods import checks
 from hashjax import baselines, codes, io, load_model, mappings, weighting
 from hashjax.evaluate import evaluate_distances
 
@@ -79,8 +80,28 @@ def code_rows(name: str, model, protocol: common.Protocol, config: ml_collection
   return rows
 
 
+def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Every choice and number of ``config`` checked before any data is loaded; a one-line ConfigError if not."""
+  for field, options in (("base_codes", sorted(baselines.BASELINES)), ("solvers", list(weighting.SOLVERS))):
+    for value in config[field]:
+      if value not in options:
+        raise checks.ConfigError(f"config.{field}: expected names from {options}, got {value!r}")
+  for value in config.bits:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise checks.ConfigError(f"config.bits: expected code lengths >= 1, got {value!r}")
+  if not isinstance(config.precision_k, int) or config.precision_k < 1:
+    raise checks.ConfigError(f"config.precision_k: expected an int >= 1, got {config.precision_k!r}")
+  for path in config.models:
+    if not os.path.isdir(path):
+      raise checks.ConfigError(f"config.models: expected saved models (directories), got {path!r}, which is not one")
+  if not (config.bits and config.base_codes) and not config.models:
+    raise checks.ConfigError("config.bits / base_codes / models: expected at least one code to weight, got none")
+  return config
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Every (code, length, weights) row of ``config``; returns and writes ``<workdir>/results.json``."""
+  check_config(config)
   protocol = common.load_protocol(config)
   rows = []
   for num_bits in config.bits:
@@ -114,4 +135,4 @@ def main(config):
 
 
 if __name__ == "__main__":
-  cli.run(main, check=None)
+  cli.run(main, check=check_config)

@@ -46,3 +46,16 @@ def test_a_saved_model_is_a_base_code(tmp_path):
   rows = bit_weights.train_and_evaluate(config, str(tmp_path / "run"))["rows"]
   assert [(r["code"], r["bits"], r["weights"]) for r in rows] == [("pca (m)", 8, "none (Hamming)"),
                                                                    ("pca (m)", 8, "closed_form")]
+
+
+def test_bad_config_is_one_line_naming_the_field(tmp_path):
+  import pytest
+  from experiments.methods import checks
+  for field, value, message in (("solvers", ("egd", "foo"), "config.solvers: expected names from"),
+                                ("base_codes", ("cnn",), "config.base_codes: expected names from"),
+                                ("models", (str(tmp_path / "nope"),), "config.models: expected saved models"),
+                                ("bits", (0,), "config.bits: expected code lengths >= 1")):
+    config = bit_weights_config.get_config("runlocal")
+    config[field] = value
+    with pytest.raises(checks.ConfigError, match=message):
+      bit_weights.train_and_evaluate(config, str(tmp_path / "run"))
