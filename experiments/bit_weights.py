@@ -49,10 +49,10 @@ def code_rows(name: str, model, protocol: common.Protocol, config: ml_collection
   """The rows of one fixed code: plain Hamming, each solver's weights, and EGD weights breaking ties only."""
   x, labels, split = protocol.features, protocol.labels, protocol.split
   b = model.num_bits
-  train_bits, query_bits, db_bits = (np.asarray(codes.unpack_bits(model.encode(x[i]), b))
-                                     for i in (split.train, split.query, split.database))
+  train_words, query_words, db_words = (model.encode(x[i]) for i in (split.train, split.query, split.database))
+  train_bits, query_bits, db_bits = (np.asarray(codes.unpack_bits(w, b)) for w in (train_words, query_words, db_words))
   relevance = (labels[split.query][:, None] == labels[split.database][None, :]).astype(np.int32)
-  hamming = np.asarray(codes.hamming_distance(codes.pack_bits(query_bits), codes.pack_bits(db_bits)))
+  hamming = np.asarray(codes.hamming_distance(query_words, db_words))
   rows = [{"code": name, "bits": b, "weights": "none (Hamming)", **_scores(hamming, relevance, config.precision_k),
            "fit_seconds": 0.0}]
   fitted = {}
