@@ -28,6 +28,9 @@ for 1,000 steps on the original images. A flag such as ``--config.bits=64`` chan
 that one field alone, a list takes comma-separated values (``--config.baselines=lsh,itq,sh``,
 ``--config.hidden=512,256``), ``--config.doc_pool=None`` sets None.
 ``python -m experiments.train --config=configs/lambdarank_knn.py --help`` lists every field with its default.
+``--config.num_devices=n`` trains data-parallel over n devices (each step's queries split over them, the
+training features and parameters replicated; n must divide queries_per_batch): the same numbers as one
+device, up to the order of float sums.
 """
 
 import math
@@ -88,6 +91,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # (doc_pool = P: from P items drawn per step, so the loss maps Q + P items), SGD momentum 0.8.
   config.queries_per_batch = 100
   config.docs_per_query = 100
+  config.num_devices = 1  # > 1: data-parallel over that many devices (queries split, parameters replicated)
   config.doc_pool = config_dict.placeholder(int)  # None: documents from the whole training set
   config.optimizer = "sgd"  # or "adam"
   config.momentum = 0.8  # "sgd"'s momentum, in [0, 1)

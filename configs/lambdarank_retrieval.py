@@ -14,7 +14,8 @@ The argument is that of ``configs/lambdarank_knn.py`` (Nair's fixed step at ever
 with the kNN step sizes, not tuned for retrieval); ``score=retrieval`` trains on S_R of eq. 8
 (absolute threshold), which gives LambdaRank no active swap early on at 32 bits here. The fields
 are those of ``configs/lambdarank_knn.py`` (``--config.<field>=<value>``, lists comma-separated:
-``--config.baselines=lsh,itq``; ``--help`` lists them).
+``--config.baselines=lsh,itq``; ``--help`` lists them), ``--config.num_devices=n`` (data-parallel over n
+devices) included.
 """
 
 import ml_collections

@@ -17,7 +17,10 @@ The argument sets the model and code length together with the options chosen for
 them on validation splits (README, TALR); a flag such as ``--config.bits=16`` changes
 that one field alone, a list takes comma-separated values (``--config.baselines=lsh,itq,sh``,
 ``--config.hidden=512,256``). ``python -m experiments.train --config=configs/talr_ap.py --help``
-lists every field with its default.
+lists every field with its default. ``--config.num_devices=n`` trains data-parallel over n devices (each
+minibatch split over them, the parameters replicated; n must divide the minibatch): the same numbers as one
+device, up to the order of float sums (e.g. ``XLA_FLAGS=--xla_force_host_platform_device_count=2 ...
+:runlocal --config.num_devices=2`` on a CPU, where it is no faster).
 """
 
 import ml_collections
@@ -72,6 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.augment_shift = 1  # translate each training image by up to this many pixels, per step
   config.input_noise = 0.0  # > 0: Gaussian noise of this std added to the training features
   config.batch_per_class = 25  # class-balanced minibatches of 250
+  config.num_devices = 1  # > 1: data-parallel over that many devices (batch split, parameters replicated)
   config.num_steps = 3000
   config.log_every = 100
   config.eval_every = 100  # periodic evaluation on the queries (0 or None: at the start and end only)

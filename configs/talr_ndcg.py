@@ -7,7 +7,8 @@ Pairs of images get affinity 1, 2, 5 or 10 when their pixel distance is within t
 5%, 1%, 0.2% or 0.1% of training pairs. Test NDCG_T, linear, 32 bits, seed 0: 0.7628 (AP_T
 0.5781), about 2 minutes on a 2-core CPU, most of it computing Euclidean affinities per batch.
 The argument is that of ``configs/talr_ap.py``, and so are the fields (``--config.<field>=<value>``,
-lists comma-separated: ``--config.baselines=lsh,itq``; ``--help`` lists them).
+lists comma-separated: ``--config.baselines=lsh,itq``; ``--help`` lists them), ``--config.num_devices=n``
+(data-parallel over n devices) included.
 """
 
 import ml_collections

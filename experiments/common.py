@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from experiments import plots
-from hashjax import _checks, baselines, data, io, mappings, models
+from hashjax import _checks, baselines, data, io, mappings, models, sharding
 from hashjax import train as train_lib
 
 # --------------------------------------------------------------------------- data and protocol
@@ -305,14 +305,33 @@ def _shift_images(images, shifts, pad: int, side: int):
 # --------------------------------------------------------------------------- training run and results
 
 
+def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: int, rows_from: str):
+  """The mesh of ``config.num_devices > 1`` (data parallelism, :func:`hashjax.sharding.data_mesh`), else None.
+
+  ``batch_rows`` is the leading axis of the batch's split leaves (``rows_from`` tells which config fields make
+  it, for the error): the device count must divide it, since a padded batch would change the loss.
+  """
+  n = config.get("num_devices", 1)
+  n = _checks.check_int("config.num_devices", 1 if n is None else n, low=1)
+  if n == 1:
+    return None
+  if n > jax.device_count():
+    raise ValueError(f"config.num_devices: expected at most the {jax.device_count()} device(s) jax sees, got {n}")
+  if batch_rows % n:
+    raise ValueError(f"config.num_devices: expected a divisor of the batch's {batch_rows} rows ({rows_from}), "
+                     f"since the batch is split over the devices, got {n}")
+  return sharding.data_mesh(n)
+
+
 def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Callable, batch_fn: Callable,
-        eval_fn: Callable, batch_size: Optional[int] = None):
+        eval_fn: Callable, batch_size: Optional[int] = None, mesh=None, replicated: Sequence[str] = ()):
   """:func:`hashjax.train.train` as the config says; checkpoints in ``<workdir>/checkpoints``.
 
   ``config.num_steps``, ``log_every``, ``eval_every`` and ``checkpoint_every``
   (None or 0: only at the start and end), the optimizer of
   :func:`make_optimizer`, and ``config.target > 0``: the time to reach
   ``config.target_metric`` (minimised when it is an error, else maximised).
+  ``mesh`` (:func:`device_mesh`): data-parallel over its devices, the batch keys ``replicated`` copied to each.
   Restarting resumes from the last checkpoint. Returns ``(params, history)``.
   """
   target = None
@@ -322,7 +341,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Cal
       params=params, loss_fn=loss_fn, optimizer=make_optimizer(config), batch_fn=batch_fn,
       num_steps=config.num_steps, workdir=os.path.join(workdir, "checkpoints"), eval_fn=eval_fn,
       eval_every=config.eval_every or 0, checkpoint_every=config.checkpoint_every or 0,
-      log_every=config.log_every, target=target, batch_size=batch_size)
+      log_every=config.log_every, target=target, batch_size=batch_size, mesh=mesh, replicated=replicated)
 
 
 def baseline_model(method: str, train_features: np.ndarray, *, num_bits: int, seed: int,

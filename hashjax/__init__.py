@@ -9,6 +9,8 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
   or any real-valued distances;
 * :mod:`hashjax.search`: exact k-NN and radius search over packed codes;
 * :mod:`hashjax.index`: the inverted index for short codes;
+* :mod:`hashjax.sharding`: databases and training batches over several devices (jax.sharding): sharded k-NN,
+  radius search, histograms;
 * :mod:`hashjax.relaxations`: relaxed codes, distances, soft histograms, relaxed AP/NDCG;
 * :mod:`hashjax.mappings`: hash functions (linear, MLP);
 * :mod:`hashjax.objectives`: TALR, RankNet and LambdaRank losses, swap deltas, task scores;
@@ -20,7 +22,7 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 """
 
 from hashjax import baselines, codes, data, evaluate, histograms, index, io, mappings, metrics  # noqa: F401
-from hashjax import models, objectives, relaxations, search, train, weighting  # noqa: F401
+from hashjax import models, objectives, relaxations, search, sharding, train, weighting  # noqa: F401
 from hashjax.codes import binarize, hamming_distance, pack_bits, unpack_bits, weighted_hamming_distance  # noqa: F401
 from hashjax.evaluate import evaluate_codes, evaluate_distances  # noqa: F401
 from hashjax.histograms import distance_histogram, hamming_histogram  # noqa: F401

@@ -21,6 +21,7 @@ from hashjax import _checks
 from hashjax import _ties
 from hashjax import histograms
 from hashjax import metrics
+from hashjax import sharding
 
 Array = jax.Array
 
@@ -49,7 +50,9 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
 
   Args:
     query_words: ``uint32[Q, W]`` packed query codes.
-    db_words: ``uint32[N, W]`` packed database codes.
+    db_words: ``uint32[N, W]`` packed database codes; when split by rows over several devices
+      (:func:`hashjax.sharding.shard_rows`, every row a real item), counted shard by shard with
+      :func:`hashjax.sharding.hamming_histogram`.
     num_bits: the code length.
     query_labels: ``int[Q]`` class labels (with ``db_labels``; relevance =
       label agreement).
@@ -88,16 +91,17 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   dtype = _checks.check_float_dtype(dtype)
   chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
   int32 = np.iinfo(np.int32)
+  # A database split by rows over several devices is counted shard by shard (the same counts).
+  count = sharding.hamming_histogram if sharding.is_row_sharded(db_words) else histograms.hamming_histogram
   if labels_given:
-    hist = histograms.hamming_histogram(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
-                                        db_labels=db_labels, chunk_size=chunk_size)
+    hist = count(query_words, db_words, num_bits=num_bits, query_labels=query_labels, db_labels=db_labels,
+                 chunk_size=chunk_size)
   elif relevance is not None:
     _checks.check_int_range("relevance", relevance, 0, 1, what="relevance labels")
-    hist = histograms.hamming_histogram(query_words, db_words, relevance, num_bits=num_bits, num_levels=2,
-                                        chunk_size=chunk_size)
+    hist = count(query_words, db_words, relevance, num_bits=num_bits, num_levels=2, chunk_size=chunk_size)
   else:
     _checks.check_int_range("affinity", affinity, 0, int32.max, what="affinity levels")
-    hist = histograms.hamming_histogram(query_words, db_words, affinity, num_bits=num_bits, chunk_size=chunk_size)
+    hist = count(query_words, db_words, affinity, num_bits=num_bits, chunk_size=chunk_size)
   hist = np.asarray(hist)
   values = {**_tie_aware(hist, k=k, dtype=dtype), **_at_radius(hist, radius=radius, dtype=dtype)}
   return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)

@@ -52,6 +52,7 @@ taken when it starts, so time to target does not include that evaluation.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -66,6 +67,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from hashjax import _checks
+from hashjax import sharding
 
 __all__ = ["make_train_step", "learning_rate_schedule", "minibatch_sampler", "balanced_sampler", "train"]
 
@@ -81,7 +83,7 @@ def _check_optimizer(optimizer: Any) -> None:
         f"got {type(optimizer).__name__}")
 
 
-def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) -> Callable:
+def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, mesh: Any = None) -> Callable:
   r"""A jit-compiled optimisation step for ``loss_fn`` under ``optimizer``.
 
   .. math:: (\ell, g) = (L, \nabla_\theta L)(\theta, \mathrm{batch}, t), \quad
@@ -92,6 +94,8 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) 
       ``loss`` and a dict ``aux`` of scalars; ``step`` arrives as a traced
       ``int32`` scalar (no recompilation per step).
     optimizer: any ``optax.GradientTransformation``.
+    mesh: None, or a :class:`jax.sharding.Mesh` for data parallelism: the step's outputs are replicated over
+      it (its inputs laid out by :func:`hashjax.sharding.replicate` and :func:`hashjax.sharding.shard_batch`).
 
   Returns:
     ``step_fn(params, opt_state, batch, step) -> (params, opt_state, loss, aux)``.
@@ -105,6 +109,8 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) 
   """
   _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
   _check_optimizer(optimizer)
+  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+    raise ValueError(f"mesh: expected None or a jax.sharding.Mesh, got {type(mesh).__name__}")
 
   def step_fn(params, opt_state, batch, step):
     step = jnp.asarray(step, jnp.int32)
@@ -112,7 +118,9 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation) 
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss, aux
 
-  return jax.jit(step_fn)
+  if mesh is None:
+    return jax.jit(step_fn)
+  return jax.jit(step_fn, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
 #: Names accepted by :func:`learning_rate_schedule`.
@@ -554,7 +562,7 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
           eval_fn: Optional[Callable[[Any], Mapping[str, Any]]] = None, eval_every: int = 0,
           checkpoint_every: int = 0, log_every: int = 100, target: Optional[Sequence] = None,
           batch_size: Optional[int] = None, max_to_keep: int = 3, eval_at_start: bool = True,
-          async_checkpoints: bool = True) -> tuple:
+          async_checkpoints: bool = True, mesh: Any = None, replicated: Sequence[str] = ()) -> tuple:
   r"""Runs ``num_steps`` optimizer steps with logging, evaluation, checkpoints and resume.
 
   .. math:: \theta_{t+1} = \theta_t + \mathrm{update}\big(\nabla_\theta L(\theta_t, \mathrm{batch}(t), t)\big),
@@ -592,6 +600,13 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
     eval_at_start: evaluate the initial parameters of a fresh run.
     async_checkpoints: let orbax write in a background thread (always waited for
       before returning or raising).
+    mesh: None (one device), or a :class:`jax.sharding.Mesh` to train data-parallel over: the parameters and
+      optimizer state are replicated on every device (:func:`hashjax.sharding.replicate`), each batch is split
+      along its leading axis (:func:`hashjax.sharding.shard_batch`; ``ValueError`` naming the leaf when the
+      device count does not divide it), and the one jitted step computes the loss of the whole batch: the
+      numbers of one device, up to the order of float sums.
+    replicated: with ``mesh``, top-level keys of a dict batch copied to every device instead of split (e.g. a
+      pool of items the loss indexes into).
 
   Returns:
     ``(params, history)``: the final parameters and the list of history dicts
@@ -626,11 +641,22 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   if workdir is not None and not isinstance(workdir, (str, os.PathLike)):
     raise ValueError(f"workdir: expected a directory path or None, got {type(workdir).__name__}")
   _check_params(params)
+  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+    raise ValueError(f"mesh: expected None or a jax.sharding.Mesh (hashjax.sharding.data_mesh), got "
+                     f"{type(mesh).__name__}")
+  if replicated and mesh is None:
+    raise ValueError(f"replicated: expected () without a mesh (nothing is split), got {replicated!r}")
+  place = (lambda b: b) if mesh is None else functools.partial(sharding.shard_batch, mesh=mesh, replicated=replicated)
 
   params = jax.tree.map(jnp.asarray, params)
+  if mesh is not None:
+    params = sharding.replicate(params, mesh)
   manager = _checkpoint_manager(workdir, max_to_keep=max_to_keep, async_checkpoints=async_checkpoints)
   try:
-    params, opt_state, run, start = _restore(manager, workdir, params, optimizer.init(params), num_steps)
+    opt_state = optimizer.init(params) if mesh is None else sharding.replicate(optimizer.init(params), mesh)
+    params, opt_state, run, start = _restore(manager, workdir, params, opt_state, num_steps)
+    if mesh is not None:  # a restored state, as the templates were
+      params, opt_state = sharding.replicate((params, opt_state), mesh)
     if start == num_steps and start > 0:
       logging.info("train: the run in %s already reached step %d; returning it", workdir, start)
       return params, run.history
@@ -638,9 +664,9 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
       run.evaluate(0, eval_fn, params, target)
       run.open_segment()
 
-    step_fn = make_train_step(loss_fn, optimizer)
+    step_fn = make_train_step(loss_fn, optimizer, mesh=mesh)
     for step in range(start, num_steps):
-      batch = batch_fn(step)
+      batch = place(batch_fn(step))
       if step == start:
         _check_loss_signature(loss_fn, params, batch)
         batch_size = _batch_size_of(batch) if batch_size is None else batch_size

@@ -10,7 +10,8 @@ weighted by ``|Delta S|``, the change of the task score ``config.score`` when th
 ``config.threshold``: :func:`hashjax.objectives.swap_mask`). The codes are scored by the kNN
 classification error (relative threshold ``config.k``, Sec. 5.1) and precision within Hamming
 radius ``config.radius`` (``d <= radius``; Nair's "distance < 2" is radius 1), beside
-``config.baselines`` and, with ``config.exact_l2``, exact Euclidean ``k``-NN.
+``config.baselines`` and, with ``config.exact_l2``, exact Euclidean ``k``-NN. ``config.num_devices > 1``
+trains data-parallel over that many devices (:func:`replicated_keys`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,14 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
     return batch
 
   return batch_fn
+
+
+def replicated_keys(config: ml_collections.ConfigDict) -> tuple:
+  """The batch keys copied to every device when training data-parallel (``config.num_devices > 1``): the
+  items the loss maps and indexes into (``features``, ``shifts``, ``items``); the per-query ``queries``,
+  ``docs``, ``relevance`` and ``affinity`` are split over the devices."""
+  keys = ("features",) + (("shifts",) if config.augment_shift else ()) + (("items",) if config.doc_pool else ())
+  return keys if config.get("num_devices", 1) not in (None, 1) else ()
 
 
 def deltas_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable:
@@ -232,9 +241,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     r = score(*words(p))
     return {"knn_error": r["knn_error"], "precision_at_radius": r["precision_at_radius"]}
 
+  mesh = common.device_mesh(config, batch_rows=config.queries_per_batch, rows_from="config.queries_per_batch")
   params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
                                batch_fn=make_batch_fn(config, task), eval_fn=eval_fn,
-                               batch_size=config.queries_per_batch)
+                               batch_size=config.queries_per_batch, mesh=mesh, replicated=replicated_keys(config))
   record = common.recorded_config(config, resolved_options(config, task))
   model = common.save_model(workdir, mapping, params, task, record)
   name = config.method + ("" if config.model == "linear" else f"-{config.model}")

@@ -5,7 +5,9 @@ r"""TALR (He et al. 2018): a hash mapping trained on a relaxed tie-aware metric,
 relaxed AP (``config.objective="ap"``) or NDCG (``"ndcg"``) of ``config.distance`` with slope
 ``config.alpha`` and soft-histogram width ``config.width``, logs periodic tie-aware AP and
 NDCG on the evaluation queries, and ends with the tie-aware table of the learned codes beside
-``config.baselines`` (:func:`hashjax.metrics.evaluate_codes`).
+``config.baselines`` (:func:`hashjax.metrics.evaluate_codes`). ``config.num_devices > 1`` trains
+data-parallel over that many devices: each minibatch's queries split over them (``"query_vs_database"``: the
+database sample copied to each), the parameters replicated; the same numbers as one device.
 """
 
 from __future__ import annotations
@@ -134,8 +136,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     result = score(*words(p))
     return {k: result[k] for k in EVAL_KEYS}
 
+  mesh = common.device_mesh(config, batch_rows=config.batch_per_class * task.num_classes,
+                            rows_from=f"config.batch_per_class x {task.num_classes} classes")
   params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
-                               batch_fn=make_batch_fn(config, task), eval_fn=eval_fn)
+                               batch_fn=make_batch_fn(config, task), eval_fn=eval_fn, mesh=mesh,
+                               replicated=("db_features",) if mesh and config.setting == "query_vs_database" else ())
   record = common.recorded_config(config)  # every TALR option is a literal value of its config
   model = common.save_model(workdir, mapping, params, task, record)
   rows = common.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",

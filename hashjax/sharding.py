@@ -1,0 +1,481 @@
+r"""Databases and training batches laid out over several devices with :mod:`jax.sharding`.
+
+A database of packed codes is split by rows over the devices of a :class:`jax.sharding.Mesh`
+(:func:`shard_rows`, a :class:`~jax.sharding.NamedSharding` whose spec splits axis 0); each device searches
+or counts its own rows with the single-device code, inside :func:`jax.shard_map`, and the shards' answers
+meet by a collective:
+
+* :func:`knn`: each shard's top ``k`` by (distance, index), its indices shifted to global ones,
+  ``all_gather``-ed and merged by one two-key sort: exactly :func:`hashjax.search.knn`'s answer (the global
+  top ``k`` lies within the union of the shards' top ``k``, and global indices are distinct);
+* :func:`radius_search`: the shards' histograms give each shard's largest count within the radius ``K``;
+  each shard's top ``K`` then holds all its items within the radius, merged and cut at the radius:
+  :func:`hashjax.search.radius_search`'s answer, at the cost of a histogram scan plus a k-NN with ``k = K``;
+* :func:`hamming_histogram`: the shards' histograms summed by ``psum``, the counts of
+  :func:`hashjax.histograms.hamming_histogram` (:func:`hashjax.evaluate.evaluate_codes` takes this path for a
+  database split over several devices, so its metrics are the single-device ones).
+
+A row count that the number of shards does not divide is refused (``ValueError``), or padded with copies of
+the last row by ``shard_rows(..., pad=True)``; the searches then take ``num_db``, the number of real rows, and
+never return, count or rank a padding row. Queries are copied to every device.
+
+Training (:func:`hashjax.train.train` with ``mesh=``) is data-parallel: :func:`replicate` copies the parameters
+and optimizer state to every device, :func:`shard_batch` splits the batch along its leading axis, and the one
+jitted step computes the loss of the whole batch, its gradient summed across devices by XLA: the numbers of
+one device, up to the order of float sums.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Optional, Sequence, Union
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import numpy as np
+
+from hashjax import _checks
+from hashjax import histograms
+from hashjax import search
+
+Array = jax.Array
+
+__all__ = ["data_mesh", "shard_rows", "replicate", "shard_batch", "is_row_sharded", "knn", "radius_search",
+           "hamming_histogram"]
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+# ----------------------------------------------------------------------------
+# Layout.
+
+
+def data_mesh(num_devices: Optional[int] = None, *, axis_name: str = "data") -> Mesh:
+  r"""A one-axis mesh over the first ``num_devices`` devices (all by default), for data-parallel layouts.
+
+  .. math:: \mathrm{mesh} = (d_0, \dots, d_{n-1}) \text{ along axis } \texttt{axis\_name}
+
+  Args:
+    num_devices: ``1 <= n <= jax.device_count()``, or None for every device.
+    axis_name: the mesh axis' name.
+
+  Returns:
+    a :class:`jax.sharding.Mesh` of shape ``(n,)``.
+
+  >>> mesh = data_mesh(1)
+  >>> dict(mesh.shape)
+  {'data': 1}
+  """
+  available = jax.device_count()
+  if num_devices is None:
+    num_devices = available
+  num_devices = _checks.check_int("num_devices", num_devices, low=1)
+  if num_devices > available:
+    raise ValueError(f"num_devices: expected at most the {available} device(s) jax sees "
+                     f"(jax.device_count()), got {num_devices}")
+  if not isinstance(axis_name, str) or not axis_name:
+    raise ValueError(f"axis_name: expected a non-empty str, got {axis_name!r}")
+  return Mesh(np.asarray(jax.devices()[:num_devices]), (axis_name,))
+
+
+def _check_mesh(mesh: Any) -> Mesh:
+  if not isinstance(mesh, Mesh):
+    raise ValueError(f"mesh: expected a jax.sharding.Mesh (e.g. hashjax.sharding.data_mesh()), got "
+                     f"{type(mesh).__name__}")
+  return mesh
+
+
+def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Array:
+  r"""``x[N, ...]`` split by rows over every device of ``mesh`` (``NamedSharding(mesh, P(mesh.axis_names))``).
+
+  .. math:: \text{shard } s = x[s N' / S : (s + 1) N' / S], \quad N' = S \lceil N / S \rceil
+
+  Args:
+    x: an array with at least one axis, e.g. ``db_words uint32[N, W]``.
+    mesh: the device mesh; its ``S`` devices each hold ``N' / S`` consecutive rows.
+    name: the argument's name in error messages.
+    pad: when ``S`` does not divide ``N``: False refuses (``ValueError``), True appends copies of the last row
+      up to ``N' = S ceil(N / S)`` rows (pass ``num_db=N`` to :func:`knn`, :func:`radius_search` and
+      :func:`hamming_histogram`, which then ignore them).
+
+  Returns:
+    a ``jax.Array [N', ...]`` laid out over ``mesh``.
+
+  >>> import numpy as np
+  >>> x = shard_rows(np.arange(6, dtype=np.uint32).reshape(3, 2), data_mesh(1))
+  >>> x.shape, x.sharding.spec
+  ((3, 2), P('data',))
+  """
+  mesh = _check_mesh(mesh)
+  pad = _checks.check_bool("pad", pad)
+  if not hasattr(x, "shape") or len(x.shape) < 1 or x.shape[0] == 0:
+    raise ValueError(f"{name}: expected an array with at least one row, got {_checks.desc(x)}")
+  if not _checks.is_concrete(x):
+    raise ValueError(f"{name}: expected a concrete array (shard_rows places data on devices), got a traced value")
+  rows, shards = x.shape[0], mesh.size
+  extra = -rows % shards
+  if extra and not pad:
+    raise ValueError(f"{name}: expected a number of rows divisible by the mesh's {shards} devices, got {rows} "
+                     f"rows (pad=True appends {extra} copies of the last row; pass num_db={rows} to the searches)")
+  if extra:
+    x = np.asarray(x)
+    x = np.concatenate([x, np.broadcast_to(x[-1:], (extra,) + x.shape[1:])])
+  return jax.device_put(x, NamedSharding(mesh, P(tuple(mesh.axis_names))))
+
+
+def replicate(tree: Any, mesh: Mesh) -> Any:
+  r"""Every array leaf of ``tree`` copied to every device of ``mesh`` (``NamedSharding(mesh, P())``).
+
+  .. math:: x \mapsto (x, x, \dots, x) \text{ on } d_0, \dots, d_{S-1}
+
+  >>> import numpy as np
+  >>> replicate({"w": np.ones(2)}, data_mesh(1))["w"].sharding.spec
+  P()
+  """
+  sharding = NamedSharding(_check_mesh(mesh), P())
+  return jax.tree.map(lambda leaf: jax.device_put(leaf, sharding), tree)
+
+
+def shard_batch(batch: Any, mesh: Mesh, *, replicated: Sequence[str] = ()) -> Any:
+  r"""A training batch laid out for data parallelism: leaves split along their leading axis over ``mesh``.
+
+  .. math:: \mathrm{batch}[B, \dots] \mapsto S \text{ shards of } B / S \text{ rows}
+
+  Args:
+    batch: a pytree of arrays, each with a leading batch axis (a dict for ``replicated``).
+    mesh: the device mesh, ``S`` devices.
+    replicated: top-level keys of a dict ``batch`` whose leaves are copied to every device instead (e.g. a
+      pool of items that the loss indexes into).
+
+  Returns:
+    the batch with every leaf a ``jax.Array`` on ``mesh``.
+
+  Raises:
+    ValueError: naming the leaf, when ``S`` does not divide its leading axis (a padded batch would change the
+      loss, so it is not padded), or when a ``replicated`` key is not in the batch.
+
+  >>> import numpy as np
+  >>> out = shard_batch({"x": np.ones((4, 2)), "pool": np.ones(3)}, data_mesh(1), replicated=("pool",))
+  >>> out["x"].sharding.spec, out["pool"].sharding.spec
+  (P('data',), P())
+  """
+  mesh = _check_mesh(mesh)
+  if isinstance(replicated, str) or not all(isinstance(k, str) for k in replicated):
+    raise ValueError(f"replicated: expected a sequence of batch keys (str), got {replicated!r}")
+  if replicated:
+    if not isinstance(batch, dict):
+      raise ValueError(f"replicated: expected a dict batch for replicated keys, got {type(batch).__name__}")
+    missing = [k for k in replicated if k not in batch]
+    if missing:
+      raise ValueError(f"replicated: expected keys of the batch {sorted(batch)}, got {missing}")
+  split = NamedSharding(mesh, P(tuple(mesh.axis_names)))
+
+  def place(path, leaf):
+    where = f"batch{jax.tree_util.keystr(path)}"
+    if not hasattr(leaf, "shape") or len(leaf.shape) < 1:
+      raise ValueError(f"{where}: expected an array with a leading batch axis (or its key in replicated=), got "
+                       f"{_checks.desc(leaf)}")
+    if leaf.shape[0] % mesh.size:
+      raise ValueError(f"{where}: expected a leading axis divisible by the mesh's {mesh.size} devices (the batch "
+                       f"is split along it), got {leaf.shape[0]} rows")
+    return jax.device_put(leaf, split)
+
+  if not replicated:
+    return jax.tree_util.tree_map_with_path(place, batch)
+  return {k: replicate(v, mesh) if k in replicated else jax.tree_util.tree_map_with_path(
+      lambda path, leaf, k=k: place((jax.tree_util.DictKey(k),) + path, leaf), v) for k, v in batch.items()}
+
+
+def _row_axes(name: str, x: Any):
+  """``(mesh, axes, S)`` of an array split by rows over the mesh ``axes`` (``S`` shards); ValueError otherwise."""
+  sharding = getattr(x, "sharding", None) if _checks.is_concrete(x) else None
+  if not isinstance(sharding, NamedSharding):
+    raise ValueError(f"{name}: expected a jax.Array laid out with a NamedSharding that splits its rows "
+                     f"(hashjax.sharding.shard_rows), got "
+                     + (type(sharding).__name__ if sharding is not None else _checks.desc(x)))
+  spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+  if any(s is not None for s in spec[1:]):
+    raise ValueError(f"{name}: expected a layout that splits rows only, got PartitionSpec{spec}")
+  first = spec[0]
+  axes = () if first is None else (first,) if isinstance(first, str) else tuple(first)
+  return sharding.mesh, axes, math.prod(sharding.mesh.shape[a] for a in axes)
+
+
+def is_row_sharded(x: Any) -> bool:
+  r"""Whether ``x`` is a concrete ``jax.Array`` whose rows a ``NamedSharding`` splits over several devices.
+
+  .. math:: S > 1
+
+  >>> import numpy as np
+  >>> is_row_sharded(np.zeros((4, 1))), is_row_sharded(shard_rows(np.zeros((4, 1)), data_mesh(1)))
+  (False, False)
+  """
+  if not (isinstance(x, jax.Array) and _checks.is_concrete(x) and isinstance(x.sharding, NamedSharding)):
+    return False
+  spec = tuple(x.sharding.spec)
+  if not spec or spec[0] is None or any(s is not None for s in spec[1:]):
+    return False
+  return _row_axes("x", x)[2] > 1
+
+
+def _check_num_db(num_db: Any, rows: int) -> int:
+  """``num_db`` (None: every row) as an int in ``[1, rows]``."""
+  if num_db is None:
+    return rows
+  num_db = _checks.check_int("num_db", num_db, low=1)
+  if num_db > rows:
+    raise ValueError(f"num_db: expected at most len(db_words) = {rows} real rows (the rest are padding), "
+                     f"got {num_db}")
+  return num_db
+
+
+def _place_queries(query_words, mesh: Mesh):
+  return jax.device_put(np.asarray(query_words) if not isinstance(query_words, jax.Array) else query_words,
+                        NamedSharding(mesh, P()))
+
+
+# ----------------------------------------------------------------------------
+# Search.
+
+
+@functools.lru_cache(maxsize=64)
+def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, num_db: int, sentinel: int):
+  """The jitted shard_map: each shard's top ``k_local`` (global indices, padding rows masked), all-gathered
+  and merged by (distance, index); the first ``keep`` columns, replicated."""
+  spec = P(axes if axes else None)
+
+  def local(q, db):
+    d, i = search.knn(q, db, k_local)
+    shard = lax.axis_index(axes) if axes else 0
+    i = i + shard * rows
+    if num_db < rows * max(1, math.prod(mesh.shape[a] for a in axes)):
+      pad = i >= num_db
+      d, i = jnp.where(pad, sentinel, d), jnp.where(pad, _INT32_MAX, i)
+    if axes:
+      d, i = (lax.all_gather(a, axes, axis=1, tiled=True) for a in (d, i))
+    d, i = lax.sort((d, i), dimension=1, num_keys=2)
+    return d[:, :keep], i[:, :keep]
+
+  # The merged lists are equal on every shard (all_gather, then the same sort); the replication check cannot
+  # see through the k-NN kernels, so it is off.
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), spec), out_specs=(P(), P()), check_vma=False))
+
+
+def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = None):
+  r"""Exact k nearest neighbours over a database split by rows over devices, by (distance, index).
+
+  Each shard finds its own top ``k`` with :func:`hashjax.search.knn` where its rows live; the shards' lists,
+  their indices made global, are gathered and merged by (distance, index). The answer is exactly
+  ``search.knn(query_words, db_words[:num_db], k)``'s.
+
+  .. math:: \mathrm{knn}_k(q) = \text{first } k \text{ of } \textstyle\bigcup_s \mathrm{knn}_k^{(s)}(q)
+     \text{ by } (d(q, i), i)
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed query codes (copied to every device).
+    db_words: ``uint32[N, W]`` packed codes laid out by :func:`shard_rows` (any ``NamedSharding`` that splits
+      rows only).
+    k: ``1 <= k <= num_db`` neighbours per query.
+    num_db: the number of real rows (``shard_rows(..., pad=True)``); rows from ``num_db`` on are ignored.
+      None: every row.
+
+  Returns:
+    ``(distances int32[Q, k], indices int32[Q, k])``, sorted per row by (distance, index), replicated.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = shard_rows(pack_bits(np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0]])), data_mesh(1))
+  >>> d, i = knn(pack_bits(np.array([[1, 0, 0]])), x, 2)
+  >>> d.tolist(), i.tolist()
+  ([[0, 1]], [[2, 0]])
+  """
+  _checks.check_word_pair(query_words, db_words)
+  mesh, axes, shards = _row_axes("db_words", db_words)
+  num_db = _check_num_db(num_db, db_words.shape[0])
+  k = _checks.check_positive_int("k", k)
+  if k > num_db:
+    raise ValueError(f"k: expected k <= num_db = {num_db} (a query cannot have more neighbours than the "
+                     f"database holds), got {k}")
+  rows = db_words.shape[0] // shards
+  k_local = min(k + db_words.shape[0] - num_db, rows)  # each shard keeps k real items past its padding
+  program = _topk_program(mesh, axes, rows, k_local, k, num_db, 32 * db_words.shape[1] + 1)
+  return program(_place_queries(query_words, mesh), db_words)
+
+
+def _check_radius(r: Any, num_q: int) -> np.ndarray:
+  """``r`` as ``int64[Q]``: a non-negative int, or a concrete integer array ``[Q]``."""
+  if _checks.is_int(r):
+    return np.full((num_q,), _checks.check_int("r", r, low=0), np.int64)
+  if (not hasattr(r, "dtype") or not _checks.is_concrete(r) or not np.issubdtype(np.dtype(r.dtype), np.integer)
+      or tuple(r.shape) != (num_q,)):
+    raise ValueError(f"r: expected a non-negative int or a concrete int array of shape ({num_q},), got "
+                     f"{_checks.desc(r)}")
+  arr = np.asarray(r).astype(np.int64)
+  if arr.min() < 0:
+    raise ValueError(f"r: expected radii >= 0, got min {arr.min()}")
+  return arr
+
+
+@functools.lru_cache(maxsize=64)
+def _histogram_program(mesh: Mesh, axes: tuple, num_bits: int, num_levels: int, kind: str, chunk_size: int,
+                       stacked: bool):
+  """The jitted shard_map of per-shard histograms: summed by ``psum`` (``stacked`` False) or stacked
+  ``[S, Q, num_bits + 1, V]``."""
+  spec = P(axes if axes else None)
+  in_specs = {"none": (P(), spec), "labels": (P(), spec, P(), spec),
+              "affinity": (P(), spec, P(None, axes if axes else None))}[kind]
+
+  def local(q, db, *levels):
+    if kind == "labels":
+      hist = histograms.hamming_histogram(q, db, num_bits=num_bits, query_labels=levels[0], db_labels=levels[1],
+                                          chunk_size=chunk_size)
+    else:
+      hist = histograms.hamming_histogram(q, db, *levels, num_bits=num_bits,
+                                          num_levels=num_levels if levels else None, chunk_size=chunk_size)
+    if stacked:
+      return hist[None]
+    return lax.psum(hist, axes) if axes else hist
+
+  # The single-device kernels' loops start from unsharded zeros, which the replication check refuses; psum makes
+  # the sum equal on every shard.
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=spec if stacked else P(),
+                               check_vma=False))
+
+
+def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
+                  num_db: Optional[int] = None) -> search.RaggedNeighbors:
+  r"""Every item within Hamming distance ``r`` of each query, over a database split by rows over devices.
+
+  .. math:: \mathcal{R}_r(q) = \{ i < \mathrm{num\_db} : d(q, i) \le r \}, \text{ ordered by } (d(q, i), i)
+
+  Two passes: the shards' histograms give the largest number ``K`` of one shard's items within a query's
+  radius; then each shard's top ``K`` (:func:`knn`'s program) holds all of its items within the radius, and
+  the merged lists are cut at the radius. The result is exactly
+  ``search.radius_search(query_words, db_words[:num_db], r)``'s; memory ``O(Q S K)``. Concrete inputs only.
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed query codes.
+    db_words: ``uint32[N, W]`` packed codes laid out by :func:`shard_rows`.
+    r: a non-negative int, or ``int[Q]`` one radius per query.
+    num_db: the number of real rows, as for :func:`knn`.
+
+  Returns:
+    a :class:`hashjax.search.RaggedNeighbors` ``(distances, indices, offsets)``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = shard_rows(pack_bits(np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 1]])), data_mesh(1))
+  >>> res = radius_search(pack_bits(np.array([[1, 0, 0], [1, 1, 1]])), x, 1)
+  >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
+  ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
+  """
+  _checks.check_word_pair(query_words, db_words)
+  if not _checks.is_concrete(query_words):
+    raise ValueError("query_words: radius_search needs concrete arrays (its results vary in length)")
+  mesh, axes, shards = _row_axes("db_words", db_words)
+  num_db = _check_num_db(num_db, db_words.shape[0])
+  num_q, num_words = query_words.shape
+  num_bits = 32 * num_words
+  radius = np.minimum(_check_radius(r, num_q), num_bits)
+  q = _place_queries(query_words, mesh)
+  hist = np.asarray(_histogram_program(mesh, axes, num_bits, 1, "none", histograms.DEFAULT_CHUNK_SIZE, True)(
+      q, db_words))[..., 0]  # [S, Q, num_bits + 1]
+  within = np.take_along_axis(np.cumsum(hist, axis=-1), radius[None, :, None], axis=-1)[..., 0]
+  top = int(within.max())
+  if top == 0:
+    empty = np.zeros(0, np.int32)
+    return search.RaggedNeighbors(*(jax.device_put(a) for a in (empty, empty, np.zeros(num_q + 1, np.int32))))
+  rows = db_words.shape[0] // shards
+  d, i = (np.asarray(a) for a in _topk_program(mesh, axes, rows, top, top * max(shards, 1), num_db,
+                                               num_bits + 1)(q, db_words))
+  hit = (d <= radius[:, None]) & (i < num_db)
+  counts = hit.sum(axis=1)
+  if counts.sum() > _INT32_MAX:
+    raise ValueError(f"r: {counts.sum()} results exceed the int32 offsets of RaggedNeighbors")
+  offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+  return search.RaggedNeighbors(jax.device_put(d[hit].astype(np.int32)), jax.device_put(i[hit].astype(np.int32)),
+                                jax.device_put(offsets))
+
+
+# ----------------------------------------------------------------------------
+# Histograms.
+
+
+def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Array] = None, *, num_bits: int,
+                      num_levels: Optional[int] = None, query_labels: Optional[Array] = None,
+                      db_labels: Optional[Array] = None, num_db: Optional[int] = None,
+                      chunk_size: int = histograms.DEFAULT_CHUNK_SIZE) -> Array:
+  r""":func:`hashjax.histograms.hamming_histogram` of a database split by rows over devices: shard sums.
+
+  Each shard counts its own rows (with its columns of ``affinity`` or its ``db_labels``) where they live; the
+  counts are summed across devices by ``psum``. Padding rows (from ``num_db`` on) are not counted: their
+  counts, copies of the last real row's, are subtracted exactly.
+
+  .. math:: n_{q,d,v} = \sum_s |\{ i \in \mathrm{shard}_s,\ i < \mathrm{num\_db} : d(q, i) = d,\ a_{q,i} = v \}|
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed queries.
+    db_words: ``uint32[N, W]`` packed codes laid out by :func:`shard_rows`.
+    affinity: optional ``int[Q, num_db]`` levels in ``[0, num_levels)`` (laid out here, by columns).
+    num_bits: the code length; must match ``W``.
+    num_levels: ``V`` with ``affinity`` (inferred when None).
+    query_labels: optional ``int[Q]`` class labels (with ``db_labels``).
+    db_labels: optional ``int[num_db]`` class labels (laid out here, like the rows).
+    num_db: the number of real rows, as for :func:`knn`.
+    chunk_size: database items per streamed step of each shard.
+
+  Returns:
+    ``int32[Q, num_bits + 1, V]`` counts, replicated.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = shard_rows(pack_bits(np.array([[1, 1], [0, 1], [0, 0]])), data_mesh(1))
+  >>> hamming_histogram(pack_bits(np.array([[1, 1]])), x, np.array([[1, 1, 0]]), num_bits=2).tolist()
+  [[[0, 1], [0, 1], [1, 0]]]
+  """
+  num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
+  mesh, axes, _ = _row_axes("db_words", db_words)
+  total = db_words.shape[0]
+  num_db = _check_num_db(num_db, total)
+  num_q = query_words.shape[0]
+  chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
+  inputs = [_place_queries(query_words, mesh), db_words]
+  split = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))
+  rows_spec = P(axes if axes else None)
+  pad_cols = lambda x, axis: np.concatenate(  # padding copies of the last real column (row) of the levels
+      [x, np.repeat(np.take(x, [-1], axis=axis), total - num_db, axis=axis)], axis=axis) if total > num_db else x
+  if query_labels is not None or db_labels is not None:
+    if affinity is not None:
+      raise ValueError("affinity, query_labels: expected an affinity matrix or labels, not both")
+    for name, labels, size in (("query_labels", query_labels, num_q), ("db_labels", db_labels, num_db)):
+      if labels is None or not _checks.is_concrete(labels):
+        raise ValueError(f"{name}: expected concrete int labels of shape ({size},) with the other labels, got "
+                         f"{_checks.desc(labels) if labels is not None else None}")
+      _checks.check_int_range(name, labels, np.iinfo(np.int32).min, _INT32_MAX, what="class labels")
+      _checks.check_shape(name, labels, (size,), like="[len(query_words)]" if size == num_q else "[num_db]")
+    kind, num_levels = "labels", 2
+    level_args = [split(np.asarray(query_labels, np.int32), P()),
+                  split(pad_cols(np.asarray(db_labels, np.int32), 0), rows_spec)]
+  elif affinity is not None:
+    if not _checks.is_concrete(affinity):
+      raise ValueError("affinity: expected a concrete int array [Q, num_db], got a traced value")
+    _checks.check_shape("affinity", affinity, (num_q, num_db), like="[len(query_words), num_db]")
+    num_levels = histograms.num_levels_of(affinity, num_levels)
+    kind, level_args = "affinity", [split(pad_cols(np.asarray(affinity, np.int32), 1), P(None, rows_spec[0]))]
+  else:
+    kind, num_levels, level_args = "none", 1, []
+  program = _histogram_program(mesh, axes, num_bits, num_levels, kind, chunk_size, False)
+  hist = program(*inputs, *level_args)
+  if total == num_db:
+    return hist
+  last = np.asarray(db_words[num_db - 1:num_db])
+  extra = {}
+  if kind == "labels":
+    extra = dict(query_labels=np.asarray(query_labels), db_labels=np.asarray(db_labels)[-1:])
+  elif kind == "affinity":
+    extra = dict(affinity=np.asarray(affinity)[:, -1:], num_levels=num_levels)
+  once = histograms.hamming_histogram(np.asarray(query_words), last, num_bits=num_bits, **extra)
+  return _checks.as_jax(np.asarray(hist) - (total - num_db) * np.asarray(once))

@@ -1,0 +1,197 @@
+"""hashjax.sharding on 8 devices: search, histograms, evaluation and data-parallel training against one device
+and brute-force numpy references.
+
+The checks need several devices, so they run in one subprocess with 8 forced host devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=8``, CPU), which computes the sharded and the single-device
+answers and saves them; the tests here compare them with each other and with references computed by plain
+numpy (full scans, lexicographic sorts, counting loops).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from brute_force import ref_distances, ref_radius
+from hashjax import sharding
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The subprocess: data from a seeded generator, every answer saved to an npz, error messages to JSON.
+SCRIPT = r'''
+import json, sys
+import numpy as np
+import jax
+import optax
+from hashjax import codes, evaluate, histograms, mappings, search, sharding
+from hashjax import train as train_lib
+from experiments import common
+from experiments.methods import nair, talr
+from configs import lambdarank_knn, talr_ap
+
+out, errors = {}, {}
+assert jax.device_count() == 8, jax.devices()
+mesh = sharding.data_mesh()
+rng = np.random.default_rng(0)
+num_bits, n = 40, 203  # 203 rows: 8 shards of 26 after 5 padding rows
+pool = rng.integers(0, 2, (12, num_bits))  # a few distinct codes: many ties
+x = np.asarray(codes.pack_bits(pool[rng.integers(0, 12, n)]))
+q = np.asarray(codes.pack_bits(np.concatenate([pool[:3], rng.integers(0, 2, (4, num_bits))])))
+out["x"], out["q"] = x, q
+xs = sharding.shard_rows(x, mesh, pad=True)
+out["x_rows"] = np.asarray(xs.shape[0])
+for k in (5, n):  # k = n: more than a shard's 26 rows
+  for tag, (d, i) in (("sharded", sharding.knn(q, xs, k, num_db=n)), ("single", search.knn(q, x, k))):
+    out[f"knn{k}_{tag}_d"], out[f"knn{k}_{tag}_i"] = np.asarray(d), np.asarray(i)
+radii = np.array([0, 3, 9, 40, 12, 1, 7])
+for name, r in (("rq", radii),):
+  for tag, res in (("sharded", sharding.radius_search(q, xs, r, num_db=n)), ("single", search.radius_search(q, x, r))):
+    for field in ("distances", "indices", "offsets"):
+      out[f"{name}_{tag}_{field}"] = np.asarray(getattr(res, field))
+qlab, xlab = rng.integers(0, 3, q.shape[0]), rng.integers(0, 3, n)
+aff = rng.integers(0, 4, (q.shape[0], n))
+out["qlab"], out["xlab"], out["aff"] = qlab, xlab, aff
+out["hist_labels"] = np.asarray(sharding.hamming_histogram(q, xs, num_bits=num_bits, query_labels=qlab,
+                                                           db_labels=xlab, num_db=n))
+out["hist_aff"] = np.asarray(sharding.hamming_histogram(q, xs, aff, num_bits=num_bits, num_db=n))
+# evaluate_codes on a database split over the 8 devices (200 rows, no padding) and on one device.
+x200 = x[:200]
+for tag, db in (("sharded", sharding.shard_rows(x200, mesh)), ("single", x200)):
+  table = evaluate.evaluate_codes(q, db, num_bits=num_bits, query_labels=qlab, db_labels=xlab[:200], radius=3, k=20)
+  out[f"eval_{tag}"] = np.array(json.dumps(table))
+
+def error(name, fn):
+  try:
+    fn()
+  except ValueError as e:
+    errors[name] = str(e)
+
+error("shard_rows", lambda: sharding.shard_rows(x, mesh))
+error("shard_batch", lambda: sharding.shard_batch({"features": np.ones((12, 3))}, mesh))
+error("knn_unsharded", lambda: sharding.knn(q, x, 3))
+error("knn_k", lambda: sharding.knn(q, xs, n + 1, num_db=n))
+error("num_db", lambda: sharding.knn(q, xs, 3, num_db=xs.shape[0] + 1))
+
+# Data-parallel training through the experiments' objectives and batches, 2 steps on 8 devices and on one.
+def run(config, module, replicated, mesh):
+  task = common.make_task(config)
+  mapping, params = common.make_mapping(config, task)
+  params, history = train_lib.train(params=params, loss_fn=module.make_objective(config, mapping, task),
+                                    optimizer=common.make_optimizer(config),
+                                    batch_fn=module.make_batch_fn(config, task), num_steps=2, log_every=1,
+                                    mesh=mesh, replicated=replicated if mesh is not None else ())
+  return params, [h["loss"] for h in history]
+
+cfg_talr = talr_ap.get_config("runlocal")
+cfg_talr.batch_per_class, cfg_talr.bits = 4, 8  # 40 rows: 5 per device
+cfg_nair = lambdarank_knn.get_config("runlocal")
+cfg_nair.queries_per_batch, cfg_nair.docs_per_query, cfg_nair.num_devices = 16, 20, 8
+for name, cfg, module, replicated in (("talr", cfg_talr, talr, ()),
+                                      ("lambdarank", cfg_nair, nair, nair.replicated_keys(cfg_nair))):
+  for tag, m in (("sharded", mesh), ("single", None)):
+    params, losses = run(cfg, module, replicated, m)
+    leaves = jax.tree.leaves(params)
+    out[f"{name}_{tag}_params"] = np.concatenate([np.asarray(p).ravel() for p in leaves])
+    out[f"{name}_{tag}_losses"] = np.asarray(losses)
+    out[f"{name}_{tag}_devices"] = np.asarray(min(len(p.sharding.device_set) for p in leaves))
+error("train_batch", lambda: run(talr_ap.get_config("runlocal"), talr, (), mesh))  # 100 rows on 8 devices
+np.savez(sys.argv[1], **out)
+with open(sys.argv[2], "w") as f:
+  json.dump(errors, f)
+'''
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("sharding")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp / "out.npz"), str(tmp / "errors.json")], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  with np.load(tmp / "out.npz") as f:
+    out = dict(f)
+  with open(tmp / "errors.json") as f:
+    return out, json.load(f)
+
+
+def _ref_knn(q, x, k):
+  d = ref_distances(q, x)
+  order = np.stack([np.lexsort((np.arange(x.shape[0]), row))[:k] for row in d])
+  return np.take_along_axis(d, order, 1), order
+
+
+def test_knn_matches_single_device_and_brute_force_with_ties(results):
+  out, _ = results
+  q, x = out["q"], out["x"]
+  assert int(out["x_rows"]) == 208  # padded to 8 x 26
+  for k in (5, 203):
+    ref_d, ref_i = _ref_knn(q, x, k)
+    for tag in ("sharded", "single"):
+      np.testing.assert_array_equal(out[f"knn{k}_{tag}_d"], ref_d, err_msg=f"k={k} {tag}")
+      np.testing.assert_array_equal(out[f"knn{k}_{tag}_i"], ref_i, err_msg=f"k={k} {tag}")
+  assert (np.diff(ref_d, axis=1) == 0).sum() > 0  # ties were broken by index
+
+
+def test_radius_search_matches_single_device_and_brute_force(results):
+  out, _ = results
+  q, x = out["q"], out["x"]
+  for name, r in (("rq", np.array([0, 3, 9, 40, 12, 1, 7])),):
+    rows = ref_radius(q, x, r)
+    ref_offsets = np.concatenate([[0], np.cumsum([len(i) for _, i in rows])])
+    for tag in ("sharded", "single"):
+      np.testing.assert_array_equal(out[f"{name}_{tag}_offsets"], ref_offsets, err_msg=f"{name} {tag}")
+      np.testing.assert_array_equal(out[f"{name}_{tag}_distances"], np.concatenate([d for d, _ in rows]))
+      np.testing.assert_array_equal(out[f"{name}_{tag}_indices"], np.concatenate([i for _, i in rows]))
+      assert out[f"{name}_{tag}_indices"].dtype == np.int32
+
+
+def test_histograms_are_sums_over_shards(results):
+  out, _ = results
+  d = ref_distances(out["q"], out["x"])
+  levels = (out["qlab"][:, None] == out["xlab"][None, :]).astype(int)
+  ref_labels, ref_aff = np.zeros((d.shape[0], 41, 2), int), np.zeros((d.shape[0], 41, 4), int)
+  for j in range(d.shape[0]):
+    for i in range(d.shape[1]):  # every pair counted once, padding rows never
+      ref_labels[j, d[j, i], levels[j, i]] += 1
+      ref_aff[j, d[j, i], out["aff"][j, i]] += 1
+  np.testing.assert_array_equal(out["hist_labels"], ref_labels)
+  np.testing.assert_array_equal(out["hist_aff"], ref_aff)
+
+
+def test_evaluate_codes_on_a_sharded_database_gives_the_single_device_table(results):
+  out, _ = results
+  sharded, single = json.loads(str(out["eval_sharded"])), json.loads(str(out["eval_single"]))
+  assert sharded == single
+  assert sharded["num_db"] == 200 and 0 < sharded["tie_aware_ap"] < 1
+
+
+@pytest.mark.parametrize("name", ["talr", "lambdarank"])
+def test_data_parallel_training_matches_one_device(results, name):
+  out, _ = results
+  assert int(out[f"{name}_sharded_devices"]) == 8 and int(out[f"{name}_single_devices"]) == 1
+  np.testing.assert_allclose(out[f"{name}_sharded_losses"], out[f"{name}_single_losses"], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out[f"{name}_sharded_params"], out[f"{name}_single_params"], rtol=1e-4, atol=1e-6)
+  start = out[f"{name}_single_params"]
+  assert out[f"{name}_single_losses"].shape == (2,) and np.isfinite(start).all()
+
+
+def test_mesh_size_errors_name_the_argument(results):
+  _, errors = results
+  assert errors["shard_rows"].startswith("x: expected a number of rows divisible by the mesh's 8 devices, got 203")
+  assert errors["shard_batch"].startswith("batch['features']: expected a leading axis divisible by the mesh's 8")
+  assert "got 12 rows" in errors["shard_batch"]
+  assert errors["knn_unsharded"].startswith("db_words: expected a jax.Array laid out with a NamedSharding")
+  assert errors["knn_k"].startswith("k: expected k <= num_db = 203")
+  assert errors["num_db"].startswith("num_db: expected at most len(db_words) = 208")
+  assert errors["train_batch"].startswith("batch['affinity']: expected a leading axis divisible by the mesh's 8")
+  assert "got 100 rows" in errors["train_batch"]
+
+
+def test_data_mesh_refuses_more_devices_than_jax_sees():
+  import jax  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=r"num_devices: expected at most the \d+ device\(s\) jax sees"):
+    sharding.data_mesh(jax.device_count() + 1)
