@@ -5,7 +5,8 @@
   (scikit-learn), ``load_tfds`` (tensorflow-datasets ``data_source``, no
   TensorFlow needed; tensorflow-datasets is the optional extra
   ``pip install 'hashjax[tfds]'``, imported only when ``load_tfds`` runs);
-* ranking files: ``load_svmlight_ranking``, ``group_by_query``;
+* ranking files: ``load_svmlight_ranking`` (``qid:`` or a LightGBM/XGBoost ``query_file``), ``group_by_query``,
+  ``load_letor_fold`` (LETOR 4.0's S1..S5 by ``LETOR4_FOLDS``, or ``Fold<k>/`` files);
 * protocols: ``retrieval_split``, ``random_split``, ``validation_split``;
 * affinities: ``label_affinity``, ``multilabel_affinity``,
   ``euclidean_thresholds``, ``euclidean_affinity_levels``,
@@ -15,16 +16,17 @@
 from hashjax.data.affinity import TALR_FRACTIONS, TALR_LEVELS
 from hashjax.data.affinity import euclidean_affinity_levels, euclidean_thresholds
 from hashjax.data.affinity import euclidean_top_fraction_affinity, label_affinity, multilabel_affinity
-from hashjax.data.letor import QueryGroups, RankingData, group_by_query, load_svmlight_ranking
+from hashjax.data.letor import LETOR4_FOLDS, QueryGroups, RankingData, RankingFold, group_by_query
+from hashjax.data.letor import load_letor_fold, load_svmlight_ranking
 from hashjax.data.loaders import MNIST_T10K_DIR, load_digits, load_idx_images, load_mnist_t10k, load_npz
 from hashjax.data.loaders import load_tfds, read_idx
 from hashjax.data.protocols import RetrievalSplit, ValidationSplit
 from hashjax.data.protocols import random_split, retrieval_split, validation_split
 
 __all__ = [
-    "MNIST_T10K_DIR", "QueryGroups", "RankingData", "RetrievalSplit", "TALR_FRACTIONS", "TALR_LEVELS",
-    "ValidationSplit", "euclidean_affinity_levels", "euclidean_thresholds",
-    "euclidean_top_fraction_affinity", "group_by_query", "label_affinity", "load_digits",
+    "LETOR4_FOLDS", "MNIST_T10K_DIR", "QueryGroups", "RankingData", "RankingFold", "RetrievalSplit", "TALR_FRACTIONS",
+    "TALR_LEVELS", "ValidationSplit", "euclidean_affinity_levels", "euclidean_thresholds",
+    "euclidean_top_fraction_affinity", "group_by_query", "label_affinity", "load_digits", "load_letor_fold",
     "load_idx_images", "load_mnist_t10k", "load_npz", "load_svmlight_ranking", "load_tfds", "multilabel_affinity",
     "random_split", "read_idx", "retrieval_split", "validation_split",
 ]

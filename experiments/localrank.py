@@ -1,0 +1,461 @@
+r"""LocalRank (Banerjee et al.) on LETOR folds: local linear rankers against one global ranker, with controls.
+
+  python -m experiments.localrank --config=configs/localrank.py
+  python -m experiments.localrank --config=configs/localrank.py:runlocal
+
+Per fold: RankNet pairs of the training subsets; the global linear ranker (``l2`` chosen on validation);
+LocalRank for every similarity of ``config.similarities`` (eq. 5 with P by the 80% rule, and with each fixed P
+of ``config.fixed_components``): the complete-link tree of the training queries, then for every ``C`` of
+``config.cluster_grid`` and ``l2`` of ``config.l2_grid`` one ranker per cluster, each validation query ranked by
+the cluster of its most similar training query; ``(C, l2)`` maximise the validation metric; the test numbers
+come from ``hashjax.localrank.fit`` / ``score`` at that setting (timed). For LocalRank-PCA also: random clusters
+of the chosen sizes, the clairvoyant cluster (per query and metric, the best of the ``C`` models: an upper
+bound), LSH selection against the exhaustive one, and the test metrics of every ``C`` (the curve). Geng et
+al.'s KNN (``K`` on validation) and D&K run per test query. Metrics: tie-aware AP and NDCG@1/5/10 over queries
+with a relevant document, and LETOR 4.0's official conventions beside them (:mod:`hashjax.ranking`). The paired
+bootstrap pools the test queries of all folds. Everything goes to ``<workdir>/results.json``; the tables to
+stdout. The work is :func:`train_and_evaluate`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from experiments import cli, common
+from experiments.methods import checks
+from hashjax import data, io, localrank, ranking
+
+#: Metrics of the tables (``hashjax.ranking.query_metrics`` keys).
+METRICS = ("ap", "ndcg@1", "ndcg@5", "ndcg@10")
+#: ``config.select_by``.
+SELECT_BY = METRICS
+CONVENTIONS = ranking.CONVENTIONS
+
+
+# --------------------------------------------------------------------------- config
+
+
+def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Every field checked before any data is loaded; a one-line ConfigError naming the field if not."""
+  def fail(field, expected, value):
+    return checks.ConfigError(f"config.{field}: expected {expected}, got {value!r}")
+
+  def ints(field, low, values):
+    if not isinstance(values, (tuple, list)) or any(not isinstance(v, int) or isinstance(v, bool) or v < low
+                                                    for v in values):
+      raise fail(field, f"a list of ints >= {low}", values)
+
+  if not isinstance(config.data_dir, str) or not os.path.isdir(config.data_dir):
+    raise fail("data_dir", "a folder with S1..S5.txt or Fold<k>/ (see ../shared/data/README.md)", config.data_dir)
+  ints("folds", 1, config.folds)
+  if not config.folds or any(f > len(data.LETOR4_FOLDS) for f in config.folds):
+    raise fail("folds", f"folds in 1..{len(data.LETOR4_FOLDS)}", config.folds)
+  ints("cluster_grid", 1, config.cluster_grid)
+  if 1 not in config.cluster_grid:
+    raise fail("cluster_grid", "a list holding 1 (the global ranker is C = 1)", config.cluster_grid)
+  ints("fixed_components", 1, config.fixed_components)
+  ints("knn_neighbors", 1, config.knn_neighbors)
+  ints("dk_folds", 1, config.dk_folds)
+  ints("lsh_sweep", 1, config.lsh_sweep)
+  for field in ("num_features", "blas_threads", "random_draws", "lsh_bits", "lsh_tables", "lsh_candidates",
+                "lsh_clusters", "bootstrap_samples", "knn_top"):
+    value = config[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise fail(field, "an int >= 1", value)
+  if not isinstance(config.standardize, bool):
+    raise fail("standardize", "a bool", config.standardize)
+  for field in ("max_label", "seed", "knn_rank_feature"):
+    value = config[field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+      raise fail(field, "an int >= 0", value)
+  if config.knn_rank_feature >= config.num_features:
+    raise fail("knn_rank_feature", f"a 0-based column below num_features={config.num_features}",
+               config.knn_rank_feature)
+  if config.lsh_bits > 62 or any(b > 62 for b in config.lsh_sweep):
+    raise fail("lsh_bits", "at most 62 hyperplanes per table", config.lsh_bits)
+  if any(p > config.num_features for p in config.fixed_components):
+    raise fail("fixed_components", f"P <= num_features={config.num_features}", config.fixed_components)
+  grid = config.l2_grid
+  if not isinstance(grid, (tuple, list)) or not grid or any(
+      isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in grid):
+    raise fail("l2_grid", "a non-empty list of numbers > 0", grid)
+  sims = config.similarities
+  if not isinstance(sims, (tuple, list)) or any(s not in localrank.SIMILARITIES for s in sims):
+    raise fail("similarities", f"names from {list(localrank.SIMILARITIES)}", sims)
+  if config.fixed_components and "pca" not in sims:
+    raise fail("fixed_components", "an empty list unless similarities holds 'pca'", config.fixed_components)
+  if config.select_by not in SELECT_BY:
+    raise fail("select_by", f"one of {list(SELECT_BY)}", config.select_by)
+  for field, low, high in (("variance_fraction", 0.0, 1.0), ("ridge", 0.0, None)):
+    value = config[field]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low or (
+        high is not None and value > high):
+      raise fail(field, f"a number in ({low}, {high}]" if high else f"a number > {low}", value)
+  return config
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def _evaluate(scores: np.ndarray, split: data.RankingData) -> Dict[str, Dict[str, np.ndarray]]:
+  """Per-query metrics of ``scores`` under both conventions."""
+  return {c: ranking.query_metrics(scores, split.affinity, split.query_ids, convention=c) for c in CONVENTIONS}
+
+
+def _mean(per_query: Dict[str, np.ndarray], metric: str) -> float:
+  values = per_query[metric]
+  return float(np.nanmean(values)) if np.any(~np.isnan(values)) else float("nan")
+
+
+def _cluster_scores(split: data.RankingData, weights: np.ndarray, clusters: np.ndarray,
+                    nearest: np.ndarray) -> np.ndarray:
+  """Scores of each document by the model of its query's cluster (query order of ``group_by_query``)."""
+  groups = data.group_by_query(split.query_ids)
+  chosen = clusters[nearest]
+  out = np.empty(len(split.query_ids))
+  x = split.features.astype(np.float64)
+  for g, rows in enumerate(groups.indices):
+    out[rows] = x[rows] @ weights[chosen[g]]
+  return out
+
+
+def _load() -> List[float]:
+  return [round(v, 2) for v in os.getloadavg()]
+
+
+def _timed(fn, *args, **kwargs):
+  start = time.perf_counter()
+  out = fn(*args, **kwargs)
+  return out, time.perf_counter() - start
+
+
+class _Fold:
+  """One fold's data, pairs and the global ranker."""
+
+  def __init__(self, config, fold: int):
+    self.fold = fold
+    split = data.load_letor_fold(config.data_dir, fold=fold, num_features=config.num_features,
+                                 max_label=config.max_label)
+    if config.standardize:  # z-scores with the training subsets' mean and spread (raw features, e.g. MSLR-WEB)
+      mean, spread = split.train.features.mean(axis=0), split.train.features.std(axis=0)
+      spread = np.where(spread > 0, spread, 1.0)
+      split = data.RankingFold(*(part._replace(features=((part.features - mean) / spread).astype(np.float32))
+                                 for part in split))
+    self.split = split
+    self.train, self.vali, self.test = self.split
+    self.pairs = localrank.ranknet_pairs(self.train.features, self.train.affinity, self.train.query_ids)
+    self.num_train = len(self.pairs.query_ids)
+    self.num_test = len(data.group_by_query(self.test.query_ids).query_ids)
+
+
+def _variants(config) -> List[Dict]:
+  """The LocalRank rows: name, similarity, fixed P."""
+  out = []
+  for s in config.similarities:
+    if s == "pca":
+      out.append({"name": f"LocalRank pca (P {config.variance_fraction:.0%})", "similarity": "pca",
+                  "num_components": None})
+      out += [{"name": f"LocalRank pca (P = {p})", "similarity": "pca", "num_components": p}
+              for p in config.fixed_components]
+    else:
+      out.append({"name": f"LocalRank {s}", "similarity": s, "num_components": None})
+  return out
+
+
+def _global(config, f: _Fold, record: Dict) -> Dict:
+  """The global ranker: l2 on validation, then timed training and scoring."""
+  val = {}
+  for l2 in config.l2_grid:
+    w = localrank.fit_ranknet_pairs(f.pairs, l2=l2)
+    val[l2] = _mean(_evaluate(f.vali.features @ w, f.vali)["tie_aware"], config.select_by)
+  l2 = max(config.l2_grid, key=lambda v: (val[v], -config.l2_grid.index(v)))
+  w, train_s = _timed(localrank.fit_ranknet, f.train.features, f.train.affinity, f.train.query_ids, l2=l2)
+  scores, test_s = _timed(lambda: f.test.features.astype(np.float64) @ w)
+  record["Global linear"] = {"per_query": _evaluate(scores, f.test), "train_s": train_s,
+                             "test_ms_per_query": 1e3 * test_s / f.num_test, "setting": {"l2": l2},
+                             "load": _load()}
+  return {"l2": l2, "weights": w}
+
+
+def _localrank(config, f: _Fold, variant: Dict, record: Dict, curves: Dict, extras: Dict) -> None:
+  """One similarity: validation grid over (C, l2), the timed model at the choice, and the PCA extras."""
+  opts = {"similarity": variant["similarity"], "num_components": variant["num_components"],
+          "variance_fraction": config.variance_fraction, "ridge": config.ridge}
+  summary = lambda split: localrank.cloud_summaries(split.features, split.query_ids, **opts)
+  train_sum = summary(f.train)
+  tree = localrank.complete_link_tree(localrank.cloud_distances(train_sum, train_sum))
+  near_val = localrank.nearest_training_query(localrank.cloud_distances(summary(f.vali), train_sum))
+  near_test = localrank.nearest_training_query(localrank.cloud_distances(summary(f.test), train_sum))
+  grid = {}
+  for c in [c for c in config.cluster_grid if c <= f.num_train]:
+    clusters = localrank.cut_clusters(tree, num_queries=f.num_train, num_clusters=c)
+    for l2 in config.l2_grid:
+      w = localrank.fit_clusters(f.pairs, clusters, num_clusters=c, l2=l2)
+      val = _mean(_evaluate(_cluster_scores(f.vali, w, clusters, near_val), f.vali)["tie_aware"], config.select_by)
+      grid[(c, l2)] = {"val": val, "weights": w, "clusters": clusters}
+  order = list(grid)
+  c, l2 = max(order, key=lambda k: (grid[k]["val"], -order.index(k)))  # ties: the first (smaller C, l2)
+  chosen = grid[(c, l2)]
+  model, train_s = _timed(localrank.fit, f.train.features, f.train.affinity, f.train.query_ids, num_clusters=c,
+                          seed=config.seed, l2=l2, lsh_bits=config.lsh_bits, lsh_tables=config.lsh_tables, **opts)
+  scores, test_s = _timed(localrank.score, model, f.test.features, f.test.query_ids)
+  check = _cluster_scores(f.test, chosen["weights"], chosen["clusters"], near_test)
+  if not np.allclose(scores, check, rtol=1e-6, atol=1e-8):
+    raise AssertionError(f"{variant['name']}: localrank.score differs from the grid's scores")
+  sizes = np.bincount(chosen["clusters"], minlength=c).tolist()
+  record[variant["name"]] = {"per_query": _evaluate(scores, f.test), "train_s": train_s,
+                             "test_ms_per_query": 1e3 * test_s / f.num_test, "load": _load(),
+                             "setting": {"C": c, "l2": l2, "cluster_sizes": sizes}}
+  curve = {}
+  for cc in sorted({k[0] for k in grid}):
+    best = max([k for k in order if k[0] == cc], key=lambda k: (grid[k]["val"], -order.index(k)))
+    g = grid[best]
+    test = _evaluate(_cluster_scores(f.test, g["weights"], g["clusters"], near_test), f.test)["tie_aware"]
+    curve[cc] = {"val_" + config.select_by: g["val"], **{m: _mean(test, m) for m in METRICS}}
+    if variant["similarity"] == "pca":
+      clair = _clairvoyant(f.test, g["weights"])
+      curve[cc].update({"clairvoyant_" + m: _mean(clair, m) for m in ("ap", "ndcg@1")})
+  curves[variant["name"]] = curve
+  if variant["similarity"] == "pca" and variant["num_components"] is None:
+    extras.update(_pca_extras(config, f, model, chosen, near_test, record, variant["name"], l2,
+                              localrank.cut_clusters(tree, num_queries=f.num_train,
+                                                     num_clusters=min(config.lsh_clusters, f.num_train))))
+
+
+def _clairvoyant(split: data.RankingData, weights: np.ndarray) -> Dict[str, np.ndarray]:
+  """Per query and metric, the best of the cluster models (tie-aware convention): an upper bound."""
+  per_model = [ranking.query_metrics(split.features.astype(np.float64) @ w, split.affinity, split.query_ids)
+               for w in weights]
+  out = {"query_ids": per_model[0]["query_ids"], "num_relevant": per_model[0]["num_relevant"]}
+  for m in METRICS:
+    out[m] = np.max(np.stack([p[m] for p in per_model]), axis=0)  # NaN stays NaN (no relevant document)
+  return out
+
+
+def _pca_extras(config, f: _Fold, model, chosen: Dict, near_test: np.ndarray, record: Dict, name: str,
+                l2: float, fixed_clusters: np.ndarray) -> Dict:
+  """Random clusters of the chosen sizes, the clairvoyant cluster, and LSH against exhaustive selection."""
+  rng = np.random.default_rng(config.seed + f.fold)
+  c = model.weights.shape[0]
+  draws = []
+  for _ in range(config.random_draws):
+    clusters = rng.permutation(chosen["clusters"])
+    w = localrank.fit_clusters(f.pairs, clusters, num_clusters=c, l2=l2)
+    draws.append(_evaluate(_cluster_scores(f.test, w, clusters, near_test), f.test))
+  averaged = {conv: {**draws[0][conv], **{m: np.mean([d[conv][m] for d in draws], axis=0) for m in METRICS}}
+              for conv in CONVENTIONS}
+  record["Random clusters (same sizes)"] = {"per_query": averaged, "train_s": float("nan"),
+                                            "test_ms_per_query": float("nan"), "setting": {"C": c, "l2": l2}}
+  clair = _clairvoyant(f.test, model.weights)
+  record["Clairvoyant cluster (bound)"] = {"per_query": {"tie_aware": clair}, "train_s": float("nan"),
+                                           "test_ms_per_query": float("nan"), "setting": {"C": c, "l2": l2}}
+  exhaustive, ex_s = _timed(localrank.select, model, f.test.features, f.test.query_ids)
+  lsh_rows = []
+  for bits in config.lsh_sweep:
+    tables = localrank.build_lsh(model.train, num_bits=bits, num_tables=config.lsh_tables, seed=config.seed)
+    variant = model._replace(lsh=tables)
+    for cand in (config.lsh_candidates, None):
+      chosen_lsh, lsh_s = _timed(localrank.select, variant, f.test.features, f.test.query_ids, selection="lsh",
+                                 num_candidates=cand)
+      scores = localrank.score(variant, f.test.features, f.test.query_ids, selection="lsh", num_candidates=cand)
+      lsh_rows.append({"bits": bits, "tables": config.lsh_tables, "candidates": cand or "all voted",
+                       "same_query": float(np.mean(chosen_lsh.nearest == exhaustive.nearest)),
+                       "same_cluster": float(np.mean(chosen_lsh.clusters == exhaustive.clusters)),
+                       "same_cluster_fixed_c": float(np.mean(fixed_clusters[chosen_lsh.nearest]
+                                                             == fixed_clusters[exhaustive.nearest])),
+                       "fallback": int(chosen_lsh.fallback.sum()), "lsh_ms": 1e3 * lsh_s / f.num_test,
+                       "exhaustive_ms": 1e3 * ex_s / f.num_test,
+                       "ap": _mean(_evaluate(scores, f.test)["tie_aware"], "ap")})
+      if bits == config.lsh_bits and cand == config.lsh_candidates:
+        record["LocalRank pca, LSH selection"] = {
+            "per_query": _evaluate(scores, f.test), "train_s": record[name]["train_s"],
+            "test_ms_per_query": 1e3 * lsh_s / f.num_test, "setting": {"C": c, "l2": l2, "h": bits}}
+  return {"lsh": lsh_rows}
+
+
+def _knn(config, f: _Fold, l2: float, record: Dict) -> None:
+  """Geng et al.'s KNN: K on validation, then the timed test pass (one model per test query)."""
+  kw = {"rank_feature": config.knn_rank_feature, "top": config.knn_top, "l2": l2}
+  train_q = localrank.query_features(f.train.features, f.train.query_ids, rank_feature=config.knn_rank_feature,
+                                     top=config.knn_top)
+  grid = [k for k in config.knn_neighbors if k <= f.num_train] or [f.num_train]
+  val = {k: _mean(_evaluate(localrank.knn_scores(f.pairs, train_q, f.vali.features, f.vali.query_ids,
+                                                 num_neighbors=k, **kw), f.vali)["tie_aware"], config.select_by)
+         for k in grid} if len(grid) > 1 else {grid[0]: 0.0}  # one K: nothing to choose
+  k = max(grid, key=lambda v: (val[v], -grid.index(v)))
+  (train_q, train_s) = _timed(localrank.query_features, f.train.features, f.train.query_ids,
+                              rank_feature=config.knn_rank_feature, top=config.knn_top)
+  scores, test_s = _timed(localrank.knn_scores, f.pairs, train_q, f.test.features, f.test.query_ids,
+                          num_neighbors=k, **kw)
+  record["KNN (Geng et al.)"] = {"per_query": _evaluate(scores, f.test), "train_s": train_s,
+                                 "test_ms_per_query": 1e3 * test_s / f.num_test, "setting": {"K": k, "l2": l2},
+                                 "load": _load()}
+
+
+def _dk(config, f: _Fold, l2: float, record: Dict) -> None:
+  scores, test_s = _timed(localrank.dk_scores, f.pairs, f.test.features, f.test.query_ids,
+                          variance_fraction=config.variance_fraction, l2=l2)
+  record["D&K (test-time PCA)"] = {"per_query": _evaluate(scores, f.test), "train_s": 0.0,
+                                   "test_ms_per_query": 1e3 * test_s / f.num_test, "setting": {"l2": l2},
+                                   "load": _load()}
+
+
+def run_fold(config: ml_collections.ConfigDict, fold: int) -> Dict:
+  """Every method on one fold: ``{"methods": {name: ...}, "curves": ..., "lsh": ...}``."""
+  f = _Fold(config, fold)
+  record, curves, extras = {}, {}, {}
+  glob = _global(config, f, record)
+  for variant in _variants(config):
+    _localrank(config, f, variant, record, curves, extras)
+    logging.info("fold %d %s: %s", fold, variant["name"], record[variant["name"]]["setting"])
+  _knn(config, f, glob["l2"], record)
+  if fold in config.dk_folds:
+    _dk(config, f, glob["l2"], record)
+  return {"fold": fold, "methods": record, "curves": curves, **extras,
+          "num_train_queries": f.num_train, "num_test_queries": f.num_test}
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _pooled(folds: List[Dict], name: str, convention: str, metric: str) -> Optional[np.ndarray]:
+  parts = [f["methods"][name]["per_query"][convention][metric] for f in folds
+           if name in f["methods"] and convention in f["methods"][name]["per_query"]]
+  return np.concatenate(parts) if parts else None
+
+
+def summarize(config: ml_collections.ConfigDict, folds: List[Dict]) -> List[Dict]:
+  """One row per method: fold-averaged metrics (both conventions), times, settings, bootstrap intervals."""
+  names = list(dict.fromkeys(n for f in folds for n in f["methods"]))
+  rows = []
+  for name in names:
+    present = [f for f in folds if name in f["methods"]]
+    row = {"method": name, "folds": [f["fold"] for f in present]}
+    for conv in CONVENTIONS:
+      for m in METRICS:
+        vals = [_mean(f["methods"][name]["per_query"][conv], m) for f in present
+                if conv in f["methods"][name]["per_query"]]
+        row[f"{conv}:{m}"] = float(np.mean(vals)) if vals else float("nan")
+    row["train_s"] = float(np.mean([f["methods"][name]["train_s"] for f in present]))
+    row["test_ms_per_query"] = float(np.mean([f["methods"][name]["test_ms_per_query"] for f in present]))
+    row["settings"] = [f["methods"][name]["setting"] for f in present]
+    if name != "Global linear":
+      for m in METRICS:
+        mine = _pooled(present, name, "tie_aware", m)
+        base = np.concatenate([f["methods"]["Global linear"]["per_query"]["tie_aware"][m] for f in present])
+        ci = ranking.paired_bootstrap(mine, base, num_samples=config.bootstrap_samples, seed=config.seed)
+        row[f"delta:{m}"] = ci._asdict()
+    rows.append(row)
+  return rows
+
+
+def _curve_rows(folds: List[Dict]) -> List[Dict]:
+  out = []
+  for name in folds[0]["curves"]:
+    cs = sorted({c for f in folds for c in f["curves"].get(name, {})})
+    for c in cs:
+      vals = [f["curves"][name][c] for f in folds if c in f["curves"].get(name, {})]
+      out.append({"method": name, "C": c, **{k: float(np.mean([v[k] for v in vals])) for k in vals[0]}})
+  return out
+
+
+def _lsh_rows(folds: List[Dict]) -> List[Dict]:
+  if not folds[0].get("lsh"):
+    return []
+  out = []
+  for i, row in enumerate(folds[0]["lsh"]):
+    vals = [f["lsh"][i] for f in folds]
+    out.append({**{k: row[k] for k in ("bits", "tables", "candidates")},
+                **{k: float(np.mean([v[k] for v in vals])) for k in ("same_query", "same_cluster",
+                                                                      "same_cluster_fixed_c", "fallback", "lsh_ms",
+                                                                      "exhaustive_ms", "ap")}})
+  return out
+
+
+def _json_ready(x):
+  if isinstance(x, dict):
+    return {str(k): _json_ready(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_json_ready(v) for v in x]
+  if isinstance(x, np.ndarray):
+    return [None if isinstance(v, float) and np.isnan(v) else v for v in x.tolist()]
+  if isinstance(x, (np.floating, float)):
+    return None if np.isnan(x) else float(x)
+  if isinstance(x, np.integer):
+    return int(x)
+  return x
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
+  """Every fold of ``config``; returns and writes ``<workdir>/results.json`` (rows, curves, LSH, per fold)."""
+  check_config(config)
+  from threadpoolctl import threadpool_limits  # pylint: disable=g-import-not-at-top
+  start = time.perf_counter()
+  with threadpool_limits(limits=config.blas_threads):
+    folds = [run_fold(config, fold) for fold in config.folds]
+    rows = summarize(config, folds)
+  results = {"config": config.to_dict(), "rows": rows, "curves": _curve_rows(folds), "lsh": _lsh_rows(folds),
+             "folds": folds, "seconds": time.perf_counter() - start, "load_at_end": _load()}
+  results = _json_ready(results)
+  io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  return results
+
+
+def _f(v, digits=4) -> str:
+  return "   -  " if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{digits}f}"
+
+
+def format_tables(results: Dict) -> str:
+  """The method table (tie-aware, with bootstrap intervals), the LETOR 4.0 table, the C curve and LSH."""
+  lines = [f"{'method':<32}{'MAP':>8}{'N@1':>8}{'N@5':>8}{'N@10':>8}{'train s':>9}{'test ms/q':>10}  "
+           f"{'dMAP [95% CI]':<28}{'dN@1 [95% CI]':<28}{'dN@10 [95% CI]':<28}setting (per fold)"]
+  lines.append("-" * len(lines[0]))
+  for r in results["rows"]:
+    cis = []
+    for m in ("ap", "ndcg@1", "ndcg@10"):
+      d = r.get(f"delta:{m}")
+      cis.append(f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]" if d else "")
+    setting = "; ".join(",".join(f"{k}={v}" for k, v in s.items() if k != "cluster_sizes") for s in r["settings"])
+    lines.append(f"{r['method']:<32}" + "".join(f"{_f(r['tie_aware:' + m]):>8}" for m in METRICS)
+                 + f"{_f(r['train_s'], 3):>9}{_f(r['test_ms_per_query'], 3):>10}  "
+                 + "".join(f"{c:<28}" for c in cis) + setting)
+  lines += ["", "LETOR 4.0 official conventions (Eval-Score-4.0: every query, file-order ties):",
+            f"{'method':<32}{'MAP':>8}{'N@1':>8}{'N@5':>8}{'N@10':>8}"]
+  for r in results["rows"]:
+    if r.get("letor4:ap") is not None:
+      lines.append(f"{r['method']:<32}" + "".join(f"{_f(r['letor4:' + m]):>8}" for m in METRICS))
+  if results["curves"]:
+    lines += ["", "Test metrics by C (l2 chosen on validation for each C), fold means:",
+              f"{'method':<32}{'C':>4}{'val':>8}{'MAP':>8}{'N@1':>8}{'N@10':>8}{'clair MAP':>10}{'clair N@1':>10}"]
+    for r in results["curves"]:
+      val = next(v for k, v in r.items() if k.startswith("val_"))
+      lines.append(f"{r['method']:<32}{r['C']:>4}{_f(val):>8}{_f(r['ap']):>8}{_f(r['ndcg@1']):>8}"
+                   f"{_f(r['ndcg@10']):>8}{_f(r.get('clairvoyant_ap')):>10}{_f(r.get('clairvoyant_ndcg@1')):>10}")
+  if results["lsh"]:
+    fixed = results["config"]["lsh_clusters"]
+    lines += ["", "LSH selection against exhaustive (LocalRank pca, 80% rule), fold means:",
+              f"{'h':>4}{'m':>4}{'candidates':>12}{'same query':>12}{'same cluster':>14}{f'same (C={fixed})':>14}"
+              f"{'fallback':>10}{'LSH ms/q':>10}{'exh. ms/q':>11}{'MAP':>8}"]
+    for r in results["lsh"]:
+      lines.append(f"{r['bits']:>4}{r['tables']:>4}{str(r['candidates']):>12}{_f(r['same_query'], 3):>12}"
+                   f"{_f(r['same_cluster'], 3):>14}{_f(r['same_cluster_fixed_c'], 3):>14}{_f(r['fallback'], 1):>10}"
+                   f"{_f(r['lsh_ms'], 3):>10}{_f(r['exhaustive_ms'], 3):>11}{_f(r['ap']):>8}")
+  lines.append(f"\n{results['seconds']:.0f} s; load average at the end {results['load_at_end']}")
+  return "\n".join(lines)
+
+
+def main(config):
+  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
+  results = train_and_evaluate(config, workdir)
+  print(format_tables(results))
+  print(f"results: {os.path.join(workdir, 'results.json')}")
+
+
+if __name__ == "__main__":
+  cli.run(main, check=check_config)
