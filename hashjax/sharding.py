@@ -411,8 +411,8 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   r""":func:`hashjax.histograms.hamming_histogram` of a database split by rows over devices: shard sums.
 
   Each shard counts its own rows (with its columns of ``affinity`` or its ``db_labels``) where they live; the
-  counts are summed across devices by ``psum``. Padding rows (from ``num_db`` on) are not counted: their
-  counts, copies of the last real row's, are subtracted exactly.
+  counts are summed across devices by ``psum``. Rows from ``num_db`` on (padding, whatever they hold) are not
+  counted: their counts are computed on the host and subtracted exactly.
 
   .. math:: n_{q,d,v} = \sum_s |\{ i \in \mathrm{shard}_s,\ i < \mathrm{num\_db} : d(q, i) = d,\ a_{q,i} = v \}|
 
@@ -471,11 +471,11 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   hist = program(*inputs, *level_args)
   if total == num_db:
     return hist
-  last = np.asarray(db_words[num_db - 1:num_db])
+  padding = np.asarray(db_words[num_db:])  # whatever the rows hold, with the levels they were counted with
   extra = {}
   if kind == "labels":
-    extra = dict(query_labels=np.asarray(query_labels), db_labels=np.asarray(db_labels)[-1:])
+    extra = dict(query_labels=np.asarray(query_labels), db_labels=pad_cols(np.asarray(db_labels), 0)[num_db:])
   elif kind == "affinity":
-    extra = dict(affinity=np.asarray(affinity)[:, -1:], num_levels=num_levels)
-  once = histograms.hamming_histogram(np.asarray(query_words), last, num_bits=num_bits, **extra)
-  return _checks.as_jax(np.asarray(hist) - (total - num_db) * np.asarray(once))
+    extra = dict(affinity=pad_cols(np.asarray(affinity), 1)[:, num_db:], num_levels=num_levels)
+  counted = histograms.hamming_histogram(np.asarray(query_words), padding, num_bits=num_bits, **extra)
+  return _checks.as_jax(np.asarray(hist) - np.asarray(counted))

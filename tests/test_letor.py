@@ -56,12 +56,14 @@ def test_query_file_with_qid_lines_is_refused(tmp_path):
     ("1 qid:1 1:1\n1 qid:1 0:1\n", r"line 2: feature index 0 \(indices start at 1\)"),
     ("1 qid:1 2:1 1:1\n", r"line 1: feature index 1 after 2"),
     ("1 qid:a 1:1\n", r"line 1: query id 'qid:a' is not an integer"),
+    ("1 qid:1 1:1\n1 qid:99999999999999999999 1:1\n", r"line 2: query id 'qid:9+' is outside the int64 range"),
     ("1 qid:1 1:1\n0 1:1\n", r"line 2 has no 'qid:'"),
     ("1 qid:1 1:1\n1 qid:2 1:1\n\n0 qid:1 1:1\n", r"line 4: query id 1 reappears after other queries "
                                                  r"\(first seen on line 1\)"),
     ("1 qid:1 1:1\n# x\n1 qid:1 1:nan\n", r"line 3: NaN/inf feature value"),
     ("1 qid:1 1:1\n1.5 qid:1 1:1\n", r"line 2: relevance label 1.5, expected integers >= 0"),
     ("1 qid:1 1:1\n-1 qid:1 1:1\n", r"line 2: relevance label -1"),
+    ("1 qid:1 1:1\n3000000000 qid:1 1:1\n", r"line 2: relevance label 3e\+09, expected integers >= 0 \(at most "),
 ])
 def test_malformed_files_name_file_and_line(tmp_path, text, match):
   path = _write(tmp_path, "bad.txt", text)

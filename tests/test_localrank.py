@@ -279,6 +279,9 @@ def test_fit_and_score_pick_the_cluster_of_the_most_similar_training_query():
     localrank.score(one, xt, qt, selection="lsh")
   with pytest.raises(ValueError, match="labels"):
     localrank.fit(x, -y, q, num_clusters=2)
+  for fn in (localrank.score, localrank.select):  # not an array: a ValueError naming it, before any work
+    with pytest.raises(ValueError, match=r"features: expected a real array \[n, d\], got list"):
+      fn(model, xt.tolist(), qt)
 
 
 def test_knn_and_dk_against_direct_training():

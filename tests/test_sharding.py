@@ -195,3 +195,22 @@ def test_data_mesh_refuses_more_devices_than_jax_sees():
   import jax  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=r"num_devices: expected at most the \d+ device\(s\) jax sees"):
     sharding.data_mesh(jax.device_count() + 1)
+
+
+def test_histogram_ignores_rows_past_num_db_whatever_they_hold():
+  from hashjax.codes import pack_bits  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  q, x = pack_bits(rng.integers(0, 2, (3, 16))), pack_bits(rng.integers(0, 2, (10, 16)))  # rows 7-9 differ
+  aff, qlab, xlab = rng.integers(0, 3, (3, 7)), rng.integers(0, 2, 3), rng.integers(0, 2, 7)
+  db = sharding.shard_rows(x, sharding.data_mesh(1))
+  d = ref_distances(q, x)[:, :7]
+  ref_none, ref_aff, ref_lab = np.zeros((3, 17, 1), int), np.zeros((3, 17, 3), int), np.zeros((3, 17, 2), int)
+  for j in range(3):
+    for i in range(7):
+      ref_none[j, d[j, i], 0] += 1
+      ref_aff[j, d[j, i], aff[j, i]] += 1
+      ref_lab[j, d[j, i], int(qlab[j] == xlab[i])] += 1
+  np.testing.assert_array_equal(sharding.hamming_histogram(q, db, num_bits=16, num_db=7), ref_none)
+  np.testing.assert_array_equal(sharding.hamming_histogram(q, db, aff, num_bits=16, num_levels=3, num_db=7), ref_aff)
+  np.testing.assert_array_equal(
+      sharding.hamming_histogram(q, db, num_bits=16, query_labels=qlab, db_labels=xlab, num_db=7), ref_lab)

@@ -81,6 +81,8 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
   num_features = _checks.check_positive_int("num_features", num_features)
   if max_label is not None:
     max_label = _checks.check_int("max_label", max_label, low=0)
+    if max_label > np.iinfo(np.int32).max:
+      raise ValueError(f"max_label: expected at most {np.iinfo(np.int32).max} (labels are int32), got {max_label}")
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f"path: no file at {str(path)!r}")
@@ -91,7 +93,7 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
   from sklearn.datasets import load_svmlight_file  # pylint: disable=g-import-not-at-top
   try:
     x, y, qid = load_svmlight_file(str(path), query_id=True, zero_based=False, dtype=np.float64)
-  except ValueError as e:
+  except (ValueError, OverflowError) as e:  # OverflowError: a query id beyond int64
     line, reason = _first_bad_line(path)
     where = f" line {line}: {reason}" if line else f" ({e})"
     raise ValueError(f"path: {str(path)!r} is not a valid SVMlight/LETOR file;{where}") from e
@@ -125,12 +127,11 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
     row = int(np.repeat(np.arange(n), np.diff(x.indptr))[np.argmax(bad)])
     raise ValueError(f"path: {str(path)!r} line {lines()[row]}: NaN/inf feature value "
                      f"({int(bad.sum())} in the file)")
-  bad = ~np.isfinite(y) | (y != np.round(y)) | (y < 0)
-  if max_label is not None:
-    bad |= y > max_label
+  int32_max = int(np.iinfo(np.int32).max)  # labels are returned as int32: larger ones are refused, not wrapped
+  bad = ~np.isfinite(y) | (y != np.round(y)) | (y < 0) | (y > (int32_max if max_label is None else max_label))
   if bad.any():
     row = int(np.argmax(bad))
-    expected = "integers >= 0" if max_label is None else f"integers in [0, {max_label}]"
+    expected = f"integers >= 0 (at most {int32_max})" if max_label is None else f"integers in [0, {max_label}]"
     raise ValueError(f"path: {str(path)!r} line {lines()[row]}: relevance label {y[row]:g}, expected {expected}")
   features = np.zeros((n, num_features), np.float32)
   features[:, :x.shape[1]] = x.toarray()
@@ -174,9 +175,11 @@ def _line_problem(tokens: list) -> Optional[str]:
   rest = tokens[1:]
   if rest and rest[0].startswith("qid:"):
     try:
-      int(rest[0][4:])
+      q = int(rest[0][4:])
     except ValueError:
       return f"query id {rest[0]!r} is not an integer"
+    if not -2 ** 63 <= q < 2 ** 63:
+      return f"query id {rest[0]!r} is outside the int64 range"
     rest = rest[1:]
   last = 0
   for item in rest:

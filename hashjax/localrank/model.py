@@ -173,6 +173,7 @@ def select(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, *
   """
   _check_model(model)
   selection = _checks.check_option("selection", selection, SELECTIONS)
+  _checks.check_real("features", features, shape_doc="[n, d]")
   if features.ndim != 2 or features.shape[1] != model.weights.shape[1]:
     raise ValueError(f"features: expected shape [n, {model.weights.shape[1]}] like the training data, "
                      f"got {tuple(features.shape)}")
@@ -222,6 +223,7 @@ def score(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, *,
   _check_model(model)
   if _checks.check_option("selection", selection, SELECTIONS) == "lsh" and model.lsh is None:
     raise ValueError(f"selection: 'lsh' needs a 'pca' model, got a {model.train.similarity!r} model")
+  _checks.check_real("features", features, shape_doc="[n, d]")
   rankers.check_ranking_data(features, np.zeros(features.shape[:1], np.int32), query_ids)
   if model.weights.shape[0] == 1:  # the global ranker: nothing to select
     return np.asarray(features, np.float64) @ model.weights[0]
@@ -252,6 +254,7 @@ def query_features(features: np.ndarray, query_ids: np.ndarray, *, rank_feature:
   ...                top=2).tolist()
   [[4.0, 1.5]]
   """
+  _checks.check_real("features", features, shape_doc="[n, d]")
   rankers.check_ranking_data(features, np.zeros(features.shape[:1], np.int32), query_ids)
   if rank_feature is not None:
     _checks.check_int("rank_feature", rank_feature, low=0)

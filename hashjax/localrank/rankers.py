@@ -1,4 +1,4 @@
-r"""Linear rankers trained with RankNet over graded labels, one small problem per model (scipy L-BFGS-B).
+r"""Linear rankers trained with RankNet over graded labels, one small problem per model (Newton or L-BFGS-B).
 
 A linear ranker scores a document ``s = w . x`` (higher ranks first). Its loss
 is hashjax's RankNet (:func:`hashjax.objectives.ranknet.ranknet_loss`, Nair
