@@ -192,8 +192,12 @@ def _localrank(config, f: _Fold, variant: Dict, record: Dict, curves: Dict, extr
   tree = localrank.complete_link_tree(localrank.cloud_distances(train_sum, train_sum))
   near_val = localrank.nearest_training_query(localrank.cloud_distances(summary(f.vali), train_sum))
   near_test = localrank.nearest_training_query(localrank.cloud_distances(summary(f.test), train_sum))
+  too_many = [c for c in config.cluster_grid if c > f.num_train]
+  if too_many:
+    raise ValueError(f"config.cluster_grid: expected numbers of clusters at most the fold's {f.num_train} training "
+                     f"queries, got {too_many}")
   grid = {}
-  for c in [c for c in config.cluster_grid if c <= f.num_train]:
+  for c in config.cluster_grid:
     clusters = localrank.cut_clusters(tree, num_queries=f.num_train, num_clusters=c)
     for l2 in config.l2_grid:
       w = localrank.fit_clusters(f.pairs, clusters, num_clusters=c, l2=l2)
