@@ -248,6 +248,13 @@ def test_newton_and_lbfgs_reach_the_same_minimum():
   _, grad = localrank.ranknet_objective(a, pairs.features, pairs.first, pairs.second, weights, 1e-2)
   assert np.abs(grad).max() < 1e-7
 
+  # A cluster whose queries hold no preference pair takes the ranker of all training queries.
+  flat = np.where(np.isin(q, [8, 9]), 0, y)  # queries 8 and 9: every document equally relevant
+  flat_pairs = localrank.ranknet_pairs(x, flat, q)
+  w = localrank.fit_clusters(flat_pairs, np.array([0] * 8 + [1] * 2), num_clusters=2, l2=1e-2)
+  np.testing.assert_allclose(w[1], localrank.fit_ranknet_pairs(flat_pairs, l2=1e-2))
+  assert np.abs(w[1]).max() > 0
+
 
 # ----------------------------------------------------------------------------- model
 

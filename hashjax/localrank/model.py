@@ -68,7 +68,7 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
     solver: ``"newton"`` or ``"lbfgs"`` (:func:`hashjax.localrank.rankers.fit_ranknet_pairs`).
 
   Returns:
-    ``float64[C, d]``.
+    ``float64[C, d]``; a cluster without any preference pair gets the ranker of all training queries.
 
   >>> import numpy as np
   >>> p = rankers.ranknet_pairs(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
@@ -83,8 +83,15 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
   _checks.check_int_range("clusters", clusters, 0, num_clusters - 1, what="cluster indices")
   _checks.check_shape("clusters", clusters, pairs.query_ids.shape, like="pairs.query_ids")
   clusters = np.asarray(clusters)
+  # A cluster whose queries hold no preference pair (every document of each query equally relevant) has no
+  # ranker of its own; it takes the ranker of all training queries rather than all-zero weights (which would
+  # tie every document of a test query routed to it).
+  pair_counts = np.bincount(clusters, weights=pairs.counts, minlength=num_clusters)
+  overall = None
+  if not pair_counts.all():
+    overall = rankers.fit_ranknet_pairs(pairs, l2=l2, solver=solver)
   return np.stack([rankers.fit_ranknet_pairs(pairs, queries=clusters == c, l2=l2, solver=solver)
-                   for c in range(num_clusters)])
+                   if pair_counts[c] else overall for c in range(num_clusters)])
 
 
 def fit(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, *, num_clusters: int,
