@@ -31,6 +31,7 @@ setup(
         "ml_collections>=0.1.1",
         "scipy>=1.10",
         "scikit-learn>=1.3",
+        "threadpoolctl>=3",
     ],
     extras_require={
         # Everything the test suite runs: the notebook (nbclient, or `jupyter nbconvert --execute`), the
