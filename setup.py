@@ -35,7 +35,7 @@ setup(
     ],
     extras_require={
         # Everything the test suite runs: the notebook (nbclient, or `jupyter nbconvert --execute`), the
-        # plots, and the tensorflow-datasets loader against tfds' mock data.
+        # plots, the tensorflow-datasets loader against tfds' mock data, and the faiss interop of hashjax.index.
         "test": [
             "pytest>=7",
             "pytest-xdist>=3",
@@ -45,6 +45,7 @@ setup(
             "ipykernel>=6",
             "matplotlib>=3.7",
             "tensorflow-datasets>=4.9",
+            "faiss-cpu>=1.7",
         ],
         "plots": ["matplotlib>=3.7"],
         "tfds": ["tensorflow-datasets>=4.9"],

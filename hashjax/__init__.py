@@ -8,7 +8,8 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.evaluate`: ``evaluate_codes`` / ``evaluate_distances``, the whole tie-aware table from packed codes
   or any real-valued distances;
 * :mod:`hashjax.search`: exact k-NN and radius search over packed codes;
-* :mod:`hashjax.index`: the inverted index for short codes;
+* :mod:`hashjax.index`: exact indexes (the inverted index for short codes, multi-index hashing for long ones),
+  saved and loaded atomically, and faiss interop;
 * :mod:`hashjax.sharding`: databases and training batches over several devices (jax.sharding): sharded k-NN,
   radius search, histograms;
 * :mod:`hashjax.relaxations`: relaxed codes, distances, soft histograms, relaxed AP/NDCG;

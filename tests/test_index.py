@@ -11,6 +11,7 @@ from brute_force import assert_ragged_equal as _assert_ragged_equal
 from brute_force import ref_distances as _ref_distances
 from brute_force import ref_radius as _ref_radius
 from hashjax import codes, index, search
+from hashjax.index import _common
 
 
 def _data(rng, num_bits, n, num_q, pool):
@@ -107,7 +108,7 @@ def test_index_structure():
 
 @pytest.mark.parametrize("num_bits,radius", [(1, 3), (5, 2), (10, 3), (32, 2), (32, 3)])
 def test_masks_enumerate_the_ball(num_bits, radius):
-  masks, weights = index._masks(num_bits, radius)
+  masks, weights = _common.masks(num_bits, radius)
   want = [sum(1 << b for b in combo) for w in range(min(radius, num_bits) + 1)
           for combo in sorted(itertools.combinations(range(num_bits), w), key=lambda c: sum(1 << b for b in c))]
   assert masks.tolist() == want
@@ -163,3 +164,12 @@ def test_bad_inputs():
   for name, fn in cases:
     with pytest.raises(ValueError, match=name):
       fn()
+
+
+def test_public_names_stay_importable():
+  # The inverted index moved into the package hashjax.index; its names are still hashjax.index.<name>.
+  from hashjax.index import inverted  # pylint: disable=g-import-not-at-top
+  for name in ("InvertedIndex", "build_inverted_index", "lookup", "choose_method", "num_masks", "DIRECT_MAX_BITS",
+               "MAX_FILTER_BITS", "COARSE_FILTER_BITS", "PROBE_COST_PER_SCANNED_CODE", "MAX_MASKS"):
+    assert getattr(index, name) is getattr(inverted, name)
+  assert index.RaggedNeighbors is search.RaggedNeighbors

@@ -6,7 +6,7 @@ r"""Benchmarks the inverted index (Nair et al. 2012, Sec. 5.6) and the cascade (
 
 Three parts.
 
-1. **Probe costs** (the measurements behind the layout in :mod:`hashjax.index`):
+1. **Probe costs** (the measurements behind the layout in :mod:`hashjax.index.inverted`):
    nanoseconds per probe of ``np.searchsorted`` over ``U`` sorted random 32-bit
    keys, of one random ``np.take`` from a 2 MiB and from an 8 MiB bitmap, of the
    index's lookup by enumeration (radius 2), and nanoseconds per code of the

@@ -56,13 +56,13 @@ XLA compilation suits; numpy vectorises them over all ``Q * P`` probes.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple, Optional, Tuple
 
 import jax
 import numpy as np
 
 from hashjax import _checks
+from hashjax.index import _common
 from hashjax._kernels import scan
 from hashjax.search import RaggedNeighbors
 
@@ -240,7 +240,7 @@ def build_inverted_index(db_words: Array, *, num_bits: int,
     # Reorder the distinct codes by key, carrying their groups of items along.
     perm = np.argsort(keys)
     keys, distinct, counts = keys[perm], distinct[perm], counts[perm]
-    items = order[_expand(starts[perm].astype(np.int64), counts.astype(np.int64))]
+    items = order[_common.expand(starts[perm].astype(np.int64), counts.astype(np.int64))]
   else:
     items = order
   code_offsets = np.zeros(distinct.shape[0] + 1, np.int64)
@@ -258,16 +258,6 @@ def build_inverted_index(db_words: Array, *, num_bits: int,
   return InvertedIndex(keys.astype(np.uint32), distinct.astype(np.uint32), code_offsets,
                        items.astype(np.int32), words.astype(np.uint64), filter_rank, prefix_starts,
                        coarse, num_bits, int(filter_bits))
-
-
-def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-  """Concatenation of ``arange(s, s + l)`` over ``(s, l)`` pairs, vectorised."""
-  total = int(lengths.sum())
-  if total == 0:
-    return np.zeros((0,), np.int64)
-  ends = np.cumsum(lengths)
-  shift = np.repeat(starts - (ends - lengths), lengths)
-  return np.arange(total, dtype=np.int64) + shift
 
 
 # ----------------------------------------------------------------------------
@@ -293,30 +283,6 @@ def num_masks(num_bits: int, radius: int) -> int:
   radius = _checks.check_int("radius", radius, low=0)
   from math import comb  # pylint: disable=g-import-not-at-top
   return sum(comb(num_bits, j) for j in range(min(radius, num_bits) + 1))
-
-
-@functools.lru_cache(maxsize=32)
-def _masks(num_bits: int, radius: int) -> Tuple[np.ndarray, np.ndarray]:
-  """``uint32[P]`` XOR masks of weight ``<= radius`` over ``num_bits`` bits,
-  ordered by (weight, value), and their ``int64[P]`` weights (read-only)."""
-  levels = [np.zeros((1,), np.uint32)]
-  highest = [np.full((1,), -1, np.int64)]  # index of the highest set bit
-  for _ in range(min(radius, num_bits)):
-    prev, prev_hi = levels[-1], highest[-1]
-    new, new_hi = [], []
-    for bit in range(num_bits):
-      sel = prev[prev_hi < bit]
-      new.append(sel | np.uint32(1 << bit))
-      new_hi.append(np.full(sel.shape, bit, np.int64))
-    new, new_hi = np.concatenate(new), np.concatenate(new_hi)
-    perm = np.argsort(new, kind="stable")
-    levels.append(new[perm])
-    highest.append(new_hi[perm])
-  masks = np.concatenate(levels)
-  weights = np.concatenate([np.full(lv.shape, j, np.int64) for j, lv in enumerate(levels)])
-  masks.flags.writeable = False
-  weights.flags.writeable = False
-  return masks, weights
 
 
 # ----------------------------------------------------------------------------
@@ -392,7 +358,7 @@ def _finish(num_q: int, num_db: int, num_bits: int, seg_parts, item_parts) -> Ra
 
 
 def _lookup_enumerate(index, queries, radius):
-  masks, weights = _masks(index.num_bits, radius)
+  masks, weights = _common.masks(index.num_bits, radius)
   num_p = masks.shape[0]
   rows = max(1, _BLOCK // num_p)
   width = np.int64(index.num_bits + 1)
@@ -407,7 +373,7 @@ def _lookup_enumerate(index, queries, radius):
     lengths = index.code_offsets[u + 1] - lo
     seg = (p // num_p + s) * width + weights[p % num_p]
     seg_parts.append(np.repeat(seg, lengths))
-    item_parts.append(index.items[_expand(lo, lengths)].astype(np.int64))
+    item_parts.append(index.items[_common.expand(lo, lengths)].astype(np.int64))
   return seg_parts, item_parts
 
 
@@ -426,7 +392,7 @@ def _lookup_scan(index, queries, radius):
     lengths = index.code_offsets[u + 1] - lo
     seg = (qi.astype(np.int64) + s) * width + dist[qi, u]
     seg_parts.append(np.repeat(seg, lengths))
-    item_parts.append(index.items[_expand(lo, lengths)].astype(np.int64))
+    item_parts.append(index.items[_common.expand(lo, lengths)].astype(np.int64))
   return seg_parts, item_parts
 
 

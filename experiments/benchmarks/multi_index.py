@@ -1,0 +1,205 @@
+r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the linear scan and faiss, in one process.
+
+  python -m experiments.benchmarks.multi_index                 # N = 10^7 codes of 64 bits, 1000 queries, k = 10, 100
+  python -m experiments.benchmarks.multi_index --small         # a quick check (N = 2 * 10^5, 200 queries)
+  python -m experiments.benchmarks.multi_index --threads=1     # every method on one thread
+  python -m experiments.benchmarks.multi_index --generators=uniform --ks=10
+
+Two code generators (seeded numpy ``Generator`` and ``jax.random`` key):
+
+* ``clustered``: LSH codes of clustered data. A Gaussian mixture in ``--dim`` dimensions: ``--clusters``
+  centres drawn from ``N(0, I)``, each point a uniformly chosen centre plus ``--sigma`` times ``N(0, I)`` noise;
+  coded by ``hashjax.baselines`` LSH (``--bits`` random hyperplanes through the mean of the first 10^5 points);
+  queries are fresh points of the same mixture.
+* ``uniform``: uniformly random codes and queries, multi-index hashing's worst case (neighbours are far away,
+  so the probes per substring grow as ``C(s, r)``).
+
+Rows, each in milliseconds per query, best of ``--repeats`` runs with the methods alternating (a busy machine
+slows all alike; compare the ratios):
+
+* ``scan``: :func:`hashjax.search.knn` (exact; XLA on every allowed CPU);
+* ``mih``: :func:`hashjax.index.multi_index_knn` with its default ``method="auto"`` (exact; numpy on one thread);
+  ``ratio`` is ``scan / mih``, the target being at least 20 on codes with structure;
+* ``faiss flat``: faiss ``IndexBinaryFlat.search`` (exact), whose distances must equal ours;
+* ``faiss mih nflip=f``: faiss ``IndexBinaryMultiHash`` with ``m`` tables of ``floor(b / m)`` bits (the same
+  ``m`` as ours) probing substrings within ``f`` bits: approximate, so its ``recall`` is printed: the fraction
+  of ranks ``1..k`` at which it returns an item at the exact k-NN's distance (1 = a correct k-NN up to ties).
+
+Also printed: the build time of the index, its bytes (tables: items and offsets, not the database codes it
+refers to) against the packed codes', and ``uptime``'s load. Checks: ``mih`` returns exactly ``scan``'s
+distances and indices for every query.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Dict, List
+
+from absl import app, flags
+
+from experiments import benchmarks
+
+_SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 200000, 200 queries, 1 repeat.")
+_NUM_DB = flags.DEFINE_integer("num_db", 10_000_000, "Database size N.")
+_NUM_QUERIES = flags.DEFINE_integer("num_queries", 1000, "Number of queries Q.")
+_KS = flags.DEFINE_list("ks", ["10", "100"], "Neighbours per query.")
+_BITS = flags.DEFINE_integer("bits", 64, "Code length.")
+_GENERATORS = flags.DEFINE_list("generators", ["clustered", "uniform"], "Code generators (clustered, uniform).")
+_CLUSTERS = flags.DEFINE_integer("clusters", 10_000, "Gaussian mixture: number of centres.")
+_DIM = flags.DEFINE_integer("dim", 32, "Gaussian mixture: dimension.")
+_SIGMA = flags.DEFINE_float("sigma", 0.3, "Gaussian mixture: noise scale around a centre (centres ~ N(0, I)).")
+_NFLIPS = flags.DEFINE_list("nflips", ["0", "1", "2"], "faiss IndexBinaryMultiHash nflip values.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per method (the best is kept).")
+_THREADS = flags.DEFINE_integer("threads", 0, "Threads for XLA and faiss (0: all allowed CPUs).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the data.")
+
+
+def _uptime() -> str:
+  try:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+  except OSError:
+    return "load average: " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: int):
+  """``(db uint32[N, W], queries uint32[Q, W])`` of the generator (module docstring)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from hashjax import baselines, codes  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  num_words = -(-num_bits // 32)
+  if generator == "uniform":
+    def draw(n):
+      words = rng.integers(0, 2**32, (n, num_words), dtype=np.uint32)
+      if num_bits % 32:
+        words[:, -1] &= np.uint32((1 << (num_bits % 32)) - 1)
+      return words
+    return draw(num_db), draw(num_queries)
+  if generator != "clustered":
+    raise ValueError(f"--generators: expected clustered or uniform, got {generator!r}")
+  centres = rng.standard_normal((_CLUSTERS.value, _DIM.value)).astype(np.float32)
+
+  def points(n):
+    noise = rng.standard_normal((n, _DIM.value), dtype=np.float32)
+    return centres[rng.integers(0, centres.shape[0], n)] + np.float32(_SIGMA.value) * noise
+
+  first = points(min(num_db, 100_000))
+  params = baselines.fit("lsh", first, num_bits=num_bits, key=jax.random.key(seed))
+  step = 1 << 20
+
+  def encode(x):
+    return np.concatenate([np.asarray(codes.pack_bits(baselines.encode("lsh", params, x[s:s + step])))
+                           for s in range(0, x.shape[0], step)])
+
+  parts = [encode(first)]
+  for s in range(first.shape[0], num_db, step):
+    parts.append(encode(points(min(step, num_db - s))))
+  return np.concatenate(parts), encode(points(num_queries))
+
+
+def _best(fn, repeats: int) -> float:
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - t)
+  return best
+
+
+def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int, generators: List[str],
+                  nflips: List[int], repeats: int, threads: int, seed: int) -> List[Dict]:
+  """Runs every comparison; returns one row per (generator, k, method)."""
+  import faiss  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from hashjax import index, search  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+
+  faiss.omp_set_num_threads(threads)
+  rows = []
+  for generator in generators:
+    t = time.perf_counter()
+    db, q = _codes(generator, num_db, num_queries, num_bits, seed)
+    print(f"\n[{generator}] N = {db.shape[0]}, Q = {q.shape[0]}, {num_bits} bits: codes made in "
+          f"{time.perf_counter() - t:.1f} s", flush=True)
+    common.freeze_gc()
+    t = time.perf_counter()
+    mih = index.build_multi_index(db, num_bits=num_bits)
+    build_s = time.perf_counter() - t
+    print(f"  multi-index build: {build_s:.2f} s, m = {mih.num_tables} tables of "
+          f"{np.diff(mih.bounds).tolist()} bits, {mih.nbytes / 2**20:.1f} MiB = {mih.nbytes / db.nbytes:.2f}x the "
+          f"packed codes ({db.nbytes / 2**20:.1f} MiB; {(mih.nbytes + db.nbytes) / db.nbytes:.2f}x with them)",
+          flush=True)
+    q_bytes = index.to_faiss_codes(q, num_bits=num_bits)
+    flat = index.to_faiss(db, num_bits=num_bits)
+    sub_bits = num_bits // mih.num_tables
+    t = time.perf_counter()
+    fmih = faiss.IndexBinaryMultiHash(flat.d, mih.num_tables, sub_bits)
+    fmih.add(index.to_faiss_codes(db, num_bits=num_bits))
+    print(f"  faiss IndexBinaryMultiHash({flat.d}, nhash={mih.num_tables}, b={sub_bits}) build: "
+          f"{time.perf_counter() - t:.2f} s", flush=True)
+    print(f"  {'k':>4} {'method':<20}{'ms/query':>10}{'ratio':>8}{'recall':>8}  check", flush=True)
+    for k in ks:
+      search.knn(q, db, k)[0].block_until_ready()  # compile this shape
+      out = {}
+
+      def scan():
+        d, i = search.knn(q, db, k)
+        out["scan"] = (np.asarray(d), np.asarray(i))
+
+      def multi():
+        d, i = index.multi_index_knn(mih, q, k)
+        out["mih"] = (np.asarray(d), np.asarray(i))
+
+      times = {"scan": float("inf"), "mih": float("inf")}
+      for _ in range(repeats):
+        times["scan"] = min(times["scan"], _best(scan, 1))
+        times["mih"] = min(times["mih"], _best(multi, 1))
+      exact = all(np.array_equal(a, b) for a, b in zip(out["scan"], out["mih"]))
+      ref_d = out["scan"][0]
+      flat_s = _best(lambda: out.__setitem__("flat", flat.search(q_bytes, k)), repeats)
+      flat_ok = np.array_equal(out["flat"][0].astype(np.int64), ref_d)
+      load = os.getloadavg()[0]
+      per_q = {name: s / q.shape[0] * 1e3 for name, s in times.items()}
+      result = [("scan", per_q["scan"], 1.0, 1.0, "exact"),
+                ("mih", per_q["mih"], per_q["scan"] / per_q["mih"], 1.0,
+                 "equals scan" if exact else "DIFFERS FROM SCAN"),
+                ("faiss flat", flat_s / q.shape[0] * 1e3, per_q["scan"] / (flat_s / q.shape[0] * 1e3), 1.0,
+                 "distances equal" if flat_ok else "DISTANCES DIFFER")]
+      for nflip in nflips:
+        fmih.nflip = nflip
+        fs = _best(lambda: out.__setitem__("fmih", fmih.search(q_bytes, k)), repeats)
+        d, i = out["fmih"]
+        recall = float(np.mean((d.astype(np.int64) == ref_d) & (i >= 0)))
+        result.append((f"faiss mih nflip={nflip}", fs / q.shape[0] * 1e3, per_q["scan"] / (fs / q.shape[0] * 1e3),
+                       recall, "approximate"))
+      kth = float(np.median(ref_d[:, -1]))
+      for name, ms, ratio, recall, check in result:
+        rows.append(dict(generator=generator, k=k, method=name, ms_per_query=ms, ratio=ratio, recall=recall,
+                         check=check, build_s=build_s, index_bytes=mih.nbytes, codes_bytes=db.nbytes,
+                         kth_median=kth, load=load))
+        print(f"  {k:>4} {name:<20}{ms:>10.3f}{ratio:>8.1f}{recall:>8.3f}  {check}", flush=True)
+      print(f"       median k-th distance {kth:g}; load {load:.1f}", flush=True)
+  return rows
+
+
+def main(argv):
+  del argv
+  threads = benchmarks.pin_threads(_THREADS.value)
+  small = _SMALL.value
+  num_db = 200_000 if small else _NUM_DB.value
+  num_queries = 200 if small else _NUM_QUERIES.value
+  repeats = 1 if small else _REPEATS.value
+  print(_uptime())
+  print(f"N = {num_db}, Q = {num_queries}, ks = {_KS.value}, {_BITS.value} bits, threads = {threads} (XLA and "
+        f"faiss; multi-index hashing runs numpy on one), best of {repeats}; clustered: {_CLUSTERS.value} centres "
+        f"in {_DIM.value} dimensions, sigma = {_SIGMA.value}, LSH")
+  run_benchmark(num_db=num_db, num_queries=num_queries, ks=[int(k) for k in _KS.value], num_bits=_BITS.value,
+                generators=list(_GENERATORS.value), nflips=[int(f) for f in _NFLIPS.value], repeats=repeats,
+                threads=threads, seed=_SEED.value)
+  print(_uptime())
+
+
+if __name__ == "__main__":
+  app.run(main)

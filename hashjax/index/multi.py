@@ -1,0 +1,552 @@
+r"""Multi-index hashing (Norouzi, Punjani and Fleet): exact k-NN and radius search over long codes, sub-linearly.
+
+The ``b``-bit code is cut into ``m`` disjoint substrings of ``s_j`` bits
+(``b mod m`` of ``ceil(b/m)`` bits, the rest ``floor(b/m)``) and each
+substring gets its own table: substring value -> the items holding it. By the
+pigeonhole principle, a code at Hamming distance ``d`` from the query matches
+the query in some substring ``j`` within ``floor(d / m)``; more precisely, an
+item not found after probing tables ``0..j`` at substring radius ``r`` and
+tables ``j+1..m-1`` at radius ``r - 1`` has
+
+.. math:: d \ge (j + 1)(r + 1) + (m - j - 1)\, r = m r + j + 1,
+
+so the probes so far hold **every** item within ``m r + j`` of the query.
+The search probes the tables in the order ``(r, j) = (0, 0), (0, 1), ...,
+(0, m-1), (1, 0), ...`` (each probe: the ``\binom{s_j}{r}`` substrings at
+distance exactly ``r``), computes the full distance of every item it finds,
+and stops a query when that certified bound covers its answer: the ``k``-th
+best distance for :func:`multi_index_knn`, the radius for
+:func:`multi_index_radius`. Results are therefore exactly the linear scan's,
+ordered by (distance, index) like :func:`hashjax.search.knn` and
+:func:`hashjax.search.radius_search`. An item is counted once, at its first
+probe: found at ``(r, j)``, it is kept only if its substring distances are
+``> r`` in the tables before ``j`` and ``>= r`` in those after.
+
+Tables are CSR arrays on the host, built with a stable sort (items ascending
+within a bucket): a *dense* table (``offsets[2^s + 1]``, for substrings of
+at most 16 bits or ``2^s <= 2N``) is indexed by the substring itself; a
+*sparse* one holds the sorted distinct substrings and is searched by binary
+search. The index keeps a reference to the packed database codes to compute
+full distances. The default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
+(substrings of about ``log2 N`` bits, so a bucket holds about one item of
+uniformly random codes), with substrings of at most 32 bits.
+
+**When probing costs more than a scan.** The probes of a step grow as
+``\binom{s}{r}``: on uniformly random codes (MIH's worst case) or for a large
+``k`` or radius, enumerating costs more than scanning. With ``method="auto"``
+a query whose probes and candidates would exceed the cost of one linear scan
+(:data:`SCAN_WORDS_PER_PROBE` database words per probe or candidate; the next
+step's candidates estimated from the buckets seen so far) is finished by
+:func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search` over the
+whole database (exact too), so a query costs at most about two scans;
+``method="probe"`` never hands over, and refuses a step of more than
+:data:`MAX_PROBES` substrings.
+
+**Cost.** Per candidate: one random read of its code (``np.take`` of whole
+rows; fancy indexing of a 2-D array is several times slower), an XOR and
+``m - 1`` masked popcounts; candidates farther than the query's current
+``k``-th distance are dropped at once. Memory of the tables: ``4 m N`` bytes
+of items plus the offsets; ``python -m experiments.benchmarks.multi_index``
+measures it all against the scan.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import List, NamedTuple, Optional, Tuple, Union
+
+import jax
+import numpy as np
+
+from hashjax import _checks, search
+from hashjax._kernels import scan
+from hashjax.index import _common
+from hashjax.search import RaggedNeighbors
+
+Array = jax.Array
+
+#: Longest substring (bits) a table may key on.
+MAX_SUBSTRING_BITS = 32
+#: Substrings of at most this many bits always get a dense table.
+DENSE_MAX_BITS = 16
+#: ``method="auto"`` hands a query to the linear scan once its probes plus candidates, times this, exceed the
+#: words of the database (``N * W``): one probe or candidate on the host costs about as much as scanning this
+#: many packed words in the compiled scan.
+SCAN_WORDS_PER_PROBE = 128
+#: ``method="probe"`` refuses a step of more probes than this per query and table.
+MAX_PROBES = 1 << 20
+_METHODS = ("auto", "probe")
+_QUERY_BATCH = 256  # queries searched in lockstep
+_PROBE_BLOCK = 1 << 20  # elements of one [queries, masks] probe block
+_CANDIDATE_BLOCK = 1 << 20  # candidates verified at once
+
+
+class MultiIndex(NamedTuple):
+  """Multi-index hashing tables over packed codes; see the module docstring.
+
+  Attributes:
+    db_words: ``uint32[N, W]`` the indexed database codes (a reference, not a copy, when given as a contiguous
+      numpy array).
+    bounds: ``int64[m + 1]``; table ``j`` keys on bits ``bounds[j] .. bounds[j + 1] - 1`` of the code.
+    keys: ``m`` arrays; ``uint32[U_j]`` the sorted distinct substrings of a sparse table, ``uint32[0]`` for a
+      dense table (keyed by the substring itself).
+    offsets: ``m`` arrays ``int32[U_j + 1]`` (sparse) or ``int32[2^{s_j} + 1]`` (dense): bucket ``u``'s items
+      are ``items[j, offsets[j][u]:offsets[j][u + 1]]``.
+    items: ``int32[m, N]`` database indices, ascending within each bucket.
+    num_bits: the code length ``b``.
+  """
+  db_words: np.ndarray
+  bounds: np.ndarray
+  keys: Tuple[np.ndarray, ...]
+  offsets: Tuple[np.ndarray, ...]
+  items: np.ndarray
+  num_bits: int
+
+  @property
+  def num_tables(self) -> int:
+    """Number of substrings ``m``."""
+    return int(self.items.shape[0])
+
+  @property
+  def num_db(self) -> int:
+    """Number of indexed database items ``N``."""
+    return int(self.items.shape[1])
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the tables (keys, offsets, items), not counting the database codes they refer to."""
+    return int(self.items.nbytes + sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.offsets))
+
+
+# ----------------------------------------------------------------------------
+# Validation.
+
+
+def _check_db(db_words, num_bits) -> Tuple[np.ndarray, int]:
+  _checks.check_words("db_words", db_words, min_ndim=2)
+  if db_words.ndim != 2:
+    raise ValueError(f"db_words: expected packed codes of shape [N, W], got shape {tuple(db_words.shape)}")
+  _checks.check_nonempty("db_words", db_words, what="database item")
+  if not _checks.is_concrete(db_words):
+    raise ValueError("db_words: build_multi_index needs a concrete array (not a jit tracer)")
+  num_bits = _checks.check_num_bits(num_bits, words=db_words, words_name="db_words")
+  _checks.check_padding_bits("db_words", db_words, num_bits)
+  if db_words.shape[0] > np.iinfo(np.int32).max:
+    raise ValueError(f"db_words: at most {np.iinfo(np.int32).max} items, got {db_words.shape[0]}")
+  return np.ascontiguousarray(np.asarray(db_words)), num_bits
+
+
+def _check_index(index) -> None:
+  if not isinstance(index, MultiIndex):
+    raise ValueError(f"index: expected a MultiIndex from build_multi_index, got {type(index).__name__}")
+
+
+def _check_queries(index: MultiIndex, query_words) -> np.ndarray:
+  _checks.check_words("query_words", query_words, min_ndim=2)
+  if query_words.ndim != 2:
+    raise ValueError(f"query_words: expected packed codes of shape [Q, W], got shape {tuple(query_words.shape)}")
+  width = index.db_words.shape[1]
+  if query_words.shape[1] != width:
+    raise ValueError(f"query_words: the index holds codes of {index.num_bits} bits ({width} uint32 word(s)), "
+                     f"got codes of {query_words.shape[1]} word(s) (shape {tuple(query_words.shape)})")
+  _checks.check_nonempty("query_words", query_words, what="query")
+  if not _checks.is_concrete(query_words):
+    raise ValueError("query_words: the multi-index needs concrete arrays (it runs on the host, not under jit)")
+  _checks.check_padding_bits("query_words", query_words, index.num_bits)
+  return np.ascontiguousarray(np.asarray(query_words))
+
+
+def _check_radius(r, num_queries: int) -> np.ndarray:
+  """``int64[Q]`` radii from a non-negative int or an integer array ``[Q]``."""
+  if _checks.is_int(r):
+    return np.full((num_queries,), _checks.check_int("r", r, low=0), np.int64)
+  if not hasattr(r, "dtype") or not np.issubdtype(np.dtype(r.dtype), np.integer) \
+      or tuple(r.shape) != (num_queries,):
+    raise ValueError(f"r: expected a non-negative int or an integer array of shape ({num_queries},), got "
+                     f"{_checks.desc(r)}")
+  _checks.check_int_range("r", r, 0, np.iinfo(np.int64).max, what="radii")
+  return np.asarray(r).astype(np.int64)
+
+
+def default_num_tables(num_db: int, num_bits: int) -> int:
+  r"""Norouzi et al.'s number of substrings: about ``b / log2 N``, with substrings of at most 32 bits.
+
+  .. math:: m = \mathrm{clip}\big(\mathrm{round}(b / \log_2 \max(N, 2)),\ \lceil b / 32 \rceil,\ b\big)
+
+  Args:
+    num_db: database size ``N >= 1``.
+    num_bits: code length ``b >= 1``.
+
+  Returns:
+    Python int ``m``.
+
+  >>> default_num_tables(10**7, 64), default_num_tables(10**7, 256), default_num_tables(1000, 64)
+  (3, 11, 6)
+  """
+  num_db = _checks.check_int("num_db", num_db, low=1)
+  num_bits = _checks.check_num_bits(num_bits)
+  m = int(round(num_bits / math.log2(max(num_db, 2))))
+  return int(min(num_bits, max(-(-num_bits // MAX_SUBSTRING_BITS), m)))
+
+
+# ----------------------------------------------------------------------------
+# Building.
+
+
+def _bounds(num_bits: int, num_tables: int) -> np.ndarray:
+  """Substring boundaries: the first ``b mod m`` substrings have ``ceil(b/m)`` bits, the rest ``floor(b/m)``."""
+  base, extra = divmod(num_bits, num_tables)
+  sizes = np.full((num_tables,), base, np.int64)
+  sizes[:extra] += 1
+  return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def _substring(words: np.ndarray, lo: int, hi: int) -> np.ndarray:
+  """``uint32[n]`` bits ``lo .. hi - 1`` (at most 32) of ``words[n, W]``, bit ``lo`` as the lowest."""
+  size = hi - lo
+  word, shift = divmod(int(lo), 32)
+  value = words[:, word] >> np.uint32(shift)
+  if shift + size > 32:
+    value = value | (words[:, word + 1] << np.uint32(32 - shift))
+  if size < 32:
+    value = value & np.uint32((1 << size) - 1)
+  return value
+
+
+def _is_dense(size: int, num_db: int) -> bool:
+  return size <= DENSE_MAX_BITS or (1 << size) <= 2 * num_db
+
+
+def _table(values: np.ndarray, size: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(keys, offsets, items)`` of one table from the substrings ``values[N]`` of ``size`` bits."""
+  num_db = values.shape[0]
+  items = np.argsort(values, kind="stable").astype(np.int32)
+  if _is_dense(size, num_db):
+    offsets = np.zeros(((1 << size) + 1,), np.int32)
+    np.cumsum(np.bincount(values, minlength=1 << size), out=offsets[1:])
+    return np.zeros((0,), np.uint32), offsets, items
+  ordered = values[items]
+  starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+  offsets = np.append(starts, num_db).astype(np.int32)
+  return ordered[starts].astype(np.uint32), offsets, items
+
+
+def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[int] = None) -> MultiIndex:
+  r"""Builds the multi-index hashing tables of packed codes (``m`` substring tables).
+
+  .. math:: \mathcal{T}_j(v) = \{ i : x_i[\beta_j : \beta_{j+1}] = v \}, \quad i \text{ ascending}
+
+  One stable sort per table: ``O(m N \log N)`` time, ``4 m N`` bytes of items
+  plus each table's offsets (``4 \cdot 2^{s_j}`` bytes dense, ``8 U_j``
+  sparse); see :attr:`MultiIndex.nbytes`.
+
+  Args:
+    db_words: ``uint32[N, W]`` packed database codes, ``W = ceil(num_bits / 32)``, padding bits 0.
+    num_bits: the code length ``b``.
+    num_tables: ``m``, with ``ceil(b / 32) <= m <= b``; None: :func:`default_num_tables` ``(N, b)``.
+
+  Returns:
+    A :class:`MultiIndex` (numpy arrays).
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = pack_bits(np.array([[1, 0, 1, 1], [0, 0, 1, 1], [1, 0, 0, 0]]))
+  >>> idx = build_multi_index(x, num_bits=4, num_tables=2)
+  >>> idx.bounds.tolist(), idx.items.tolist(), idx.offsets[1].tolist()
+  ([0, 2, 4], [[1, 0, 2], [2, 0, 1]], [0, 1, 1, 1, 3])
+  """
+  db, num_bits = _check_db(db_words, num_bits)
+  low = -(-num_bits // MAX_SUBSTRING_BITS)
+  if num_tables is None:
+    num_tables = default_num_tables(db.shape[0], num_bits)
+  elif not _checks.is_int(num_tables) or not low <= num_tables <= num_bits:
+    raise ValueError(f"num_tables: expected None or an int in [{low}, {num_bits}] (substrings of 1 to "
+                     f"{MAX_SUBSTRING_BITS} bits of a {num_bits}-bit code), got {num_tables!r}")
+  bounds = _bounds(num_bits, int(num_tables))
+  keys, offsets, items = [], [], []
+  for j in range(int(num_tables)):
+    k, o, i = _table(_substring(db, bounds[j], bounds[j + 1]), int(bounds[j + 1] - bounds[j]))
+    keys.append(k)
+    offsets.append(o)
+    items.append(i)
+  return MultiIndex(db, bounds, tuple(keys), tuple(offsets), np.stack(items), num_bits)
+
+
+# ----------------------------------------------------------------------------
+# Searching.
+
+
+def _buckets(index: MultiIndex, j: int, probes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """``(start, length)`` in ``items[j]`` of the buckets of the substrings ``probes`` (length 0 if absent)."""
+  keys, offsets = index.keys[j], index.offsets[j]
+  if not keys.size:  # dense
+    lo = offsets[probes]
+    return lo.astype(np.int64), (offsets[probes.astype(np.int64) + 1] - lo).astype(np.int64)
+  u = np.minimum(np.searchsorted(keys, probes), keys.shape[0] - 1)
+  hit = keys[u] == probes
+  lo = offsets[u].astype(np.int64)
+  return lo, np.where(hit, offsets[u + 1] - lo, 0).astype(np.int64)
+
+
+def _lanes(words: np.ndarray) -> np.ndarray:
+  """``words[n, W]`` as ``uint64[n, W / 2]`` lanes when ``W`` is even, else ``uint32[n, W]``; one lane: ``[n]``."""
+  words = np.ascontiguousarray(words)
+  lanes = words.view(np.uint64) if words.shape[1] % 2 == 0 and sys.byteorder == "little" else words
+  return lanes[:, 0] if lanes.shape[1] == 1 else lanes
+
+
+def _lane_masks(bounds: np.ndarray, dtype) -> List[List[Tuple[int, np.ndarray]]]:
+  """Per substring, the ``(lane, mask)`` pairs of the lanes it covers (bit ``t`` of a code: bit ``t % L`` of
+  lane ``t // L``, ``L`` the lane width, as in a little-endian view of the words)."""
+  width = np.dtype(dtype).itemsize * 8
+  out = []
+  for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    pairs = []
+    for lane in range(lo // width, (hi - 1) // width + 1):
+      a, b = max(lo, lane * width) - lane * width, min(hi, (lane + 1) * width) - lane * width
+      pairs.append((lane, np.array(((1 << b) - 1) ^ ((1 << a) - 1), dtype)))
+    out.append(pairs)
+  return out
+
+
+class _Batch:
+  """The state of one batch of queries searched in lockstep."""
+
+  def __init__(self, index: MultiIndex, queries: np.ndarray):
+    self.index = index
+    self.queries = queries
+    m = index.num_tables
+    self.sub = [_substring(queries, index.bounds[j], index.bounds[j + 1]) for j in range(m)]
+    self.db_lanes, self.q_lanes = _lanes(index.db_words), _lanes(queries)
+    self.masks = _lane_masks(index.bounds, self.db_lanes.dtype)
+    self.hist = np.zeros((queries.shape[0], index.num_bits + 1), np.int64)  # found items by distance
+    self.work = np.zeros((queries.shape[0],), np.int64)  # probes + candidates so far
+    self.probes = np.zeros((queries.shape[0],), np.int64)
+    # Items farther than limit[q] cannot be in the answer and are not kept (k-NN: the k-th distance so far).
+    self.limit = np.full((queries.shape[0],), index.num_bits, np.uint16)
+    self.found: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, distance, item)
+
+  def probe(self, rows: np.ndarray, j: int, r: int, budget: Optional[int]) -> np.ndarray:
+    """Probes table ``j`` at substring distance exactly ``r`` for the queries ``rows``; returns the rows
+    handed over (their work would exceed ``budget``)."""
+    index = self.index
+    size = int(index.bounds[j + 1] - index.bounds[j])
+    if r > size:
+      return rows[:0]
+    count = math.comb(size, r)
+    handed = []
+    if budget is not None:  # expected candidates: the probes times the buckets' mean size so far
+      expected = count * (1 + self.work[rows] // np.maximum(self.probes[rows], 1))
+      over = (self.work[rows] + expected > budget) | (count > MAX_PROBES)
+      handed.append(rows[over])
+      rows = rows[~over]
+    if not rows.size:
+      return np.concatenate(handed)
+    if count > MAX_PROBES:
+      raise ValueError(f"method: {count} substrings at distance {r} of a {size}-bit substring exceed MAX_PROBES "
+                       f"= {MAX_PROBES} (a large k or radius); use method='auto', which hands such queries to the "
+                       "linear scan")
+    masks, weights = _common.masks(size, r)
+    masks = masks[np.searchsorted(weights, r):]
+    step = max(1, _PROBE_BLOCK // masks.shape[0])
+    for s in range(0, rows.shape[0], step):
+      block = rows[s:s + step]
+      starts, lengths = _buckets(index, j, (self.sub[j][block][:, None] ^ masks[None, :]))
+      work = masks.shape[0] + lengths.sum(axis=1)
+      if budget is not None:
+        over = self.work[block] + work > budget
+        if over.any():
+          handed.append(block[over])
+          block, starts, lengths, work = block[~over], starts[~over], lengths[~over], work[~over]
+      self.work[block] += work
+      self.probes[block] += masks.shape[0]
+      self._verify(block, j, r, starts, lengths)
+    return np.concatenate(handed) if handed else rows[:0]
+
+  def _verify(self, block: np.ndarray, j: int, r: int, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Full distances of the candidates in the buckets; keeps each item at its first probe, within ``limit``."""
+    index = self.index
+    per_row = lengths.sum(axis=1)
+    cuts = np.searchsorted(np.cumsum(per_row), np.arange(1, per_row.sum() // _CANDIDATE_BLOCK + 1)
+                           * _CANDIDATE_BLOCK)
+    for part in np.split(np.arange(block.shape[0]), np.unique(cuts)):
+      if not part.size or not per_row[part].any():
+        continue
+      st, ln = starts[part].ravel(), lengths[part].ravel()
+      row = np.repeat(block[part], per_row[part])
+      item = np.take(index.items[j], _common.expand(st[ln > 0], ln[ln > 0]))
+      # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array).
+      diff = np.take(self.db_lanes, item, axis=0) ^ np.take(self.q_lanes, row, axis=0)
+      keep, dist = np.ones(item.shape, np.bool_), np.full(item.shape, r, np.uint16)  # d_j = r by construction
+      for i, lane_masks in enumerate(self.masks):
+        if i == j:
+          continue
+        d_i = None  # uint8: a substring has at most 32 bits
+        for lane, mask in lane_masks:
+          count = scan.host_popcount((diff[:, lane] if diff.ndim > 1 else diff) & mask)
+          d_i = count if d_i is None else d_i + count
+        keep &= (d_i > r) if i < j else (d_i >= r)
+        dist += d_i
+      keep &= dist <= np.take(self.limit, row)
+      row, dist, item = row[keep], dist[keep], item[keep]
+      width = index.num_bits + 1
+      self.hist += np.bincount(row * width + dist, minlength=self.hist.size).reshape(self.hist.shape)
+      self.found.append((row, dist, item))
+
+  def results(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every found ``(query, distance, item)``, sorted by query, distance, index."""
+    if not self.found:
+      return (np.zeros((0,), np.int64),) * 3
+    row, dist, item = (np.concatenate(a) for a in zip(*self.found))
+    key = (row * (self.index.num_bits + 1) + dist) * self.index.num_db + item
+    key.sort()
+    rest, item = np.divmod(key, self.index.num_db)
+    row, dist = np.divmod(rest, self.index.num_bits + 1)
+    return row, dist, item
+
+
+def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int]) -> Tuple[_Batch, np.ndarray]:
+  """Probes in the order (r, j) until ``done(batch, bound)`` holds for every query (or it is handed over).
+
+  Returns the batch and the rows handed to the linear scan.
+  """
+  batch = _Batch(index, queries)
+  active = np.ones((queries.shape[0],), np.bool_)
+  active &= ~done(batch, -1)
+  handed = []
+  r, m = 0, index.num_tables
+  while active.any():
+    for j in range(m):
+      gone = batch.probe(np.flatnonzero(active), j, r, budget)
+      active[gone] = False
+      handed.append(gone)
+      active &= ~done(batch, m * r + j)
+      if not active.any():
+        break
+    r += 1
+  return batch, np.concatenate(handed) if handed else np.zeros((0,), np.int64)
+
+
+def _budget(index: MultiIndex, method: str) -> Optional[int]:
+  if _checks.check_option("method", method, _METHODS) == "probe":
+    return None
+  return max(1, index.db_words.size // SCAN_WORDS_PER_PROBE)
+
+
+def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: str = "auto") -> Tuple[Array, Array]:
+  r"""Exact k nearest neighbours by multi-index hashing; the result of :func:`hashjax.search.knn`.
+
+  .. math:: \mathrm{knn}_k(q) = \text{the first } k \text{ items } i \text{ in the order } (d(q, i), i)
+
+  Probes the substring tables at growing radius until the ``k``-th best
+  distance found is within the certified bound ``m r + j`` (module docstring).
+
+  Args:
+    index: a :class:`MultiIndex` from :func:`build_multi_index`.
+    query_words: ``uint32[Q, W]`` packed query codes of the index's width (padding bits 0).
+    k: ``1 <= k <= N``.
+    method: ``"auto"`` (hand a query to :func:`hashjax.search.knn` once probing it costs more than a scan) or
+      ``"probe"`` (multi-index hashing only).
+
+  Returns:
+    ``(distances, indices)``, each ``int32[Q, k]``, sorted per row by (distance, index).
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = pack_bits(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]]))
+  >>> idx = build_multi_index(x, num_bits=4, num_tables=2)
+  >>> distances, indices = multi_index_knn(idx, pack_bits(np.array([[1, 0, 0, 0]])), 3)
+  >>> distances.tolist(), indices.tolist()
+  ([[0, 1, 1]], [[2, 0, 1]])
+  """
+  _check_index(index)
+  queries = _check_queries(index, query_words)
+  k = _checks.check_positive_int("k", k)
+  if k > index.num_db:
+    raise ValueError(f"k: expected k <= the index's {index.num_db} items (no padding policy), got {k}")
+  budget = _budget(index, method)
+  out_d = np.zeros((queries.shape[0], k), np.int32)
+  out_i = np.zeros((queries.shape[0], k), np.int32)
+  scan_rows = []
+
+  def done(batch, bound):
+    counts = np.cumsum(batch.hist, axis=1)
+    kth = np.argmax(counts >= k, axis=1) + (counts[:, -1] < k) * index.num_bits
+    batch.limit = np.minimum(batch.limit, kth).astype(np.uint16)
+    return batch.limit <= bound
+
+  for s in range(0, queries.shape[0], _QUERY_BATCH):
+    batch, handed = _run(index, queries[s:s + _QUERY_BATCH], done, budget)
+    row, dist, item = batch.results()
+    first = np.searchsorted(row, np.arange(batch.hist.shape[0]))
+    counts = np.bincount(row, minlength=batch.hist.shape[0])
+    ok = np.flatnonzero(counts >= k)
+    ok = ok[~np.isin(ok, handed)]
+    pos = first[ok][:, None] + np.arange(k)
+    out_d[s + ok], out_i[s + ok] = dist[pos], item[pos]
+    scan_rows.append(s + handed)
+  scan_rows = np.sort(np.concatenate(scan_rows))
+  if scan_rows.size:
+    d, i = search.knn(queries[scan_rows], index.db_words, k)
+    out_d[scan_rows], out_i[scan_rows] = np.asarray(d), np.asarray(i)
+  return jax.device_put(out_d), jax.device_put(out_i)
+
+
+def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Array], *,
+                       method: str = "auto") -> RaggedNeighbors:
+  r"""Every database item within Hamming distance ``r`` by multi-index hashing; the result of
+  :func:`hashjax.search.radius_search`.
+
+  .. math:: \mathcal{R}_r(q) = \{ i : d(q, i) \le r \}, \text{ ordered by } (d(q, i), i)
+
+  Probes tables ``0..c`` at substring radii up to ``a`` and the others up to
+  ``a - 1``, where ``r = m a + c`` (``0 <= c < m``): the certified bound then
+  reaches ``r``.
+
+  Args:
+    index: a :class:`MultiIndex` from :func:`build_multi_index`.
+    query_words: ``uint32[Q, W]`` packed query codes of the index's width (padding bits 0).
+    r: the radius, a non-negative int, or ``int[Q]`` one per query.
+    method: ``"auto"`` (hand a query to :func:`hashjax.search.radius_search` once probing it costs more than a
+      scan) or ``"probe"``.
+
+  Returns:
+    A :class:`hashjax.search.RaggedNeighbors` ``(distances, indices, offsets)``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = pack_bits(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 1, 0]]))
+  >>> q = pack_bits(np.array([[1, 0, 0, 0], [1, 1, 1, 0]]))
+  >>> res = multi_index_radius(build_multi_index(x, num_bits=4, num_tables=2), q, 1)
+  >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
+  ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
+  """
+  _check_index(index)
+  queries = _check_queries(index, query_words)
+  radius = np.minimum(_check_radius(r, queries.shape[0]), index.num_bits)
+  budget = _budget(index, method)
+  parts_q, parts_d, parts_i, scan_rows = [], [], [], []
+  for s in range(0, queries.shape[0], _QUERY_BATCH):
+    rad = radius[s:s + _QUERY_BATCH]
+    batch, handed = _run(index, queries[s:s + _QUERY_BATCH], lambda _, bound, rad=rad: bound >= rad, budget)
+    row, dist, item = batch.results()
+    keep = (dist <= rad[row]) & ~np.isin(row, handed)
+    parts_q.append(row[keep] + s)
+    parts_d.append(dist[keep])
+    parts_i.append(item[keep])
+    scan_rows.append(handed + s)
+  scan_rows = np.sort(np.concatenate(scan_rows))
+  if scan_rows.size:
+    res = search.radius_search(queries[scan_rows], index.db_words, radius[scan_rows])
+    counts = np.diff(np.asarray(res.offsets))
+    parts_q.append(np.repeat(scan_rows, counts))
+    parts_d.append(np.asarray(res.distances).astype(np.int64))
+    parts_i.append(np.asarray(res.indices).astype(np.int64))
+  row, dist, item = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
+  order = np.lexsort((item, dist, row))
+  offsets = np.zeros((queries.shape[0] + 1,), np.int64)
+  np.cumsum(np.bincount(row, minlength=queries.shape[0]), out=offsets[1:])
+  if offsets[-1] > np.iinfo(np.int32).max:
+    raise ValueError(f"r: {offsets[-1]} results exceed the int32 offsets of RaggedNeighbors")
+  return RaggedNeighbors(*(jax.device_put(a.astype(np.int32)) for a in (dist[order], item[order], offsets)))

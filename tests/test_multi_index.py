@@ -1,0 +1,167 @@
+"""hashjax.index multi-index hashing against brute-force numpy references (all-pairs popcounts, lexicographic sorts)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from brute_force import assert_ragged_equal as _assert_ragged_equal
+from brute_force import ref_distances as _ref_distances
+from brute_force import ref_radius as _ref_radius
+from hashjax import codes, index
+
+
+def _flip(words, bits):
+  out = words.copy()
+  for b in bits:
+    out[b // 32] ^= np.uint32(1 << (b % 32))
+  return out
+
+
+def _data(rng, num_bits, n, num_q, pool):
+  """Database codes drawn from ``pool`` distinct codes (many exact duplicates: ties), queries: database codes
+  with 0-6 flipped bits, and a few uniformly random codes."""
+  bits = rng.integers(0, 2, (pool, num_bits))
+  base = np.asarray(codes.pack_bits(bits))
+  x = base[rng.integers(0, pool, n)]
+  q = np.stack([_flip(x[rng.integers(0, n)], rng.choice(num_bits, int(rng.integers(0, 7)), replace=False))
+                for _ in range(num_q)])
+  rand = np.asarray(codes.pack_bits(rng.integers(0, 2, (4, num_bits))))
+  return x, np.concatenate([q, rand])
+
+
+def _ref_knn(q, x, k):
+  """First ``k`` items of each query in the order (distance, index), by a lexicographic sort of all items."""
+  d = _ref_distances(q, x)
+  order = np.stack([np.lexsort((np.arange(x.shape[0]), row))[:k] for row in d])
+  return np.take_along_axis(d, order, axis=1), order
+
+
+_ALL = ((1, 4, 37, None), (0, 1, 5, 11, 999))  # None: k = N; 999: past num_bits
+# num_bits, num_tables (None: default), database size, pool of distinct codes, (ks, radii), random queries.
+# Tables of more than 16 bits are sparse; there, large radii enumerate too many substrings for "probe".
+_CASES = [
+    (64, None, 3000, 300, _ALL, True),  # 6 tables of 11 or 10 bits
+    (40, 2, 1500, 1500, ((1, 4, 37), (0, 1, 5, 9)), False),  # sparse 20-bit tables
+    (70, 3, 1500, 30, ((1, 4, 37), (0, 1, 5, 11)), False),  # sparse, 24 + 23 + 23 bits across word boundaries
+    (96, None, 1200, 40, _ALL, True),
+    (128, 8, 1000, 400, _ALL, True),
+    (256, None, 800, 100, _ALL, True),
+    (33, 2, 900, 25, _ALL, True),  # 17 (sparse) + 16 (dense)
+    (100, 7, 700, 700, _ALL, True),  # 15, 15, 14, ...
+]
+
+
+@pytest.mark.parametrize("num_bits,num_tables,n,pool,ks_radii,random_queries", _CASES)
+def test_knn_and_radius_match_brute_force(num_bits, num_tables, n, pool, ks_radii, random_queries):
+  rng = np.random.default_rng(num_bits * 10 + (num_tables or 0))
+  x, q = _data(rng, num_bits, n, 24, pool)
+  q = q if random_queries else q[:24]
+  idx = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables)
+  assert idx.num_db == n and idx.num_tables == (num_tables or index.default_num_tables(n, num_bits))
+  d_all = _ref_distances(q, x)
+  ks, radii = ks_radii
+  for k in ks:
+    k = k or n
+    want_d, want_i = _ref_knn(q, x, k)
+    got_d, got_i = index.multi_index_knn(idx, q, k, method="probe")
+    assert got_d.dtype == np.int32 and got_i.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(got_d), want_d, err_msg=f"k={k}")
+    np.testing.assert_array_equal(np.asarray(got_i), want_i, err_msg=f"k={k}")
+  # Ties at the k-th distance, cut by index.
+  assert any((d_all[j] == np.sort(d_all[j])[3]).sum() > 1 for j in range(q.shape[0]))
+  for r in radii:
+    _assert_ragged_equal(index.multi_index_radius(idx, q, r, method="probe"), _ref_radius(q, x, r))
+  per_query = rng.integers(0, max(radii[:-1]) + 1, q.shape[0])
+  _assert_ragged_equal(index.multi_index_radius(idx, q, per_query, method="probe"), _ref_radius(q, x, per_query))
+
+
+def test_auto_hands_expensive_queries_to_the_scan():
+  # 32-bit substrings of random codes: the neighbours sit far away, where "probe" would enumerate more than
+  # MAX_PROBES substrings per step and refuses; "auto" (the default) hands those queries to search.knn /
+  # search.radius_search, and keeps the cheap ones (near-duplicates). Both exact.
+  rng = np.random.default_rng(5)
+  x, q = _data(rng, 64, 2000, 40, 2000)
+  idx = index.build_multi_index(x, num_bits=64, num_tables=2)
+  with pytest.raises(ValueError, match="MAX_PROBES"):
+    index.multi_index_knn(idx, q[-1:], 25, method="probe")  # a random query: its 25th neighbour is far
+  want_d, want_i = _ref_knn(q, x, 25)
+  got_d, got_i = index.multi_index_knn(idx, q, 25)
+  np.testing.assert_array_equal(np.asarray(got_d), want_d)
+  np.testing.assert_array_equal(np.asarray(got_i), want_i)
+  radii = np.r_[np.zeros(q.shape[0] - 4, np.int64), [3, 20, 30, 64]]
+  _assert_ragged_equal(index.multi_index_radius(idx, q, radii), _ref_radius(q, x, radii))
+
+
+def test_more_queries_than_a_batch():
+  rng = np.random.default_rng(8)
+  x, q = _data(rng, 40, 500, 600, 50)
+  idx = index.build_multi_index(x, num_bits=40)
+  want_d, want_i = _ref_knn(q, x, 3)
+  got_d, got_i = index.multi_index_knn(idx, q, 3, method="probe")
+  np.testing.assert_array_equal(np.asarray(got_d), want_d)
+  np.testing.assert_array_equal(np.asarray(got_i), want_i)
+
+
+def test_tables_hold_the_substrings():
+  rng = np.random.default_rng(2)
+  for num_bits, m, n in ((70, 3, 400), (64, 2, 300), (40, 5, 300)):
+    bits = rng.integers(0, 2, (n, num_bits))
+    bits[n // 2:] = bits[:n - n // 2]  # duplicates
+    idx = index.build_multi_index(np.asarray(codes.pack_bits(bits)), num_bits=num_bits, num_tables=m)
+    sizes = np.diff(idx.bounds)
+    assert sizes.sum() == num_bits and sizes.max() - sizes.min() <= 1 and np.all(np.diff(sizes) <= 0)
+    for j in range(m):
+      lo, hi = idx.bounds[j], idx.bounds[j + 1]
+      values = bits[:, lo:hi] @ (1 << np.arange(hi - lo, dtype=np.int64))
+      buckets = {}
+      for i, v in enumerate(values.tolist()):
+        buckets.setdefault(v, []).append(i)
+      offsets, keys = idx.offsets[j], idx.keys[j]
+      rows = keys.tolist() if keys.size else range(offsets.shape[0] - 1)
+      held = {v: idx.items[j, offsets[u]:offsets[u + 1]].tolist() for u, v in enumerate(rows)}
+      assert {v: b for v, b in held.items() if b} == buckets
+
+
+def test_default_num_tables_and_memory():
+  for n, b in ((10**7, 64), (10**7, 128), (10**7, 256), (1000, 64), (2, 64), (10**9, 64), (50, 300)):
+    want = min(b, max(math.ceil(b / 32), round(b / math.log2(max(n, 2)))))
+    assert index.default_num_tables(n, b) == want
+  x = np.asarray(codes.pack_bits(np.random.default_rng(0).integers(0, 2, (5000, 64))))
+  idx = index.build_multi_index(x, num_bits=64, num_tables=4)  # 16-bit dense tables
+  assert idx.nbytes == 4 * 4 * 5000 + 4 * 4 * (2**16 + 1)
+
+
+def test_bad_inputs():
+  x = np.asarray(codes.pack_bits(np.random.default_rng(0).integers(0, 2, (50, 64))))
+  idx = index.build_multi_index(x, num_bits=64)
+  q = x[:3]
+  cases = [
+      ("num_bits", lambda: index.build_multi_index(x, num_bits=96)),  # 64-bit words, 96 bits claimed
+      ("num_bits", lambda: index.build_multi_index(x, num_bits=0)),
+      ("db_words", lambda: index.build_multi_index(x, num_bits=40)),  # bits above num_bits set
+      ("db_words", lambda: index.build_multi_index(x.astype(np.int64), num_bits=64)),
+      ("db_words", lambda: index.build_multi_index(x[:0], num_bits=64)),
+      ("db_words", lambda: index.build_multi_index(x[0], num_bits=64)),
+      ("num_tables", lambda: index.build_multi_index(x, num_bits=64, num_tables=1)),  # 64-bit substrings
+      ("num_tables", lambda: index.build_multi_index(x, num_bits=64, num_tables=65)),
+      ("num_tables", lambda: index.build_multi_index(x, num_bits=64, num_tables=2.0)),
+      ("index", lambda: index.multi_index_knn((x, 64), q, 1)),
+      ("query_words", lambda: index.multi_index_knn(idx, np.zeros((2, 3), np.uint32), 1)),  # another width
+      ("query_words", lambda: index.multi_index_knn(idx, q.astype(np.int32), 1)),
+      ("query_words", lambda: index.multi_index_knn(idx, q[:0], 1)),
+      ("k", lambda: index.multi_index_knn(idx, q, 51)),  # larger than the database
+      ("k", lambda: index.multi_index_knn(idx, q, 0)),
+      ("method", lambda: index.multi_index_knn(idx, q, 1, method="scan")),
+      ("query_words", lambda: index.multi_index_radius(idx, np.zeros((2, 1), np.uint32), 1)),
+      ("r", lambda: index.multi_index_radius(idx, q, -1)),
+      ("r", lambda: index.multi_index_radius(idx, q, 1.5)),
+      ("r", lambda: index.multi_index_radius(idx, q, np.array([1, 2]))),
+      ("r", lambda: index.multi_index_radius(idx, q, np.array([1, -2, 0]))),
+  ]
+  for name, fn in cases:
+    with pytest.raises(ValueError, match=name):
+      fn()
+  with pytest.raises(ValueError, match="36 bits"):  # a query of 40 bits against an index of 36
+    idx36 = index.build_multi_index(x[:, :2] & np.array([0xFFFFFFFF, 0xF], np.uint32), num_bits=36)
+    index.multi_index_knn(idx36, np.array([[0, 0xFF]], np.uint32), 1)
