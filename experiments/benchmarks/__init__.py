@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 
 def pin_threads(threads: int) -> int:
@@ -16,3 +17,13 @@ def pin_threads(threads: int) -> int:
   if threads < len(available):
     os.sched_setaffinity(0, available[:threads])
   return threads
+
+
+def best_time(fn, repeats: int) -> float:
+  """The fewest seconds of ``repeats`` calls of ``fn()`` (wall clock)."""
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - t)
+  return best

@@ -38,10 +38,12 @@ metric, precision at Hamming distance < 2, needs r = 1), printed beside ours.
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 from absl import app, flags
 import numpy as np
+
+from experiments import benchmarks
 
 _SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 20000, 100 queries, 2 repeats.")
 _NUM_DB = flags.DEFINE_integer("num_db", 1_000_000, "Database size N.")
@@ -56,13 +58,6 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the data, splits and ITQ keys."
 PAPER_US_PER_QUERY = 13.7  # Nair et al. 2012, Sec. 5.6: 1.46M items, 32 bits, one 2.33 GHz core
 
 
-def _best(fn: Callable[[], object], repeats: int) -> float:
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - t)
-  return best
 
 
 # ----------------------------------------------------------------------------
@@ -82,16 +77,16 @@ def probe_costs(num_codes: int, repeats: int, seed: int) -> Dict[str, float]:
   n = probes.size
   out = {"probes": float(n), "U": float(idx.codes.shape[0])}
   keys = np.sort(np.unique(db[:, 0]))
-  out["searchsorted_ns"] = _best(lambda: np.searchsorted(keys, probes), repeats) / n * 1e9
+  out["searchsorted_ns"] = benchmarks.best_time(lambda: np.searchsorted(keys, probes), repeats) / n * 1e9
   for mib in (2, 8):
     table = rng.integers(0, 256, mib << 20, dtype=np.uint8)  # random bytes: no shared zero page
     pos = probes >> np.uint32(32 - (20 + mib.bit_length() - 1))
-    out[f"take_{mib}MiB_ns"] = _best(lambda: np.take(table, pos), repeats) / n * 1e9
+    out[f"take_{mib}MiB_ns"] = benchmarks.best_time(lambda: np.take(table, pos), repeats) / n * 1e9
   # The whole lookup by enumeration: filters, rank and the few results (most probes miss).
-  lookup_s = _best(lambda: index.lookup(idx, queries[:, None], radius=2, method="enumerate"), repeats)
+  lookup_s = benchmarks.best_time(lambda: index.lookup(idx, queries[:, None], radius=2, method="enumerate"), repeats)
   out["index_probe_ns"] = lookup_s / n * 1e9
   few = db[:max(1, (1 << 19) // num_codes + 1)]
-  scan_s = _best(lambda: index.lookup(idx, few, radius=2, method="scan"), repeats)
+  scan_s = benchmarks.best_time(lambda: index.lookup(idx, few, radius=2, method="scan"), repeats)
   out["scan_ns_per_code"] = scan_s / (few.shape[0] * idx.codes.shape[0]) * 1e9
   return out
 
@@ -157,7 +152,7 @@ def radius_benchmark(*, data: str, num_db: int, num_queries: int, bits: List[int
         return jax.block_until_ready(search.radius_search(q, db, r))
 
       ours, scan = run_index(), run_scan()  # warm-up (compiles the scan's kernels)
-      index_s, scan_s = _best(run_index, repeats), _best(run_scan, repeats)
+      index_s, scan_s = benchmarks.best_time(run_index, repeats), benchmarks.best_time(run_scan, repeats)
       rows.append(dict(data=data, bits=num_bits, r=r, U=int(idx.codes.shape[0]),
                        results=int(np.asarray(ours.offsets)[-1]) / num_queries,
                        method=index.choose_method(idx, r), build_s=build_s,

@@ -99,13 +99,6 @@ def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: i
   return np.concatenate(parts), encode(points(num_queries))
 
 
-def _best(fn, repeats: int) -> float:
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - t)
-  return best
 
 
 def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int, generators: List[str],
@@ -154,11 +147,11 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
 
       times = {"scan": float("inf"), "mih": float("inf")}
       for _ in range(repeats):
-        times["scan"] = min(times["scan"], _best(scan, 1))
-        times["mih"] = min(times["mih"], _best(multi, 1))
+        times["scan"] = min(times["scan"], benchmarks.best_time(scan, 1))
+        times["mih"] = min(times["mih"], benchmarks.best_time(multi, 1))
       exact = all(np.array_equal(a, b) for a, b in zip(out["scan"], out["mih"]))
       ref_d = out["scan"][0]
-      flat_s = _best(lambda: out.__setitem__("flat", flat.search(q_bytes, k)), repeats)
+      flat_s = benchmarks.best_time(lambda: out.__setitem__("flat", flat.search(q_bytes, k)), repeats)
       flat_ok = np.array_equal(out["flat"][0].astype(np.int64), ref_d)
       load = os.getloadavg()[0]
       per_q = {name: s / q.shape[0] * 1e3 for name, s in times.items()}
@@ -169,7 +162,7 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
                  "distances equal" if flat_ok else "DISTANCES DIFFER")]
       for nflip in nflips:
         fmih.nflip = nflip
-        fs = _best(lambda: out.__setitem__("fmih", fmih.search(q_bytes, k)), repeats)
+        fs = benchmarks.best_time(lambda: out.__setitem__("fmih", fmih.search(q_bytes, k)), repeats)
         d, i = out["fmih"]
         recall = float(np.mean((d.astype(np.int64) == ref_d) & (i >= 0)))
         result.append((f"faiss mih nflip={nflip}", fs / q.shape[0] * 1e3, per_q["scan"] / (fs / q.shape[0] * 1e3),
