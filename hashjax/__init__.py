@@ -20,14 +20,15 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.baselines`: LSH, PCA-sign, ITQ, spectral hashing, isotropic hashing;
 * :mod:`hashjax.models`: saved models (a trained mapping or a fitted baseline) that encode new data;
 * :mod:`hashjax.weighting`: learned bit weights for a weighted Hamming ranking (Feng et al.), and WhRank;
+* :mod:`hashjax.colgen`: column generation hashing (Lin et al.): CGHash and StructHash;
 * :mod:`hashjax.ranking`: learning-to-rank metrics of real-valued scores grouped by query (tie-aware, and LETOR
   4.0's official conventions), and a paired bootstrap;
 * :mod:`hashjax.localrank`: LocalRank (Banerjee et al.): query point-cloud similarity, clustered local linear
   rankers, LSH model selection, and the KNN and D&K baselines.
 """
 
-from hashjax import baselines, codes, data, evaluate, histograms, index, io, localrank, mappings, metrics  # noqa: F401
-from hashjax import models, objectives, ranking, relaxations, search, sharding, train, weighting  # noqa: F401
+from hashjax import baselines, codes, colgen, data, evaluate, histograms, index, io, localrank, mappings  # noqa: F401
+from hashjax import metrics, models, objectives, ranking, relaxations, search, sharding, train, weighting  # noqa: F401
 from hashjax.codes import binarize, hamming_distance, pack_bits, unpack_bits, weighted_hamming_distance  # noqa: F401
 from hashjax.evaluate import evaluate_codes, evaluate_distances  # noqa: F401
 from hashjax.histograms import distance_histogram, hamming_histogram  # noqa: F401

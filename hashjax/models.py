@@ -1,4 +1,4 @@
-r"""Saved models: a trained mapping or a fitted baseline that encodes new data.
+r"""Saved models: a trained mapping, a fitted baseline or a column-generation hash that encodes new data.
 
 A :class:`Model` holds everything needed to turn features into packed codes
 the way training did: the kind of hash function and its settings, its
@@ -16,8 +16,14 @@ On disk a model is a directory of two files:
   ``num_bits``, ``dim``, ``settings``, ``feature_range``, ``config`` and
   ``arrays``, the name, dtype and shape of every array;
 * ``arrays.npz``: the params flattened by tree path (``params/kernel``,
-  ``params/hidden_0/bias``, ``params/rotation``, ...) and the mapping's
-  preprocessing constants (``preprocess/mean``, ``preprocess/scale``).
+  ``params/hidden_0/bias``, ``params/rotation``, ...), the mapping's
+  preprocessing constants (``preprocess/mean``, ``preprocess/scale``) and, for a
+  model with learned bit weights (kind ``"colgen"``), ``bit_weights``.
+
+Format versions: 1 holds the mappings and baselines; 2 adds the ``"colgen"`` kind
+and its ``bit_weights`` array. A model is written with the lowest version that
+describes it (a mapping or a baseline still as version 1, so older readers load
+it), and this module reads both.
 
 Both are plain data (JSON and NumPy arrays, read with ``allow_pickle=False``),
 so a saved model runs no code when loaded.
@@ -39,16 +45,20 @@ import jax
 import numpy as np
 
 from hashjax import _checks, baselines, codes, mappings
+from hashjax.colgen import features as colgen_features
 
-__all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "save_model", "load_model",
-           "FORMAT", "VERSION", "KINDS", "MODEL_FILE", "ARRAYS_FILE"]
+__all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "from_colgen", "save_model",
+           "load_model", "FORMAT", "VERSION", "KINDS", "MODEL_FILE", "ARRAYS_FILE"]
 
 #: The ``format`` field of ``model.json``.
 FORMAT = "hashjax-model"
-#: The newest ``version`` of the format this module writes and reads.
-VERSION = 1
-#: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, then the baselines of :mod:`hashjax.baselines`.
-KINDS = ("linear", "mlp", "lsh", "pca", "itq", "sh", "iso")
+#: The newest ``version`` of the format this module writes and reads (2: the ``"colgen"`` kind and ``bit_weights``).
+VERSION = 2
+#: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, the baselines of :mod:`hashjax.baselines`, then the
+#: column-generation hashes of :mod:`hashjax.colgen` (CGHash, StructHash).
+KINDS = ("linear", "mlp", "lsh", "pca", "itq", "sh", "iso", "colgen")
+#: The first format version that can hold each kind (the others: 1).
+_KIND_VERSION = {"colgen": 2}
 #: The two files of a saved model directory.
 MODEL_FILE = "model.json"
 ARRAYS_FILE = "arrays.npz"
@@ -160,6 +170,12 @@ def _build_mapping(kind: str, num_bits: int, settings: Dict[str, Any], mean: Any
                                mean=mean, scale=scale, param_dtype=settings.get("param_dtype", "float32"))
 
 
+@jax.jit
+def _colgen_words(params: Any, features: jax.Array) -> jax.Array:
+  """Packed codes of a column-generation hash (:func:`hashjax.colgen.features.hash_bits`), compiled whole."""
+  return codes.pack_bits(colgen_features.hash_bits(params, features))
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _baseline_words(method: str, params: Any, features: jax.Array) -> jax.Array:
   """Packed codes of a baseline, compiled whole (op by op, spectral hashing alone compiles dozens of programs)."""
@@ -181,15 +197,19 @@ class Model:
 
   Attributes:
     kind: ``"linear"`` or ``"mlp"`` (:mod:`hashjax.mappings`), ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or
-      ``"iso"`` (:mod:`hashjax.baselines`).
+      ``"iso"`` (:mod:`hashjax.baselines`), or ``"colgen"`` (:mod:`hashjax.colgen`).
     num_bits: code length ``b``.
     dim: feature width the model encodes.
     settings: JSON-friendly dict of the hash function's options (a mapping's ``init`` and
-      ``param_dtype``; an MLP's ``hidden`` widths and ``activation``; empty for a baseline).
-    params: the parameters: a mapping's nested dict of arrays, or a baseline's params NamedTuple.
+      ``param_dtype``; an MLP's ``hidden`` widths and ``activation``; a colgen hash's ``features`` and
+      ``method``; empty for a baseline).
+    params: the parameters: a mapping's nested dict of arrays, a baseline's params NamedTuple, or a colgen
+      hash's :class:`hashjax.colgen.features.HashParams`.
     feature_range: ``(lo, hi)``, the smallest and largest training feature value.
     config: the resolved run config as a plain dict, or None.
-    mapping: the :mod:`hashjax.mappings` module with its preprocessing constants (None for a baseline).
+    mapping: the :mod:`hashjax.mappings` module with its preprocessing constants (None for the other kinds).
+    bit_weights: ``float32[num_bits]``, non-negative learned bit weights for a weighted Hamming ranking
+      (:func:`hashjax.search.knn` with ``weights=``), or None for kinds that learn none.
 
   >>> import jax, numpy as np
   >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
@@ -199,13 +219,13 @@ class Model:
   Model(kind='linear', num_bits=8, dim=5, settings={'init': 'lecun', 'param_dtype': 'float32'})
   """
 
-  __slots__ = ("kind", "num_bits", "dim", "settings", "params", "feature_range", "config", "mapping")
+  __slots__ = ("kind", "num_bits", "dim", "settings", "params", "feature_range", "config", "mapping", "bit_weights")
 
   def __init__(self, *, kind: str, num_bits: int, dim: int, settings: Dict[str, Any], params: Any,
                feature_range: Tuple[float, float], config: Optional[Dict[str, Any]] = None,
-               mapping: Any = None):
+               mapping: Any = None, bit_weights: Any = None):
     values = dict(kind=kind, num_bits=num_bits, dim=dim, settings=settings, params=params,
-                  feature_range=feature_range, config=config, mapping=mapping)
+                  feature_range=feature_range, config=config, mapping=mapping, bit_weights=bit_weights)
     for name, value in values.items():
       object.__setattr__(self, name, value)
 
@@ -263,6 +283,8 @@ class Model:
     self._check_range(features)
     if self.mapping is not None:
       return mappings.encode(self.mapping, self.params, features)
+    if self.kind == "colgen":
+      return _colgen_words(self.params, _checks.as_jax(features))
     return _baseline_words(self.kind, self.params, _checks.as_jax(features))
 
   def _check_range(self, features: Any) -> None:
@@ -297,6 +319,8 @@ class Model:
         constant = getattr(self.mapping, name)
         if constant is not None:
           arrays[f"preprocess/{name}"] = np.asarray(constant.value)
+    if self.bit_weights is not None:
+      arrays["bit_weights"] = np.asarray(self.bit_weights)
     return arrays
 
 
@@ -391,6 +415,82 @@ def _baseline_model(method: str, params: Any, *, dim: int, feature_range: Tuple[
                feature_range=feature_range, config=config)
 
 
+def _colgen_params(arrays: Dict[str, np.ndarray]) -> Any:
+  fields = colgen_features.PARAM_FIELDS
+  missing = [f"params/{f}" for f in fields if f"params/{f}" not in arrays]
+  if missing:
+    raise ValueError(f"params: a 'colgen' model needs arrays {[f'params/{f}' for f in fields]}, missing {missing}")
+  return colgen_features.HashParams(*(arrays[f"params/{f}"] for f in fields))
+
+
+def _colgen_model(params: Any, bit_weights: Any, *, settings: Dict[str, Any], dim: int,
+                  feature_range: Tuple[float, float], config: Optional[Dict[str, Any]]) -> Model:
+  """A checked colgen :class:`Model` (float32 arrays) of ``params`` and ``bit_weights``."""
+  if not isinstance(params, colgen_features.HashParams):
+    raise ValueError(f"params: expected hashjax.colgen.features.HashParams, got {type(params).__name__}")
+  arrays = {}
+  for name, value in zip(colgen_features.PARAM_FIELDS, params):
+    value = np.asarray(value)
+    _checks.check_real(f"params.{name}", value)
+    arrays[name] = value.astype(np.float32)
+  anchors, scale, mean, projection, bias = (arrays[f] for f in colgen_features.PARAM_FIELDS)
+  width = dim if anchors.shape[0] == 0 else anchors.shape[0]
+  if anchors.ndim != 2 or anchors.shape[1] != dim:
+    raise ValueError(f"params.anchors: expected shape (A, {dim}) (A = 0 for raw features), got {anchors.shape}")
+  if scale.shape != () or not scale > 0:
+    raise ValueError(f"params.scale: expected a positive scalar, got {scale!r}")
+  if mean.shape != (width,) or projection.ndim != 2 or projection.shape[0] != width or projection.shape[1] < 1:
+    raise ValueError(f"params.mean / params.projection: expected shapes ({width},) and ({width}, num_bits >= 1), "
+                     f"got {mean.shape} and {projection.shape}")
+  num_bits = projection.shape[1]
+  if bias.shape != (num_bits,):
+    raise ValueError(f"params.bias: expected shape ({num_bits},), got {bias.shape}")
+  if bit_weights is None:
+    raise ValueError("bit_weights: expected float [num_bits] non-negative weights, got None")
+  bit_weights = np.asarray(bit_weights)
+  _checks.check_real("bit_weights", bit_weights)
+  _checks.check_nonnegative("bit_weights", bit_weights, what="bit weights")
+  if bit_weights.shape != (num_bits,):
+    raise ValueError(f"bit_weights: expected shape ({num_bits},) (one per bit), got {bit_weights.shape}")
+  settings = {**settings, "features": "linear" if anchors.shape[0] == 0 else "rbf"}
+  return Model(kind="colgen", num_bits=int(num_bits), dim=int(dim), settings=settings,
+               params=colgen_features.HashParams(*(_checks.as_jax(arrays[f]) for f in colgen_features.PARAM_FIELDS)),
+               feature_range=feature_range, config=config, bit_weights=bit_weights.astype(np.float32))
+
+
+def from_colgen(params: Any, bit_weights: Any, *, train_features: Any, method: str = "colgen",
+                config: Any = None) -> Model:
+  r"""A :class:`Model` of a column-generation hash (:mod:`hashjax.colgen`: CGHash or StructHash).
+
+  .. math:: h_r(x) = [\, v_r^\top (\phi(x) - \bar\phi) + b_r > 0 \,], \qquad
+     d_w(x, y) = \sum_r w_r [h_r(x) \ne h_r(y)]
+
+  Args:
+    params: the :class:`hashjax.colgen.features.HashParams` of the trained hash (``result.params`` of
+      :func:`hashjax.colgen.cghash.fit` or :func:`hashjax.colgen.structhash.fit`).
+    bit_weights: ``float[num_bits]`` non-negative learned weights (``result.bit_weights``).
+    train_features: ``[N, dim]`` the features it was trained on (for the width and value range).
+    method: recorded in ``settings["method"]`` (e.g. ``"cghash"``, ``"structhash"``).
+    config: the run's config (a ``ml_collections.ConfigDict`` or a JSON-serialisable dict), or None.
+
+  Returns:
+    A :class:`Model` of kind ``"colgen"`` with ``bit_weights`` (float32).
+
+  >>> import numpy as np
+  >>> from hashjax.colgen import features
+  >>> x = np.random.default_rng(0).random((20, 5))
+  >>> p = features.fit_feature_map(x)._replace(projection=np.ones((5, 3)), bias=np.array([-2.0, -2.5, -3.0]))
+  >>> model = from_colgen(p, np.array([1.0, 0.5, 0.0]), train_features=x, method="cghash")
+  >>> model.kind, model.num_bits, model.bit_weights.tolist(), model.encode(x[:2]).shape
+  ('colgen', 3, [1.0, 0.5, 0.0], (2, 1))
+  """
+  dim, feature_range = _train_stats(train_features)
+  if not isinstance(method, str):
+    raise ValueError(f"method: expected a string, got {type(method).__name__}")
+  return _colgen_model(params, bit_weights, settings={"method": method}, dim=dim, feature_range=feature_range,
+                       config=None if config is None else _json_plain("config", config))
+
+
 # ----------------------------------------------------------------------------
 # Saving.
 
@@ -441,7 +541,8 @@ def save_model(model: Model, path: Any) -> str:
                        f"with a model (choose a new directory, e.g. {os.path.join(path, 'model')!r})")
   arrays = model._arrays()  # pylint: disable=protected-access
   meta = {
-      "format": FORMAT, "version": VERSION, "kind": model.kind, "num_bits": model.num_bits, "dim": model.dim,
+      "format": FORMAT, "version": _KIND_VERSION.get(model.kind, 1), "kind": model.kind, "num_bits": model.num_bits,
+      "dim": model.dim,
       "settings": model.settings, "feature_range": list(model.feature_range), "config": model.config,
       "arrays": [{"name": k, "dtype": v.dtype.name, "shape": list(v.shape)} for k, v in arrays.items()],
   }
@@ -520,6 +621,9 @@ def _read_meta(file: str) -> Dict[str, Any]:
     raise ValueError(f"{file}: missing field(s) {missing}")
   if meta["kind"] not in KINDS:
     raise ValueError(f"{file}: kind: expected one of {list(KINDS)}, got {meta['kind']!r}")
+  if version < _KIND_VERSION.get(meta["kind"], 1):
+    raise ValueError(f"{file}: kind {meta['kind']!r} needs format version {_KIND_VERSION[meta['kind']]} or newer, "
+                     f"got {version}")
   for name in ("num_bits", "dim"):
     if not _checks.is_int(meta[name]) or meta[name] < 1:
       raise ValueError(f"{file}: {name}: expected a positive int, got {meta[name]!r}")
@@ -610,6 +714,9 @@ def load_model(path: Any) -> Model:
       model = Model(kind=kind, num_bits=mapping.num_bits, dim=meta["dim"], settings=_mapping_settings(mapping),
                     params=jax.tree.map(_checks.as_jax, params), feature_range=(lo, hi), config=meta["config"],
                     mapping=mapping)
+    elif kind == "colgen":
+      model = _colgen_model(_colgen_params(arrays), arrays.get("bit_weights"), settings=settings, dim=meta["dim"],
+                            feature_range=(lo, hi), config=meta["config"])
     else:
       cls = _BASELINE_PARAMS[kind]
       missing = [f for f in cls._fields if f"params/{f}" not in arrays]

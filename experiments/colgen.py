@@ -1,0 +1,215 @@
+r"""Column generation hashing (Lin et al.): CGHash and StructHash beside ITQ and TALR on one retrieval protocol.
+
+  python -m experiments.colgen --config=configs/cghash.py
+  python -m experiments.colgen --config=configs/structhash.py --config.loss=sndcg --config.stagewise=True
+  python -m experiments.colgen --config=configs/cghash.py:runlocal       # scikit-learn digits, seconds
+  python -m experiments.colgen --config=configs/cghash.py --config.models=runs/talr16,runs/talr32,runs/talr64
+
+One column-generation run learns ``max(config.bits)`` bits on ``config.train_subset_per_class`` training items
+per class; its first 16 or 32 bits with the weights of that iteration are the shorter models (column generation
+adds one bit at a time, so a 16-bit run would learn exactly these). Every model is saved to
+``<workdir>/models/<method>-<bits>/`` (``hashjax.load_model`` reads it; ``model.bit_weights`` holds the learned
+weights) and scored on the queries against the database: tie-aware AP by plain Hamming distance and by the
+weighted Hamming distance of the learned bit weights (tie-aware over groups of equal distances), tie-aware
+NDCG@100 and precision@100 (both rankings), the training time split into the bit sub-problem and the weight solve
+(master problem or cutting planes), the bits with a positive weight, and the cutting-plane rounds per bit. ITQ
+(``config.baselines``) and saved models (``config.models``, e.g. TALR runs of ``experiments.train``) are scored
+on the same split. The table goes to stdout and, with every per-bit record, to ``<workdir>/results.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from experiments import cli, common
+from experiments.methods import checks
+from hashjax import baselines, codes, histograms, io, load_model, metrics, models
+from hashjax.colgen import cghash, features, inference, loop, result, structhash
+from hashjax.evaluate import evaluate_codes, evaluate_distances
+
+#: ``config.method``.
+METHODS = ("cghash", "structhash")
+
+#: Columns of the printed table.
+COLUMNS = (("ap", "AP_T"), ("ap_weighted", "AP_T w"), ("ndcg", "NDCG@k"), ("ndcg_weighted", "NDCG@k w"),
+           ("precision", "P@k"), ("precision_weighted", "P@k w"), ("train_seconds", "train s"),
+           ("subproblem_seconds", "sub s"), ("master_seconds", "master s"), ("bits_kept", "kept"),
+           ("cutting_planes_per_bit", "CP/bit"))
+
+
+def _hamming_scores(query_words, db_words, num_bits: int, query_labels, db_labels, k: int) -> Dict[str, float]:
+  """Tie-aware AP, NDCG@k and precision@k of a plain Hamming ranking (ties: Hamming bins)."""
+  table = evaluate_codes(query_words, db_words, num_bits=num_bits, query_labels=query_labels, db_labels=db_labels,
+                         k=k)
+  hist = histograms.hamming_histogram(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
+                                      db_labels=db_labels)
+  ndcg = np.asarray(metrics.tie_aware_ndcg_from_histogram(np.asarray(hist), k=k))
+  return {"ap": table["tie_aware_ap"], "ndcg": float(np.nanmean(ndcg)), "precision": table["tie_aware_precision_at_k"]}
+
+
+def _weighted_scores(query_words, db_words, weights, num_bits: int, query_labels, db_labels,
+                     k: int) -> Dict[str, float]:
+  """The same scores of the weighted Hamming ranking (ties: groups of equal weighted distance)."""
+  q, db = (np.asarray(codes.unpack_bits(w, num_bits)) for w in (query_words, db_words))
+  distances = np.asarray(codes.weighted_hamming_distance(q, db, np.asarray(weights, np.float32)))
+  table = evaluate_distances(distances, query_labels=query_labels, db_labels=db_labels, k=k)
+  relevance = (np.asarray(query_labels)[:, None] == np.asarray(db_labels)[None, :]).astype(np.int32)
+  ndcg = np.asarray(metrics.tie_aware_ndcg(distances, relevance, k=k))
+  return {"ap_weighted": table["tie_aware_ap"], "ndcg_weighted": float(np.nanmean(ndcg)),
+          "precision_weighted": table["tie_aware_precision_at_k"]}
+
+
+def _fit(config: ml_collections.ConfigDict, x: np.ndarray, y: np.ndarray) -> result.ColgenResult:
+  options = loop.SubproblemOptions(num_starts=config.num_starts, max_iterations=config.max_iterations,
+                                   sharpness=config.sharpness, min_fraction=config.min_fraction,
+                                   duplicate_tolerance=config.duplicate_tolerance,
+                                   max_dim=config.max_dim or None)
+  shared = dict(num_bits=max(config.bits), C=config.C, loss=config.loss, num_relevant=config.num_relevant,
+                num_irrelevant=config.num_irrelevant, feature_kind=config.features, num_anchors=config.num_anchors,
+                tolerance=config.tolerance, subproblem=options, seed=config.seed)
+  if config.method == "cghash":
+    return cghash.fit(x, y, regularizer=config.regularizer, **shared)
+  return structhash.fit(x, y, k=config.ndcg_k, stagewise=config.stagewise, cp_tolerance=config.cp_tolerance,
+                        max_cp_iterations=config.max_cp_iterations, **shared)
+
+
+def _train_subset(task: common.Task, per_class: int, seed: int) -> np.ndarray:
+  """``per_class`` training items of every class (all of a smaller class), drawn with ``seed``."""
+  rng = np.random.default_rng([seed, 19])
+  labels = task.labels[task.train]
+  parts = [rng.permutation(task.train[labels == c])[:per_class] for c in np.unique(labels)]
+  return np.sort(np.concatenate(parts))
+
+
+def learned_rows(config: ml_collections.ConfigDict, task: common.Task, workdir: str) -> List[Dict]:
+  """Trains the configured method once, then scores and saves its model at every length of ``config.bits``."""
+  train = _train_subset(task, config.train_subset_per_class, config.seed)
+  x, y = task.features, task.labels
+  start = time.perf_counter()
+  full = _fit(config, x[train], y[train])
+  total = time.perf_counter() - start
+  setup = total - sum(h["subproblem_seconds"] + h["master_seconds"] for h in full.history)
+  load = os.getloadavg()
+  name = config.method if config.method == "cghash" else f"structhash-{config.loss}" + (
+      "-stage" if config.stagewise else "")
+  ql, dl = y[task.query], y[task.database]
+  rows = []
+  for bits in config.bits:
+    if bits > full.num_bits:
+      logging.warning("%s stopped at %d bits (%s): no %d-bit model", name, full.num_bits, full.stop_reason, bits)
+      continue
+    part = result.prefix(full, bits)
+    model = models.from_colgen(part.params, part.bit_weights, train_features=x[train], method=config.method,
+                               config=config)
+    model.save(os.path.join(workdir, "models", f"{config.method}-{bits}"))
+    qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
+    history = part.history
+    sub = sum(h["subproblem_seconds"] for h in history)
+    master = sum(h["master_seconds"] for h in history)
+    row = {"method": name, "bits": bits, **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k),
+           **_weighted_scores(qw, dw, model.bit_weights, bits, ql, dl, config.precision_k),
+           "train_seconds": setup + sub + master, "subproblem_seconds": sub, "master_seconds": master,
+           "bits_kept": int(np.sum(part.bit_weights > 0)), "load_average": list(load),
+           "stop_reason": part.stop_reason, "info": part.info,
+           "cutting_planes_per_bit": (float(np.mean([h["cutting_planes"] for h in history]))
+                                      if config.method == "structhash" else None),
+           "history": [{k: v for k, v in h.items()} for h in history]}
+    rows.append(row)
+    logging.info("%s %d bits: AP_T %.4f (weighted %.4f), NDCG@%d %.4f, %.1f s", name, bits, row["ap"],
+                 row["ap_weighted"], config.precision_k, row["ndcg"], row["train_seconds"])
+  return rows
+
+
+def reference_rows(config: ml_collections.ConfigDict, task: common.Task) -> List[Dict]:
+  """Plain-Hamming rows of ``config.baselines`` (fitted on the full training set) and of ``config.models``."""
+  x, y = task.features, task.labels
+  ql, dl = y[task.query], y[task.database]
+  rows = []
+  for bits in config.bits:
+    for method in config.baselines:
+      model = common.baseline_model(method, x[task.train], num_bits=bits, seed=config.seed)
+      qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
+      rows.append({"method": method, "bits": bits, **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k)})
+  for path in config.models:
+    model = load_model(path)
+    qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
+    rows.append({"method": f"{model.kind} ({os.path.basename(os.path.normpath(path))})", "bits": model.num_bits,
+                 **_hamming_scores(qw, dw, model.num_bits, ql, dl, config.precision_k)})
+  return rows
+
+
+def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Every choice and number of ``config`` checked before any data is loaded; a one-line ConfigError if not."""
+  def choice(field, options):
+    if config[field] not in options:
+      raise checks.ConfigError(f"config.{field}: expected one of {list(options)}, got {config[field]!r}")
+
+  def number(field, low, *, integer=False, open_low=False):
+    value = config[field]
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or value < low or (open_low and value == low):
+      raise checks.ConfigError(f"config.{field}: expected {'an int' if integer else 'a number'} "
+                               f"{'>' if open_low else '>='} {low}, got {value!r}")
+
+  choice("method", METHODS)
+  choice("loss", cghash.LOSSES if config.method == "cghash" else inference.RANKING_LOSSES)
+  choice("regularizer", cghash.REGULARIZERS)
+  choice("features", features.FEATURE_KINDS)
+  choice("eval_split", common.EVAL_SPLITS)
+  for value in config.baselines:
+    if value not in baselines.BASELINES:
+      raise checks.ConfigError(f"config.baselines: expected names from {sorted(baselines.BASELINES)}, got {value!r}")
+  for value in config.bits:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise checks.ConfigError(f"config.bits: expected code lengths >= 1, got {value!r}")
+  if not config.bits:
+    raise checks.ConfigError("config.bits: expected at least one code length, got none")
+  number("C", 0, open_low=True)
+  for field in ("num_relevant", "num_irrelevant", "num_anchors", "train_subset_per_class", "num_starts",
+                "precision_k", "ndcg_k", "max_cp_iterations"):
+    number(field, 1, integer=True)
+  number("max_iterations", 0, integer=True)
+  number("max_dim", 0, integer=True)
+  for field in ("tolerance", "cp_tolerance", "min_fraction", "duplicate_tolerance"):
+    number(field, 0)
+  number("sharpness", 0, open_low=True)
+  if not isinstance(config.stagewise, bool):
+    raise checks.ConfigError(f"config.stagewise: expected True or False, got {config.stagewise!r}")
+  for path in config.models:
+    if not os.path.isdir(path):
+      raise checks.ConfigError(f"config.models: expected saved models (directories), got {path!r}, which is not one")
+  return config
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
+  """The learned rows (every length of ``config.bits``) and the reference rows; returns and writes
+  ``<workdir>/results.json``."""
+  check_config(config)
+  task = common.make_task(config)
+  rows = learned_rows(config, task, workdir) + reference_rows(config, task)
+  results = {"config": config.to_dict(), "dataset": config.dataset, "eval_split": config.eval_split,
+             "columns": [list(c) for c in COLUMNS], "rows": rows}
+  io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  return results
+
+
+def format_table(rows: List[Dict]) -> str:
+  """One line per (method, length); ``-`` where a column does not apply."""
+  return common.format_table(rows, COLUMNS)
+
+
+def main(config):
+  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
+  results = train_and_evaluate(config, workdir)
+  print(format_table(results["rows"]))
+  print(f"k = {config.precision_k}; results: {os.path.join(workdir, 'results.json')}")
+
+
+if __name__ == "__main__":
+  cli.run(main, check=check_config)
