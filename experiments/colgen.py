@@ -13,8 +13,9 @@ weights) and scored on the queries against the database: tie-aware AP by plain H
 weighted Hamming distance of the learned bit weights (tie-aware over groups of equal distances), tie-aware
 NDCG@100 and precision@100 (both rankings), the training time split into the bit sub-problem and the weight solve
 (master problem or cutting planes), the bits with a positive weight, and the cutting-plane rounds per bit. ITQ
-(``config.baselines``) and saved models (``config.models``, e.g. TALR runs of ``experiments.train``) are scored
-on the same split. The table goes to stdout and, with every per-bit record, to ``<workdir>/results.json``.
+(``config.baselines``), a linear TALR-AP mapping trained for ``config.talr_steps`` steps at every length
+(``experiments.train``'s trainer on the same protocol, saved in ``<workdir>/talr-<bits>/``) and saved models
+(``config.models``, e.g. longer TALR runs) are scored on the same split. The table goes to stdout and, with every per-bit record, to ``<workdir>/results.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from experiments import cli, common
+from configs import talr_ap
+from experiments import cli, common, methods
 from experiments.methods import checks
 from hashjax import baselines, codes, histograms, io, load_model, metrics, models
 from hashjax.colgen import cghash, features, inference, loop, result, structhash
@@ -144,6 +146,36 @@ def reference_rows(config: ml_collections.ConfigDict, task: common.Task) -> List
   return rows
 
 
+def talr_config(config: ml_collections.ConfigDict, bits: int) -> ml_collections.ConfigDict:
+  """``configs/talr_ap.py`` (a linear TALR-AP mapping) on this run's protocol, ``config.talr_steps`` steps."""
+  talr = talr_ap.get_config()
+  for field in ("dataset", "seed", "queries_per_class", "train_per_class", "eval_split", "val_per_class",
+                "val_heldout_per_class"):
+    talr[field] = config[field]
+  talr.bits = bits
+  talr.num_steps = config.talr_steps
+  talr.warmup_steps = min(talr.warmup_steps, config.talr_steps // 2)
+  talr.eval_every = 0
+  talr.checkpoint_every = 0
+  talr.baselines = ()
+  return talr
+
+
+def talr_rows(config: ml_collections.ConfigDict, task: common.Task, workdir: str) -> List[Dict]:
+  """TALR-AP rows: a linear mapping trained for ``config.talr_steps`` steps at every length of ``config.bits``
+  (``experiments.train``'s trainer on the same protocol, in ``<workdir>/talr-<bits>``), scored like the others."""
+  x, y = task.features, task.labels
+  rows = []
+  for bits in config.bits if config.talr_steps else ():
+    run = os.path.join(workdir, f"talr-{bits}")
+    seconds = methods.train_and_evaluate(talr_config(config, bits), run)["summary"]["train_time"]
+    model = load_model(run)
+    qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
+    rows.append({"method": f"talr ({config.talr_steps} steps)", "bits": bits, "train_seconds": seconds,
+                 **_hamming_scores(qw, dw, bits, y[task.query], y[task.database], config.precision_k)})
+  return rows
+
+
 def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Every choice and number of ``config`` checked before any data is loaded; a one-line ConfigError if not."""
   def choice(field, options):
@@ -176,6 +208,7 @@ def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
     number(field, 1, integer=True)
   number("max_iterations", 0, integer=True)
   number("max_dim", 0, integer=True)
+  number("talr_steps", 0, integer=True)
   for field in ("tolerance", "cp_tolerance", "min_fraction", "duplicate_tolerance"):
     number(field, 0)
   number("sharpness", 0, open_low=True)
@@ -192,7 +225,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   ``<workdir>/results.json``."""
   check_config(config)
   task = common.make_task(config)
-  rows = learned_rows(config, task, workdir) + reference_rows(config, task)
+  rows = learned_rows(config, task, workdir) + reference_rows(config, task) + talr_rows(config, task, workdir)
   results = {"config": config.to_dict(), "dataset": config.dataset, "eval_split": config.eval_split,
              "columns": [list(c) for c in COLUMNS], "rows": rows}
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
