@@ -159,7 +159,7 @@ def test_quickstart_results_and_figures(run_notebook):
   nb, _ = run_notebook(QUICKSTART)
   results = _results(nb)
   lengths = results["bits"]
-  assert lengths == [8, 16, 32], lengths
+  assert lengths == [16, 32], lengths
   rows = results["rows"]
   assert sorted((r["method"], r["bits"]) for r in rows) == sorted(
       (m, b) for m in ("talr", "itq", "lsh") for b in lengths)
