@@ -8,7 +8,7 @@ function stays jit-able.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import jax
 import numpy as np
@@ -289,3 +289,94 @@ def check_integer_dtype(name: str, x: Any, *, what: str = "values") -> None:
   """``x`` must be an integer (or bool) array; its values are not looked at."""
   if not hasattr(x, "dtype") or not (np.issubdtype(np.dtype(x.dtype), np.integer) or np.dtype(x.dtype) == np.bool_):
     raise ValueError(f"{name}: expected an integer array of {what}, got {desc(x)}")
+
+
+# ----------------------------------------------------------------------------
+# Rules that several public entry points share: each is written once, here.
+
+#: A numpy seed: a non-negative int or a ``np.random.Generator`` (used as it is).
+Seed = Union[int, np.random.Generator]
+
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def check_rng(seed: Any, *, name: str = "seed") -> np.random.Generator:
+  """``seed`` (a non-negative int, or a numpy ``Generator`` returned as it is) as a numpy ``Generator``."""
+  if isinstance(seed, np.random.Generator):
+    return seed
+  if not is_int(seed) or seed < 0:
+    raise ValueError(f"{name}: expected a non-negative int or a numpy Generator, got {seed!r}")
+  return np.random.default_rng(int(seed))
+
+
+def check_k(k: Any, num_db: int, *, db_name: str = "db_words") -> int:
+  """A neighbour count ``1 <= k <= num_db``: a query cannot have more neighbours than the database holds
+  (there is no padding policy)."""
+  k = check_positive_int("k", k)
+  if k > num_db:
+    raise ValueError(f"k: expected k <= the {num_db} items of {db_name} (a query cannot have more neighbours "
+                     f"than the database holds), got {k}")
+  return k
+
+
+def check_radius(r: Any, num_queries: int, *, name: str = "r") -> np.ndarray:
+  """A Hamming radius as ``int64[Q]``: a non-negative int, or a concrete integer array ``[Q]`` of them.
+
+  Radius queries return variable-length results, so they cannot run under jit: traced radii are refused.
+  """
+  if is_int(r):
+    return np.full((num_queries,), check_int(name, r, low=0), np.int64)
+  if (not hasattr(r, "dtype") or not hasattr(r, "shape") or not is_concrete(r)
+      or not np.issubdtype(np.dtype(r.dtype), np.integer) or tuple(r.shape) != (num_queries,)):
+    raise ValueError(f"{name}: expected a non-negative int or a concrete integer array of shape ({num_queries},) "
+                     f"(one radius per query), got {desc(r) if hasattr(r, 'dtype') else repr(r)}")
+  arr = np.asarray(r).astype(np.int64)
+  if arr.size and arr.min() < 0:
+    raise ValueError(f"{name}: expected radii >= 0, got a smallest radius of {arr.min()}")
+  return arr
+
+
+def check_float_radius(r: Any, num_queries: int, *, name: str = "r") -> np.ndarray:
+  """A weighted-distance radius as ``float64[Q]``: a finite number ``>= 0``, or a concrete real array ``[Q]``."""
+  if not hasattr(r, "shape") or getattr(r, "ndim", 0) == 0:
+    return np.full((num_queries,), check_number(name, r if not hasattr(r, "item") else r.item(), low=0))
+  if (not is_concrete(r) or np.dtype(r.dtype).kind not in "fiu" or tuple(r.shape) != (num_queries,)):
+    raise ValueError(f"{name}: expected a number or a concrete real array of shape ({num_queries},) "
+                     f"(one radius per query), got {desc(r)}")
+  arr = np.asarray(r, np.float64)
+  if not (np.isfinite(arr).all() and (arr >= 0).all()):
+    raise ValueError(f"{name}: expected finite radii >= 0, got values in [{arr.min()}, {arr.max()}]")
+  return arr
+
+
+def check_result_count(total: Any, *, name: str = "r") -> None:
+  """A ragged result (``RaggedNeighbors``) indexes its items with int32 offsets: at most 2^31 - 1 of them."""
+  if int(total) > INT32_MAX:
+    raise ValueError(f"{name}: {int(total)} results exceed the int32 offsets of RaggedNeighbors "
+                     f"(at most {INT32_MAX}); ask for a smaller radius or fewer queries at a time")
+
+
+def check_mask(name: str, where: Any, shape: tuple, *, like: str) -> None:
+  """An optional bool mask (``None`` = every entry) of the given shape."""
+  if where is None:
+    return
+  if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
+    raise ValueError(f"{name}: expected a bool mask shaped like {like} {tuple(shape)}, got {desc(where)}")
+  check_shape(name, where, shape, like=like)
+
+
+def check_label_pair(query_labels: Any, db_labels: Any, num_queries: int, num_db: int, *,
+                     query_like: str = "[len(query_words)]", db_like: str = "[len(db_words)]") -> bool:
+  """Class labels come as a pair: both ``query_labels[Q]`` and ``db_labels[N]`` (int32 range) or neither.
+
+  Returns True when both are given.
+  """
+  if query_labels is None and db_labels is None:
+    return False
+  for name, labels, size, like in (("query_labels", query_labels, num_queries, query_like),
+                                   ("db_labels", db_labels, num_db, db_like)):
+    if labels is None:
+      raise ValueError(f"{name}: expected int labels of shape ({size},) with the other labels, got None")
+    check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels")
+    check_shape(name, labels, (size,), like=like)
+  return True
