@@ -14,8 +14,7 @@ Test kNN error (relative threshold k = 3, 1,000 queries against 9,000 items), se
   runlocal (digits)                        12.0%          14 s wall (method=ranknet: 5.0%)
   (same split: ITQ 11.3%, LSH 30.2%, exact L2 3-NN 5.7%)
 
-Measured at or before commit d89fb1c (float32 training has changed its rounding since, so
-the last digit may differ): bits=8 / 16 / 64: 24.0 / 12.4 / 7.8%;
+Other variants, seed 0 (the last digit varies with float32 rounding): bits=8 / 16 / 64: 24.0 / 12.4 / 7.8%;
 method=ranknet,bits=8 / 16 / 64: 23.6 / 12.7 / 7.2%; model=mlp / model=mlp,method=ranknet:
 5.3 / 4.0%; fixed_step / fixed_step,method=ranknet: 8.8 / 9.8%. Means over seeds 0 / 1 / 2:
 docs/results/nair.md.

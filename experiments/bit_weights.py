@@ -22,9 +22,9 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from experiments import cli, common
+from experiments import cli, fitting, reporting, tasks
 from experiments.methods import checks
-from hashjax import baselines, codes, io, load_model, mappings, weighting
+from hashjax import baselines, codes, data, io, load_model, mappings, weighting
 from hashjax.evaluate import evaluate_distances
 
 #: Columns of the printed table.
@@ -45,30 +45,34 @@ def _projections(model, features):
   return np.asarray(baselines.project(model.kind, model.params, features))
 
 
-def code_rows(name: str, model, protocol: common.Protocol, config: ml_collections.ConfigDict) -> List[Dict]:
+def code_rows(name: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict) -> List[Dict]:
   """The rows of one fixed code: plain Hamming, each solver's weights, and EGD weights breaking ties only."""
   x, labels, split = protocol.features, protocol.labels, protocol.split
   b = model.num_bits
   train_words, query_words, db_words = (model.encode(x[i]) for i in (split.train, split.query, split.database))
-  train_bits, query_bits, db_bits = (np.asarray(codes.unpack_bits(w, b)) for w in (train_words, query_words, db_words))
-  relevance = (labels[split.query][:, None] == labels[split.database][None, :]).astype(np.int32)
+  train_bits = np.asarray(codes.unpack_bits(train_words, b))
+  relevance = np.asarray(data.label_affinity(labels[split.query], labels[split.database]))
   hamming = np.asarray(codes.hamming_distance(query_words, db_words))
   rows = [{"code": name, "bits": b, "weights": "none (Hamming)", **_scores(hamming, relevance, config.precision_k),
            "fit_seconds": 0.0}]
   fitted = {}
   for solver in config.solvers:
-    options = {"projections": _projections(model, x[split.train])} if solver == "whrank" else {}
-    weighting.fit(train_bits, labels[split.train], solver=solver, seed=config.seed, **options)  # compiles
+    if solver == "whrank":
+      projections = _projections(model, x[split.train])
+      fit = lambda: weighting.whrank(projections, labels[split.train], seed=config.seed)
+    else:
+      fit = lambda: weighting.fit(train_bits, labels[split.train], solver=solver, seed=config.seed)
+    fit()  # compiles
     start = time.perf_counter()
-    w = np.asarray(weighting.fit(train_bits, labels[split.train], solver=solver, seed=config.seed, **options))
+    w = np.asarray(fit())
     seconds = time.perf_counter() - start
     fitted[solver] = w
-    distances = np.asarray(codes.weighted_hamming_distance(query_bits, db_bits, w))
+    distances = np.asarray(codes.weighted_hamming_distance(query_words, db_words, w))
     rows.append({"code": name, "bits": b, "weights": solver, **_scores(distances, relevance, config.precision_k),
                  "fit_seconds": seconds, "weight_values": w.tolist()})
   if config.tie_break and "egd" in fitted:
     w = fitted["egd"]
-    weighted = np.asarray(codes.weighted_hamming_distance(query_bits, db_bits, w), np.float64)
+    weighted = np.asarray(codes.weighted_hamming_distance(query_words, db_words, w), np.float64)
     # Hamming distance first, the weighted distance inside a tie: one more unit of Hamming distance outweighs
     # any weighted distance, so the order is lexicographic and its ties are those of both distances.
     composite = hamming * (2.0 * float(np.sum(w)) + 1.0) + weighted
@@ -80,33 +84,14 @@ def code_rows(name: str, model, protocol: common.Protocol, config: ml_collection
   return rows
 
 
-def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Every choice and number of ``config`` checked before any data is loaded; a one-line ConfigError if not."""
-  for field, options in (("base_codes", sorted(baselines.BASELINES)), ("solvers", list(weighting.SOLVERS))):
-    for value in config[field]:
-      if value not in options:
-        raise checks.ConfigError(f"config.{field}: expected names from {options}, got {value!r}")
-  for value in config.bits:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise checks.ConfigError(f"config.bits: expected code lengths >= 1, got {value!r}")
-  if not isinstance(config.precision_k, int) or config.precision_k < 1:
-    raise checks.ConfigError(f"config.precision_k: expected an int >= 1, got {config.precision_k!r}")
-  for path in config.models:
-    if not os.path.isdir(path):
-      raise checks.ConfigError(f"config.models: expected saved models (directories), got {path!r}, which is not one")
-  if not (config.bits and config.base_codes) and not config.models:
-    raise checks.ConfigError("config.bits / base_codes / models: expected at least one code to weight, got none")
-  return config
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Every (code, length, weights) row of ``config``; returns and writes ``<workdir>/results.json``."""
-  check_config(config)
-  protocol = common.load_protocol(config)
+  checks.check_run(config)
+  protocol = tasks.load_protocol(config)
   rows = []
   for num_bits in config.bits:
     for method in config.base_codes:
-      model = common.baseline_model(method, protocol.features[protocol.split.train], num_bits=num_bits,
+      model = fitting.baseline_model(method, protocol.features[protocol.split.train], num_bits=num_bits,
                                     seed=config.seed)
       rows += code_rows(method, model, protocol, config)
   for path in config.models:
@@ -128,11 +113,11 @@ def format_table(rows: List[Dict]) -> str:
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
+  workdir = cli.WORKDIR.value or reporting.default_workdir(config.name)
   results = train_and_evaluate(config, workdir)
   print(format_table(results["rows"]))
   print(f"results: {os.path.join(workdir, 'results.json')}")
 
 
 if __name__ == "__main__":
-  cli.run(main, check=check_config)
+  cli.run(main)

@@ -9,7 +9,7 @@ shortlist sizes, not its speed (a fast first stage for codes of at most 32
 bits is :func:`hashjax.index.lookup`). ``python -m experiments.benchmarks.index``
 runs it on MNIST-10k.
 
-Built on hashjax's public API only.
+Built on hashjax's public API and its shared argument checks (:mod:`hashjax._checks`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 import jax
 import numpy as np
 
-from hashjax import codes, histograms, metrics
+from hashjax import _checks, codes, metrics
 
 Array = jax.Array
 
@@ -35,36 +35,15 @@ class CascadeResult(NamedTuple):
   shortlist_sizes: Array
 
 
-def _check_int(name: str, value, low: int) -> int:
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
-    raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
-  return int(value)
-
-
-def _check_codes(name: str, words, bits_name: str, num_bits: int) -> np.ndarray:
-  """Concrete ``uint32[n, ceil(num_bits / 32)]`` codes, ``n >= 1``, with no bit set at or above ``num_bits``."""
-  if isinstance(words, jax.core.Tracer):
-    raise ValueError(f"{name}: cascade_knn_classify needs concrete arrays, got a tracer")
-  if not hasattr(words, "dtype") or words.dtype != np.uint32 or words.ndim != 2 or words.shape[0] == 0:
-    got = f"dtype {words.dtype} and shape {tuple(words.shape)}" if hasattr(words, "dtype") else type(words).__name__
-    raise ValueError(f"{name}: expected packed codes uint32[n, num_words] with n >= 1, got {got}")
-  if words.shape[1] != -(-num_bits // 32):
-    raise ValueError(f"{bits_name}: {num_bits} bits pack into {-(-num_bits // 32)} uint32 word(s), but {name} "
-                     f"has {words.shape[1]}")
-  words = np.asarray(words)
-  if num_bits % 32 and (words[:, -1] >> np.uint32(num_bits % 32)).any():
-    raise ValueError(f"{name}: expected {num_bits}-bit codes ({bits_name}), but some have bits set at or "
-                     f"above bit {num_bits}")
-  return words
-
-
-def _shortlist(short_dist: np.ndarray, *, short_bits: int, radius: Optional[int], bins: Optional[int]):
-  """``bool[Q, N]``: within ``radius``, or in the ``bins`` nearest non-empty distance bins."""
-  if radius is not None:
-    return short_dist <= radius
-  hist = np.asarray(histograms.distance_histogram(short_dist, num_bits=short_bits))[..., 0]  # [Q, b + 1]
-  rank = np.cumsum(hist > 0, axis=-1)  # non-empty bins up to and including each distance
-  return np.take_along_axis(rank, short_dist, axis=-1) <= bins
+def _codes(name: str, words, bits_name: str, num_bits: int, rows: Optional[int] = None) -> np.ndarray:
+  """Concrete packed codes ``uint32[rows, ceil(num_bits / 32)]`` (``rows >= 1``), no bit set past ``num_bits``."""
+  _checks.check_words(name, words, min_ndim=2)
+  if words.ndim != 2 or not _checks.is_concrete(words) or not words.shape[0] or rows not in (None, words.shape[0]):
+    raise ValueError(f"{name}: expected concrete packed codes uint32[{rows or 'n >= 1'}, num_words], got "
+                     f"{_checks.desc(words)}")
+  _checks.check_num_bits(num_bits, words=words, name=bits_name, words_name=name)
+  _checks.check_padding_bits(f"{name} ({bits_name}={num_bits})", words, num_bits)
+  return np.asarray(words)
 
 
 def cascade_knn_classify(short_query_words: Array, short_db_words: Array, long_query_words: Array,
@@ -111,44 +90,26 @@ def cascade_knn_classify(short_query_words: Array, short_db_words: Array, long_q
   >>> out.predictions.tolist(), out.shortlist_sizes.tolist()  # item 2 is nearest but not shortlisted
   ([1], [2])
   """
-  short_bits = _check_int("short_bits", short_bits, 1)
-  long_bits = _check_int("long_bits", long_bits, 1)
-  sq = _check_codes("short_query_words", short_query_words, "short_bits", short_bits)
-  sx = _check_codes("short_db_words", short_db_words, "short_bits", short_bits)
-  lq = _check_codes("long_query_words", long_query_words, "long_bits", long_bits)
-  lx = _check_codes("long_db_words", long_db_words, "long_bits", long_bits)
-  num_q, num_db = sq.shape[0], sx.shape[0]
-  if lq.shape[0] != num_q:
-    raise ValueError(f"long_query_words: expected {num_q} rows like short_query_words, got {lq.shape[0]}")
-  if lx.shape[0] != num_db:
-    raise ValueError(f"long_db_words: expected {num_db} rows like short_db_words, got {lx.shape[0]}")
+  # metrics.knn_classify checks db_labels, num_classes, k and threshold.
+  sq = _codes("short_query_words", short_query_words, "short_bits", short_bits)
+  sx = _codes("short_db_words", short_db_words, "short_bits", short_bits)
+  lq = _codes("long_query_words", long_query_words, "long_bits", long_bits, rows=sq.shape[0])
+  lx = _codes("long_db_words", long_db_words, "long_bits", long_bits, rows=sx.shape[0])
   if (shortlist_radius is None) == (shortlist_bins is None):
     raise ValueError("shortlist_radius, shortlist_bins: expected exactly one of them, got "
                      f"{shortlist_radius!r} and {shortlist_bins!r}")
   if shortlist_radius is not None:
-    shortlist_radius = _check_int("shortlist_radius", shortlist_radius, 0)
+    _checks.check_int("shortlist_radius", shortlist_radius, low=0)
   else:
-    shortlist_bins = _check_int("shortlist_bins", shortlist_bins, 1)
-  query_block = _check_int("query_block", query_block, 1)
-  num_classes = _check_int("num_classes", num_classes, 1)
-  if threshold not in ("relative", "absolute"):
-    raise ValueError(f"threshold: expected 'relative' or 'absolute', got {threshold!r}")
-  k = _check_int("k", k, 1 if threshold == "relative" else 0)
-  if not hasattr(db_labels, "dtype") or not np.issubdtype(np.dtype(db_labels.dtype), np.integer) \
-      or tuple(db_labels.shape) != (num_db,):
-    raise ValueError(f"db_labels: expected int[{num_db}] (one label per database item), got "
-                     + (f"dtype {db_labels.dtype} and shape {tuple(db_labels.shape)}"
-                        if hasattr(db_labels, "dtype") else type(db_labels).__name__))
-  labels = np.asarray(db_labels)
-  if labels.min() < 0 or labels.max() >= num_classes:
-    raise ValueError(f"db_labels: expected class labels in [0, {num_classes - 1}], got values in "
-                     f"[{labels.min()}, {labels.max()}]")
+    _checks.check_positive_int("shortlist_bins", shortlist_bins)
+  query_block = _checks.check_positive_int("query_block", query_block)
   preds, sizes = [], []
-  for s in range(0, num_q, query_block):
+  for s in range(0, sq.shape[0], query_block):
     short_dist = np.asarray(codes.hamming_distance(sq[s:s + query_block], sx))
-    mask = _shortlist(short_dist, short_bits=short_bits, radius=shortlist_radius, bins=shortlist_bins)
+    mask = (short_dist <= shortlist_radius if shortlist_radius is not None
+            else np.asarray(metrics.nearest_bins_mask(short_dist, k=shortlist_bins)))
     long_dist = codes.hamming_distance(lq[s:s + query_block], lx)
-    preds.append(np.asarray(metrics.knn_classify(long_dist, labels, num_classes=num_classes, num_bits=long_bits,
+    preds.append(np.asarray(metrics.knn_classify(long_dist, db_labels, num_classes=num_classes, num_bits=long_bits,
                                                  k=k, threshold=threshold, where=mask)))
     sizes.append(mask.sum(axis=-1))
   return CascadeResult(jax.device_put(np.concatenate(preds).astype(np.int32)),

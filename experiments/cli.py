@@ -11,6 +11,7 @@ Every launcher (``experiments.train``, ``evaluate``, ``tune``, ``nair_study``) h
 * checks the whole config before any data is loaded (:func:`experiments.methods.checks.check_config`: every
   choice against the library's own names, every number against its range) and refuses a run that cannot
   fit in memory (:func:`experiments.methods.checks.check_memory`, from :func:`~experiments.methods.checks.estimate_memory`);
+* checks that ``--workdir`` is a directory it can write to, or can create (:func:`check_workdir`);
 * reports each of these problems as one line ``error: ...`` with exit status 2, no traceback; so is a
   ``ValueError`` raised later whose message names a config field (``config.<field>: ...``).
 
@@ -33,11 +34,10 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from absl import app, flags
 import ml_collections
 
-from experiments import common
+from experiments import process
 from experiments.methods import checks
 
 HELP_FLAGS = ("-h", "--help", "--helpfull", "--helpshort", "-?")
-_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 _CLONE = "experiments and configs run from the root of the hashjax clone"
 
 #: ``--workdir``, one flag shared by every launcher (absl refuses a flag defined twice in a process).
@@ -50,67 +50,7 @@ ConfigError = checks.ConfigError
 format_value = checks.format_value
 
 
-# --------------------------------------------------------------------------- values
-
-
-def _split_list(text: str) -> List[str]:
-  s = text.strip()
-  if len(s) >= 2 and s[0] + s[-1] in ("()", "[]"):
-    s = s[1:-1]
-  return [p.strip().strip("'\"") for p in s.split(",") if p.strip()]
-
-
-def parse_value(text: Optional[str], default, kind: type, *, name: str):
-  """``text`` typed like a field whose default is ``default`` and type ``kind``; ConfigError if it cannot be.
-
-  Tuples and lists take comma-separated elements typed like the default's
-  (``"16,32"`` -> ``(16, 32)``; brackets optional; ``""`` or ``()`` empty);
-  ``None`` sets None; bools take true/false, yes/no, 1/0; a bare
-  ``--config.<bool field>`` is True.
-
-  >>> parse_value("16,32", (16, 32, 64), tuple, name="--config.bits")
-  (16, 32)
-  >>> parse_value("lsh, itq", ("lsh",), tuple, name="--config.methods")
-  ('lsh', 'itq')
-  """
-  if text is None:
-    if kind is bool:
-      return True
-    raise ConfigError(f"{name}: expected {name}=<value>, got no value")
-  s = text.strip()
-  if s == "None":
-    return None
-  if kind is bool:
-    if s.lower() in _TRUE + _FALSE:
-      return s.lower() in _TRUE
-    raise ConfigError(f"{name}={text}: expected true or false, got {text!r}")
-  if kind in (tuple, list):
-    parts = _split_list(s)
-    if not default:
-      return kind(checks.infer_value(p) for p in parts)
-    elem = type(default[0])
-    try:
-      return kind(parse_value(p, default[0], elem, name=name) for p in parts)
-    except ConfigError:
-      raise ConfigError(f"{name}={text}: expected comma-separated values of type {elem.__name__} (like the "
-                        f"default {format_value(default)}), got {text!r}") from None
-  if kind is int or kind is float:
-    try:
-      return kind(s)
-    except ValueError:
-      what = "an int" if kind is int else "a number"
-      raise ConfigError(f"{name}={text}: expected {what} (like the default {format_value(default)}), "
-                        f"got {text!r}") from None
-  if kind is str:
-    return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"" else s
-  if kind is type(None):
-    return checks.infer_value(s)
-  if isinstance(default, ml_collections.ConfigDict):
-    raise ConfigError(f"{name}: a group of fields; set them one by one as {name}.<field>=<value>")
-  try:
-    return kind(s)
-  except (TypeError, ValueError) as e:
-    raise ConfigError(f"{name}={text}: expected a {kind.__name__}, got {text!r} ({e})") from None
+# --------------------------------------------------------------------------- fields
 
 
 def config_fields(config: ml_collections.ConfigDict, prefix: str = "") -> List[Tuple[str, object]]:
@@ -200,7 +140,7 @@ def _load(spec: str):
 
 def set_field(config: ml_collections.ConfigDict, name: str, text: Optional[str], *, where: str = "the config",
               help_hint: str = "") -> None:
-  """Sets dotted field ``name`` of ``config`` from command-line ``text`` (:func:`parse_value`)."""
+  """Sets dotted field ``name`` of ``config`` from command-line ``text`` (:func:`checks.parse_value`)."""
   flag = f"--config.{name}"
   node, parts = config, name.split(".")
   for i, part in enumerate(parts):
@@ -212,7 +152,7 @@ def set_field(config: ml_collections.ConfigDict, name: str, text: Optional[str],
     if i < len(parts) - 1:
       node = node[part]
   key = parts[-1]
-  value = parse_value(text, node[key], node.get_type(key), name=flag)
+  value = checks.parse_value(text, node[key], node.get_type(key), name=flag)
   try:
     node[key] = value
   except (TypeError, ValueError) as e:
@@ -423,6 +363,28 @@ def split_args(args: Sequence[str]) -> Args:
   return Args(spec, overrides, wants_help, rest)
 
 
+def check_workdir(path: str, *, flag: str = "--workdir") -> str:
+  """``path`` if a run can write there: an existing writable directory, or one that can be created (its nearest
+  existing ancestor is a writable directory); else ConfigError, one line naming ``flag``.
+
+  >>> check_workdir(__file__)
+  Traceback (most recent call last):
+  ...
+  experiments.methods.checks.ConfigError: --workdir=...cli.py: expected a directory, got a file
+  """
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ConfigError(f"{flag}={path}: expected a directory, got a file")
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ConfigError(f"{flag}={path}: expected a directory that can be created, got a path below the file "
+                      f"{existing}")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise ConfigError(f"{flag}={path}: expected a writable directory, got {existing}, which is not writable")
+  return path
+
+
 def _exit(message) -> None:
   print(f"error: {message}", file=sys.stderr)
   sys.exit(2)
@@ -437,8 +399,8 @@ def run(main: Callable, *, config: bool = True, required: Sequence[str] = (),
   a config) runs after the flags are parsed and before ``main`` (default
   :func:`experiments.methods.checks.check_run`); ``configs_of``: whose configs the
   help lists (:func:`help_text`). Also silences jax's backend notice, keeps
-  library logs quiet (:func:`experiments.common.quiet_library_logs`) and
-  pads malloc's heaps (:func:`experiments.common.pad_malloc_heaps`).
+  library logs quiet (:func:`experiments.process.quiet_library_logs`) and
+  pads malloc's heaps (:func:`experiments.process.pad_malloc_heaps`).
   """
   silence_backend_notice()
   argv = list(sys.argv)
@@ -462,6 +424,8 @@ def run(main: Callable, *, config: bool = True, required: Sequence[str] = (),
     for name in required:
       if flags.FLAGS[name].value is None:
         raise ConfigError(f"--{name}: required ({prog} --help shows the usage)")
+    if WORKDIR.value is not None:
+      check_workdir(WORKDIR.value)
     cfg = None
     if config:
       if not args.spec:
@@ -471,13 +435,13 @@ def run(main: Callable, *, config: bool = True, required: Sequence[str] = (),
     _exit(e)
 
   def wrapper(_):
-    common.quiet_library_logs()
+    process.quiet_library_logs()
     try:
       if check is not None and config:
         check(cfg)
       elif check is not None:
         check()
-      common.pad_malloc_heaps()
+      process.pad_malloc_heaps()
       return main(cfg) if config else main()
     except ConfigError as e:
       _exit(e)

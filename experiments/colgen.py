@@ -29,14 +29,11 @@ import ml_collections
 import numpy as np
 
 from configs import talr_ap
-from experiments import cli, common, methods
+from experiments import cli, fitting, methods, reporting, tasks
 from experiments.methods import checks
-from hashjax import baselines, codes, histograms, io, load_model, metrics, models
-from hashjax.colgen import cghash, features, inference, loop, result, structhash
+from hashjax import codes, data, io, load_model, metrics, models
+from hashjax.colgen import cghash, loop, result, structhash
 from hashjax.evaluate import evaluate_codes, evaluate_distances
-
-#: ``config.method``.
-METHODS = ("cghash", "structhash")
 
 #: Columns of the printed table.
 COLUMNS = (("ap", "AP_T"), ("ap_weighted", "AP_T w"), ("ndcg", "NDCG@k"), ("ndcg_weighted", "NDCG@k w"),
@@ -48,20 +45,16 @@ COLUMNS = (("ap", "AP_T"), ("ap_weighted", "AP_T w"), ("ndcg", "NDCG@k"), ("ndcg
 def _hamming_scores(query_words, db_words, num_bits: int, query_labels, db_labels, k: int) -> Dict[str, float]:
   """Tie-aware AP, NDCG@k and precision@k of a plain Hamming ranking (ties: Hamming bins)."""
   table = evaluate_codes(query_words, db_words, num_bits=num_bits, query_labels=query_labels, db_labels=db_labels,
-                         k=k)
-  hist = histograms.hamming_histogram(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
-                                      db_labels=db_labels)
-  ndcg = np.asarray(metrics.tie_aware_ndcg_from_histogram(np.asarray(hist), k=k))
-  return {"ap": table["tie_aware_ap"], "ndcg": float(np.nanmean(ndcg)), "precision": table["tie_aware_precision_at_k"]}
+                         k=k, ndcg_k=k)
+  return {"ap": table["tie_aware_ap"], "ndcg": table["tie_aware_ndcg"], "precision": table["tie_aware_precision_at_k"]}
 
 
 def _weighted_scores(query_words, db_words, weights, num_bits: int, query_labels, db_labels,
                      k: int) -> Dict[str, float]:
   """The same scores of the weighted Hamming ranking (ties: groups of equal weighted distance)."""
-  q, db = (np.asarray(codes.unpack_bits(w, num_bits)) for w in (query_words, db_words))
-  distances = np.asarray(codes.weighted_hamming_distance(q, db, np.asarray(weights, np.float32)))
+  distances = np.asarray(codes.weighted_hamming_distance(query_words, db_words, np.asarray(weights, np.float32)))
   table = evaluate_distances(distances, query_labels=query_labels, db_labels=db_labels, k=k)
-  relevance = (np.asarray(query_labels)[:, None] == np.asarray(db_labels)[None, :]).astype(np.int32)
+  relevance = np.asarray(data.label_affinity(query_labels, db_labels))
   ndcg = np.asarray(metrics.tie_aware_ndcg(distances, relevance, k=k))
   return {"ap_weighted": table["tie_aware_ap"], "ndcg_weighted": float(np.nanmean(ndcg)),
           "precision_weighted": table["tie_aware_precision_at_k"]}
@@ -81,7 +74,7 @@ def _fit(config: ml_collections.ConfigDict, x: np.ndarray, y: np.ndarray) -> res
                         max_cp_iterations=config.max_cp_iterations, **shared)
 
 
-def _train_subset(task: common.Task, per_class: int, seed: int) -> np.ndarray:
+def _train_subset(task: tasks.Task, per_class: int, seed: int) -> np.ndarray:
   """``per_class`` training items of every class (all of a smaller class), drawn with ``seed``."""
   rng = np.random.default_rng([seed, 19])
   labels = task.labels[task.train]
@@ -89,7 +82,7 @@ def _train_subset(task: common.Task, per_class: int, seed: int) -> np.ndarray:
   return np.sort(np.concatenate(parts))
 
 
-def learned_rows(config: ml_collections.ConfigDict, task: common.Task, workdir: str) -> List[Dict]:
+def learned_rows(config: ml_collections.ConfigDict, task: tasks.Task, workdir: str) -> List[Dict]:
   """Trains the configured method once, then scores and saves its model at every length of ``config.bits``."""
   train = _train_subset(task, config.train_subset_per_class, config.seed)
   x, y = task.features, task.labels
@@ -128,14 +121,14 @@ def learned_rows(config: ml_collections.ConfigDict, task: common.Task, workdir: 
   return rows
 
 
-def reference_rows(config: ml_collections.ConfigDict, task: common.Task) -> List[Dict]:
+def reference_rows(config: ml_collections.ConfigDict, task: tasks.Task) -> List[Dict]:
   """Plain-Hamming rows of ``config.baselines`` (fitted on the full training set) and of ``config.models``."""
   x, y = task.features, task.labels
   ql, dl = y[task.query], y[task.database]
   rows = []
   for bits in config.bits:
     for method in config.baselines:
-      model = common.baseline_model(method, x[task.train], num_bits=bits, seed=config.seed)
+      model = fitting.baseline_model(method, x[task.train], num_bits=bits, seed=config.seed)
       qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
       rows.append({"method": method, "bits": bits, **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k)})
   for path in config.models:
@@ -161,7 +154,7 @@ def talr_config(config: ml_collections.ConfigDict, bits: int) -> ml_collections.
   return talr
 
 
-def talr_rows(config: ml_collections.ConfigDict, task: common.Task, workdir: str) -> List[Dict]:
+def talr_rows(config: ml_collections.ConfigDict, task: tasks.Task, workdir: str) -> List[Dict]:
   """TALR-AP rows: a linear mapping trained for ``config.talr_steps`` steps at every length of ``config.bits``
   (``experiments.train``'s trainer on the same protocol, in ``<workdir>/talr-<bits>``), scored like the others."""
   x, y = task.features, task.labels
@@ -176,55 +169,11 @@ def talr_rows(config: ml_collections.ConfigDict, task: common.Task, workdir: str
   return rows
 
 
-def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Every choice and number of ``config`` checked before any data is loaded; a one-line ConfigError if not."""
-  def choice(field, options):
-    if config[field] not in options:
-      raise checks.ConfigError(f"config.{field}: expected one of {list(options)}, got {config[field]!r}")
-
-  def number(field, low, *, integer=False, open_low=False):
-    value = config[field]
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if not ok or isinstance(value, bool) or value < low or (open_low and value == low):
-      raise checks.ConfigError(f"config.{field}: expected {'an int' if integer else 'a number'} "
-                               f"{'>' if open_low else '>='} {low}, got {value!r}")
-
-  choice("method", METHODS)
-  choice("loss", cghash.LOSSES if config.method == "cghash" else inference.RANKING_LOSSES)
-  choice("regularizer", cghash.REGULARIZERS)
-  choice("features", features.FEATURE_KINDS)
-  choice("eval_split", common.EVAL_SPLITS)
-  for value in config.baselines:
-    if value not in baselines.BASELINES:
-      raise checks.ConfigError(f"config.baselines: expected names from {sorted(baselines.BASELINES)}, got {value!r}")
-  for value in config.bits:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise checks.ConfigError(f"config.bits: expected code lengths >= 1, got {value!r}")
-  if not config.bits:
-    raise checks.ConfigError("config.bits: expected at least one code length, got none")
-  number("C", 0, open_low=True)
-  for field in ("num_relevant", "num_irrelevant", "num_anchors", "train_subset_per_class", "num_starts",
-                "precision_k", "ndcg_k", "max_cp_iterations"):
-    number(field, 1, integer=True)
-  number("max_iterations", 0, integer=True)
-  number("max_dim", 0, integer=True)
-  number("talr_steps", 0, integer=True)
-  for field in ("tolerance", "cp_tolerance", "min_fraction", "duplicate_tolerance"):
-    number(field, 0)
-  number("sharpness", 0, open_low=True)
-  if not isinstance(config.stagewise, bool):
-    raise checks.ConfigError(f"config.stagewise: expected True or False, got {config.stagewise!r}")
-  for path in config.models:
-    if not os.path.isdir(path):
-      raise checks.ConfigError(f"config.models: expected saved models (directories), got {path!r}, which is not one")
-  return config
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """The learned rows (every length of ``config.bits``) and the reference rows; returns and writes
   ``<workdir>/results.json``."""
-  check_config(config)
-  task = common.make_task(config)
+  checks.check_run(config)
+  task = tasks.make_task(config)
   rows = learned_rows(config, task, workdir) + reference_rows(config, task) + talr_rows(config, task, workdir)
   results = {"config": config.to_dict(), "dataset": config.dataset, "eval_split": config.eval_split,
              "columns": [list(c) for c in COLUMNS], "rows": rows}
@@ -234,15 +183,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
 def format_table(rows: List[Dict]) -> str:
   """One line per (method, length); ``-`` where a column does not apply."""
-  return common.format_table(rows, COLUMNS)
+  return reporting.format_table(rows, COLUMNS)
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
+  workdir = cli.WORKDIR.value or reporting.default_workdir(config.name)
   results = train_and_evaluate(config, workdir)
   print(format_table(results["rows"]))
   print(f"k = {config.precision_k}; results: {os.path.join(workdir, 'results.json')}")
 
 
 if __name__ == "__main__":
-  cli.run(main, check=check_config)
+  cli.run(main)

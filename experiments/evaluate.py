@@ -7,7 +7,7 @@ r"""Hashes a dataset with the unsupervised baselines and prints tie-aware metric
 
 For every method and code length: fit on the protocol's training subset, encode
 queries and database, and evaluate the Hamming ranking with
-:func:`hashjax.metrics.evaluate_codes` (tie-aware AP and NDCG, optimistic and
+:func:`hashjax.evaluate.evaluate_codes` (tie-aware AP and NDCG, optimistic and
 pessimistic AP, precision within Hamming radius 2, tie-aware precision@100).
 The table goes to stdout and, with the timings, to ``<workdir>/results.json``; each fitted baseline to
 ``<workdir>/models/<method>-<bits>`` (``hashjax.load_model``), and with ``--config.plots=True`` the figures
@@ -23,8 +23,9 @@ from typing import Dict, List
 from absl import logging
 import ml_collections
 
-from experiments import cli, common, plots
-from hashjax import io, metrics
+from experiments import cli, fitting, plots, reporting, tasks
+from hashjax import io
+from hashjax.evaluate import evaluate_codes
 
 
 
@@ -36,7 +37,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   """
   if config.plots:
     plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
-  protocol = common.load_protocol(config)
+  protocol = tasks.load_protocol(config)
   split = protocol.split
   x = protocol.features
   logging.info("%s: %d queries, %d database items, %d training items, dim %d", protocol.name,
@@ -45,17 +46,17 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   for num_bits in config.bits:
     for method in config.methods:
       start = time.perf_counter()
-      model = common.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed, config=config)
+      model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed, config=config)
       query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
       fit_seconds = time.perf_counter() - start
       model_dir = os.path.join("models", f"{method}-{num_bits}")
       model.save(os.path.join(workdir, model_dir))
       start = time.perf_counter()
-      result = metrics.evaluate_codes(
+      result = evaluate_codes(
           query_words, db_words, query_labels=protocol.labels[split.query],
           db_labels=protocol.labels[split.database], num_bits=num_bits,
           radius=config.radius, k=config.precision_k)
-      row = {"method": method, "bits": int(num_bits), **common.plain(result),
+      row = {"method": method, "bits": int(num_bits), **reporting.plain(result),
              "fit_encode_seconds": fit_seconds, "eval_seconds": time.perf_counter() - start, "model": model_dir}
       if config.plots:
         row["curves"] = plots.distance_curves(query_words, db_words, num_bits=num_bits,
@@ -73,9 +74,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or common.default_workdir(config.get("name", "baselines"))
+  workdir = cli.WORKDIR.value or reporting.default_workdir(config.get("name", "baselines"))
   rows = evaluate(config, workdir)
-  print(common.format_table(rows))
+  print(reporting.format_table(rows))
   print(f"results: {os.path.join(workdir, 'results.json')}")
 
 

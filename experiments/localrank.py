@@ -27,80 +27,14 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from experiments import cli, common
+from experiments import cli, reporting
 from experiments.methods import checks
 from hashjax import data, io, localrank, ranking
 
-#: Metrics of the tables (``hashjax.ranking.query_metrics`` keys).
-METRICS = ("ap", "ndcg@1", "ndcg@5", "ndcg@10")
-#: ``config.select_by``.
-SELECT_BY = METRICS
+#: Metrics of the tables, also the choices of ``config.select_by`` (``hashjax.ranking.query_metrics`` keys).
+METRICS = checks.LOCALRANK_METRICS
 CONVENTIONS = ranking.CONVENTIONS
 
-
-# --------------------------------------------------------------------------- config
-
-
-def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Every field checked before any data is loaded; a one-line ConfigError naming the field if not."""
-  def fail(field, expected, value):
-    return checks.ConfigError(f"config.{field}: expected {expected}, got {value!r}")
-
-  def ints(field, low, values):
-    if not isinstance(values, (tuple, list)) or any(not isinstance(v, int) or isinstance(v, bool) or v < low
-                                                    for v in values):
-      raise fail(field, f"a list of ints >= {low}", values)
-
-  if not isinstance(config.data_dir, str) or not os.path.isdir(config.data_dir):
-    raise fail("data_dir", "a folder with S1..S5.txt or Fold<k>/ (see ../shared/data/README.md)", config.data_dir)
-  ints("folds", 1, config.folds)
-  if not config.folds or any(f > len(data.LETOR4_FOLDS) for f in config.folds):
-    raise fail("folds", f"folds in 1..{len(data.LETOR4_FOLDS)}", config.folds)
-  ints("cluster_grid", 1, config.cluster_grid)
-  if 1 not in config.cluster_grid:
-    raise fail("cluster_grid", "a list holding 1 (the global ranker is C = 1)", config.cluster_grid)
-  ints("fixed_components", 1, config.fixed_components)
-  ints("knn_neighbors", 1, config.knn_neighbors)
-  ints("dk_folds", 1, config.dk_folds)
-  ints("lsh_sweep", 1, config.lsh_sweep)
-  for field in ("num_features", "blas_threads", "random_draws", "lsh_bits", "lsh_tables", "lsh_candidates",
-                "lsh_clusters", "bootstrap_samples", "knn_top"):
-    value = config[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise fail(field, "an int >= 1", value)
-  if not isinstance(config.standardize, bool):
-    raise fail("standardize", "a bool", config.standardize)
-  for field in ("max_label", "seed", "knn_rank_feature"):
-    value = config[field]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-      raise fail(field, "an int >= 0", value)
-  if config.knn_rank_feature >= config.num_features:
-    raise fail("knn_rank_feature", f"a 0-based column below num_features={config.num_features}",
-               config.knn_rank_feature)
-  if config.lsh_bits > 62 or any(b > 62 for b in config.lsh_sweep):
-    raise fail("lsh_bits", "at most 62 hyperplanes per table", config.lsh_bits)
-  if any(p > config.num_features for p in config.fixed_components):
-    raise fail("fixed_components", f"P <= num_features={config.num_features}", config.fixed_components)
-  grid = config.l2_grid
-  if not isinstance(grid, (tuple, list)) or not grid or any(
-      isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in grid):
-    raise fail("l2_grid", "a non-empty list of numbers > 0", grid)
-  sims = config.similarities
-  if not isinstance(sims, (tuple, list)) or any(s not in localrank.SIMILARITIES for s in sims):
-    raise fail("similarities", f"names from {list(localrank.SIMILARITIES)}", sims)
-  if config.fixed_components and "pca" not in sims:
-    raise fail("fixed_components", "an empty list unless similarities holds 'pca'", config.fixed_components)
-  if config.select_by not in SELECT_BY:
-    raise fail("select_by", f"one of {list(SELECT_BY)}", config.select_by)
-  for field, low, high in (("variance_fraction", 0.0, 1.0), ("ridge", 0.0, None)):
-    value = config[field]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > low or (
-        high is not None and value > high):
-      raise fail(field, f"a number in ({low}, {high}]" if high else f"a number > {low}", value)
-  return config
-
-
-# --------------------------------------------------------------------------- pieces
 
 
 def _evaluate(scores: np.ndarray, split: data.RankingData) -> Dict[str, Dict[str, np.ndarray]]:
@@ -398,7 +332,7 @@ def _json_ready(x):
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Every fold of ``config``; returns and writes ``<workdir>/results.json`` (rows, curves, LSH, per fold)."""
-  check_config(config)
+  checks.check_config(config)
   from threadpoolctl import threadpool_limits  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
   with threadpool_limits(limits=config.blas_threads):
@@ -455,11 +389,11 @@ def format_tables(results: Dict) -> str:
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
+  workdir = cli.WORKDIR.value or reporting.default_workdir(config.name)
   results = train_and_evaluate(config, workdir)
   print(format_tables(results))
   print(f"results: {os.path.join(workdir, 'results.json')}")
 
 
 if __name__ == "__main__":
-  cli.run(main, check=check_config)
+  cli.run(main, check=checks.check_config)

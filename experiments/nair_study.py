@@ -48,7 +48,7 @@ import ml_collections
 import numpy as np
 
 from configs import lambdarank_knn
-from experiments import cli, common, methods
+from experiments import cli, fitting, methods, tasks
 from experiments.methods import checks, nair
 from hashjax import io
 
@@ -94,8 +94,7 @@ SEARCH = {
     "lambdarank knn_majority lr 0.1": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 0.1},
     "lambdarank knn_majority lr 0.3": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 0.3},
     "lambdarank knn_majority lr 1": {"method": "lambdarank", "score": "knn_majority", "learning_rate": 1.0},
-    # 64 bits: the step size first chosen there, 0.1, was at the edge of its grid 0.003-0.1; 1 is
-    # the config's now (configs/lambdarank_knn.py:bits=64).
+    # 64 bits: steps 0.1 to 1 (configs/lambdarank_knn.py:bits=64 takes 1; 0.1 is the edge of the grid 0.003-0.1).
     "64 bits lambdarank knn_count lr 0.1": {"method": "lambdarank", "bits": 64, "learning_rate": 0.1},
     "64 bits lambdarank knn_count lr 0.3": {"method": "lambdarank", "bits": 64, "learning_rate": 0.3},
     "64 bits lambdarank knn_count lr 1 (default)": {"method": "lambdarank", "bits": 64, "learning_rate": 1.0},
@@ -173,7 +172,7 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
   for b in list(bits) + ["exact"]:
     path = os.path.join(workdir, f"s{config.seed}_b{b}.json")
     if not os.path.exists(path):
-      task = task or common.make_task(config)
+      task = task or tasks.make_task(config)
       if b == "exact":
         new = [nair.exact_l2_row(config, task)]
       else:
@@ -183,7 +182,7 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
         for method in ("lsh", "itq"):
           if method == "itq" and b > task.features.shape[1]:  # ITQ needs b <= the input dimension
             continue
-          q, db = common.baseline_words(method, task.features, task.train, task.query, task.database,
+          q, db = fitting.baseline_words(method, task.features, task.train, task.query, task.database,
                                         num_bits=b, seed=config.seed)
           new.append({"method": method, "bits": b, **nair.evaluate(c, task, q, db)})
       io.atomic_write_json(path, {"rows": new})

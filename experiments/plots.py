@@ -25,9 +25,10 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+import jax
 import numpy as np
 
-from hashjax import _checks, histograms
+from hashjax import _checks, histograms, metrics
 from hashjax import io as hashjax_io
 
 #: The pip extra that installs matplotlib.
@@ -146,16 +147,15 @@ def curves_from_histogram(hist) -> Dict[str, Any]:
                      f"(levels >= 1 relevant), got {_checks.desc(hist)}")
   if hist.size and hist.min() < 0:
     raise ValueError(f"hist: expected counts >= 0, got a minimum of {int(hist.min())}")
-  hist = hist.astype(np.int64)
-  relevant, irrelevant = hist[..., 1:].sum(-1), hist[..., 0]  # [Q, b + 1]
-  found = np.cumsum(relevant, axis=1)  # relevant items within each radius
-  retrieved = np.cumsum(relevant + irrelevant, axis=1)
-  has_relevant = found[:, -1] > 0
-  found, retrieved = found[has_relevant].astype(np.float64), retrieved[has_relevant]
-  recall = found / np.maximum(found[:, -1:], 1.0)
-  precision = np.where(retrieved > 0, found / np.maximum(retrieved, 1), np.nan)
+  relevant, irrelevant = hist[..., 1:].sum(-1, dtype=np.int64), hist[..., 0].astype(np.int64)  # [Q, b + 1]
+  with jax.enable_x64(True):
+    precision, recall = metrics.precision_recall_curve_from_histogram(hist, dtype=np.float64)
+  precision, recall = np.asarray(precision), np.asarray(recall)  # [Q, b + 1]
+  has_relevant = ~np.isnan(recall[:, -1])
+  retrieved = np.cumsum(relevant + irrelevant, axis=1)[has_relevant]
+  precision, recall = precision[has_relevant], recall[has_relevant]
   counted = (retrieved > 0).sum(axis=0)  # queries with a precision at each radius
-  mean_precision = np.nansum(precision, axis=0) / np.maximum(counted, 1)
+  mean_precision = np.where(retrieved > 0, precision, 0.0).sum(axis=0) / np.maximum(counted, 1)
   mean_recall = recall.sum(axis=0) / max(len(recall), 1)
   as_list = lambda values, num: [float(v) if n > 0 else None for v, n in zip(values, num)]
   return {

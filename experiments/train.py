@@ -13,14 +13,14 @@ The work is done by :func:`experiments.methods.train_and_evaluate`; run from the
 import os
 
 
-from experiments import cli, common, methods
+from experiments import cli, methods, reporting
 
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or common.default_workdir(config.name)
+  workdir = cli.WORKDIR.value or reporting.default_workdir(config.name)
   results = methods.train_and_evaluate(config, workdir)
-  print(common.format_table(results["rows"], columns=results["columns"]))
+  print(reporting.format_table(results["rows"], columns=results["columns"]))
   s = results["summary"]
   ttt = s["time_to_target"]
   print(f"train step throughput: {s['examples_per_sec']:.0f} examples/s; training time {s['train_time']:.1f} s; "

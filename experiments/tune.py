@@ -10,7 +10,7 @@ searched against the rest of it, which is also what is trained on.
 ``validation_heldout`` mirrors the test protocol: a further
 ``config.val_heldout_per_class`` items per class are kept out of training but
 stay in the database, so the database holds unseen items as the test's does
-(``experiments.common.evaluation_split``):
+(``experiments.tasks.evaluation_split``):
 
   python -m experiments.tune --config=configs/talr_ap.py:bits=16 --split=validation_heldout \
       --grid="standardize=True,False;augment_shift=0,1" --workdir=runs/tune_talr_ap16_heldout
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from experiments import cli, common, methods
+from experiments import cli, methods, reporting
 
 _GRID = flags.DEFINE_string("grid", None, "'key=v1,v2;key2=v3,...' over config fields (required).")
 _SPLIT = flags.DEFINE_enum("split", "validation", ["validation", "validation_heldout"],
@@ -33,7 +33,7 @@ _SPLIT = flags.DEFINE_enum("split", "validation", ["validation", "validation_hel
 
 
 def main(config):
-  rows = methods.tune(config, _GRID.value, cli.WORKDIR.value or common.default_workdir("tune_" + config.name),
+  rows = methods.tune(config, _GRID.value, cli.WORKDIR.value or reporting.default_workdir("tune_" + config.name),
                       split=_SPLIT.value)
   key = config.target_metric  # best first: the lowest error, else the highest score
   for row in sorted(rows, key=lambda r: r[key] if key.endswith("error") else -r[key]):

@@ -8,6 +8,7 @@ function stays jit-able.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Union
 
 import jax
@@ -380,3 +381,186 @@ def check_label_pair(query_labels: Any, db_labels: Any, num_queries: int, num_db
     check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels")
     check_shape(name, labels, (size,), like=like)
   return True
+
+
+def check_array(name: str, x: Any, *, ndim: int, shape_doc: str, kinds: str = "biuf", what: str = "array",
+                nonempty: bool = True) -> None:
+  """``x`` must be an array of ``ndim`` dimensions (each of size >= 1 when ``nonempty``) whose dtype kind is in
+  ``kinds`` (numpy kind letters: ``b`` bool, ``i``/``u`` integer, ``f`` float); ``what`` names what it holds."""
+  if not (hasattr(x, "dtype") and hasattr(x, "shape") and np.dtype(x.dtype).kind in kinds and x.ndim == ndim
+          and (not nonempty or min(x.shape, default=1) >= 1)):
+    raise ValueError(f"{name}: expected a {'non-empty ' if nonempty else ''}{ndim}-D {what} {shape_doc}, "
+                     f"got {desc(x)}")
+
+
+def check_concrete(name: str, *arrays: Any,
+                   why: str = "its results vary in length, so it cannot run under jit") -> None:
+  """Every one of ``arrays`` must hold values (no jit tracer); ``why`` says what needs them."""
+  if not all(is_concrete(a) for a in arrays):
+    raise ValueError(f"{name}: expected concrete arrays ({why}), got a traced value")
+
+
+def check_weights(weights: Any, num_words: int) -> int:
+  """Bit weights ``float[num_bits]`` for codes of ``num_words = ceil(num_bits / 32)`` uint32 words: real,
+  finite, non-negative, with a sum within ``float32``'s range (values checked when concrete). Returns
+  ``num_bits``."""
+  if (not hasattr(weights, "dtype") or not hasattr(weights, "shape") or np.dtype(weights.dtype).kind not in "fiu"
+      or weights.ndim != 1 or weights.shape[0] == 0 or num_words_for(weights.shape[0]) != num_words):
+    raise ValueError(f"weights: expected a real array [num_bits] of non-negative weights, num_bits in "
+                     f"[{32 * num_words - 31}, {32 * num_words}] for codes of {num_words} uint32 word(s), "
+                     f"got {desc(weights)}")
+  check_finite("weights", weights)
+  check_nonnegative("weights", weights, what="weights")
+  total = float(np.asarray(weights, np.float64).sum()) if is_concrete(weights) else 0.0
+  if not total <= float(np.finfo(np.float32).max) / 2:
+    raise ValueError(f"weights: expected a sum within float32's range, got a sum of {total!r}")
+  return int(weights.shape[0])
+
+
+def check_weighted_pair(query_words: Any, db_words: Any, weights: Any) -> int:
+  """:func:`check_word_pair` of the codes, :func:`check_weights` of ``weights`` for their width, and the codes'
+  padding bits past ``num_bits`` 0 (when concrete). Returns ``num_bits``."""
+  check_word_pair(query_words, db_words)
+  num_bits = check_weights(weights, query_words.shape[1])
+  check_padding_bits("query_words", query_words, num_bits)
+  check_padding_bits("db_words", db_words, num_bits)
+  return num_bits
+
+
+def check_hamming_distances(distances: Any, num_bits: Any = None, *, name: str = "distances") -> Any:
+  """Integer (not bool) Hamming distances ``[..., N]``, ``N >= 1``, in ``[0, num_bits]`` (``num_bits`` None: any
+  int32 ``>= 0``; values checked when concrete); returns ``num_bits`` as int (or None)."""
+  if num_bits is not None:
+    num_bits = check_num_bits(num_bits)
+  if hasattr(distances, "dtype") and np.dtype(distances.dtype) == np.bool_:
+    raise ValueError(f"{name}: expected integer Hamming distances, got dtype bool")
+  check_int_range(name, distances, 0, INT32_MAX if num_bits is None else num_bits, what="distances")
+  if distances.ndim < 1 or distances.shape[-1] == 0:
+    raise ValueError(f"{name}: expected shape [..., N] with N >= 1, got {tuple(distances.shape)}")
+  return num_bits
+
+
+def check_real_distances(distances: Any, *, name: str = "distances") -> None:
+  """Real-valued distances ``[..., N]``, ``N >= 1`` (int or float, not bool), without NaN (when concrete;
+  ``+-inf`` are allowed)."""
+  if not hasattr(distances, "dtype") or not hasattr(distances, "shape") or np.dtype(distances.dtype).kind not in "iuf":
+    raise ValueError(f"{name}: expected a real (int or float) array [..., N] (smaller is closer), got {desc(distances)}")
+  if distances.ndim < 1 or distances.shape[-1] == 0:
+    raise ValueError(f"{name}: expected shape [..., N] with N >= 1, got {tuple(distances.shape)}")
+  if is_concrete(distances) and np.dtype(distances.dtype).kind == "f":
+    nan = np.isnan(np.asarray(distances))
+    if nan.any():
+      count, first = int(nan.sum()), tuple(int(i) for i in np.argwhere(nan)[0])
+      raise ValueError(f"{name}: expected no NaN (+-inf are allowed), got {count} NaN "
+                       f"entr{'y' if count == 1 else 'ies'} (first at index {first})")
+
+
+def check_path(name: str, path: Any) -> str:
+  """``path`` must be a ``str`` or ``os.PathLike``; returns it as an absolute path."""
+  if not isinstance(path, (str, os.PathLike)):
+    raise ValueError(f"{name}: expected a path (str or os.PathLike), got {type(path).__name__}")
+  return os.path.abspath(os.fspath(path))
+
+
+def check_columns(name: str, x: Any, dim: int, *, what: str) -> None:
+  """The last axis of ``x`` must hold ``dim`` columns (e.g. features); ``what`` says where ``dim`` comes from."""
+  if x.shape[-1] != dim:
+    raise ValueError(f"{name}: expected {dim} columns ({what}), got shape {tuple(x.shape)}")
+
+
+def check_instance(name: str, value: Any, types: Any, *, what: str) -> Any:
+  """``value`` must be an instance of ``types``; ``what`` says what is expected. Returns it."""
+  if not isinstance(value, types):
+    raise ValueError(f"{name}: expected {what}, got {type(value).__name__}")
+  return value
+
+
+def check_type(name: str, value: Any, types: Any, *, what: str, allow_none: bool = False) -> None:
+  """``value`` must be an instance of ``types`` (or None when ``allow_none``); ``what`` describes what is expected."""
+  if not (isinstance(value, types) or (allow_none and value is None)):
+    raise ValueError(f"{name}: expected {what}{' or None' if allow_none else ''}, got {type(value).__name__}")
+
+
+def check_nonempty_str(name: str, value: Any, *, what: str) -> str:
+  """``value`` must be a non-empty ``str`` (``what`` says what it names, e.g. ``"a tfds split such as 'test'"``)."""
+  if not isinstance(value, str) or not value:
+    raise ValueError(f"{name}: expected {what}, got {value!r}")
+  return value
+
+
+def check_codes(name: str, words: Any, num_bits: Any, *, num_bits_name: str = "num_bits", why: str = "",
+                max_rows: Any = None) -> int:
+  """Packed codes ``uint32[N, W]`` of ``num_bits`` bits: ``N >= 1`` (at most ``max_rows`` unless None),
+  ``W = ceil(num_bits / 32)``, padding bits 0; concrete when ``why`` (what needs the values) is given.
+  Returns ``num_bits`` as int."""
+  check_words(name, words, min_ndim=2)
+  if words.ndim != 2 or not 1 <= words.shape[0] <= (max_rows or words.shape[0]):
+    raise ValueError(f"{name}: expected packed codes of shape [N, W] with 1 <= N"
+                     f"{f' <= {max_rows}' if max_rows else ''}, got shape {tuple(words.shape)}")
+  if why:
+    check_concrete(name, words, why=why)
+  num_bits = check_num_bits(num_bits, words=words, name=num_bits_name, words_name=name)
+  check_padding_bits(name, words, num_bits)
+  return num_bits
+
+
+def check_ranking_data(name: str, x: Any, labels: Any, query_ids: Any, *, ndim: int, shape_doc: str) -> None:
+  """Documents grouped by query: ``x`` a non-empty finite real array of ``ndim`` dimensions (``[n]`` scores or
+  ``[n, d]`` features), ``labels`` graded relevance ``int[n] >= 0`` (None: nothing to check) and ``query_ids``
+  ``int[n]``."""
+  check_real(name, x, shape_doc=shape_doc)
+  check_array(name, x, ndim=ndim, shape_doc=shape_doc, kinds="iuf", what="real array")
+  like = name if ndim == 1 else f"{name}[:, 0]"
+  if labels is not None:
+    check_int_range("labels", labels, 0, INT32_MAX, what="relevance labels")
+    check_shape("labels", labels, x.shape[:1], like=like)
+  check_integer_dtype("query_ids", query_ids, what="query ids")
+  check_shape("query_ids", query_ids, x.shape[:1], like=like)
+
+
+def check_int_at_most(name: str, value: Any, high: int, *, what: str, low: int = 1) -> int:
+  """``value`` must be an int in ``[low, high]``; ``what`` names the bound (e.g. ``"the 14 training queries"``).
+  Returns it as int."""
+  value = check_int(name, value, low=low)
+  if value > high:
+    raise ValueError(f"{name}: expected at most {what}, got {value}")
+  return value
+
+
+def check_file(name: str, path: Any, *, folder: bool = False) -> str:
+  """``path`` (a ``str`` or ``os.PathLike``) must name an existing file, or directory when ``folder``; returns it
+  as a ``str``. A missing one raises ``FileNotFoundError`` naming the argument."""
+  check_path(name, path)
+  path = os.fspath(path)
+  if not (os.path.isdir(path) if folder else os.path.isfile(path)):
+    raise FileNotFoundError(f"{name}: no {'directory' if folder else 'file'} at {path!r}")
+  return path
+
+
+def check_numbers(name: str, values: Any, **bounds: Any) -> np.ndarray:
+  """One or more numbers (a number or a 1-D sequence of them), each passing :func:`check_number` with ``bounds``
+  (``low``, ``high``, ``low_open``, ``high_open``); returns them as ``float64[F]``, ``F >= 1``."""
+  arr = np.asarray(values)
+  if arr.ndim > 1 or arr.size == 0:
+    raise ValueError(f"{name}: expected one or more numbers (a 1-D sequence), got {values!r}")
+  return np.array([check_number(name, v, **bounds) for v in arr.reshape(-1).tolist()], np.float64)
+
+
+def check_histogram(name: str, hist: Any, *, integer: bool = True) -> None:
+  """Counts ``hist[..., B, V]`` with ``B, V >= 1``: ints in ``[0, 2^31 - 1]`` (``integer``), else finite
+  non-negative reals (values checked when concrete)."""
+  if integer:
+    check_int_range(name, hist, 0, INT32_MAX, what="counts")
+  else:
+    check_real(name, hist, shape_doc="of counts [..., B, V]")
+    check_nonnegative(name, hist, what="counts")
+  if hist.ndim < 2 or 0 in hist.shape[-2:]:
+    raise ValueError(f"{name}: expected counts [..., B, V] (B distance bins and V levels, both >= 1), "
+                     f"got shape {tuple(hist.shape)}")
+
+
+def check_gain_levels(num_levels: int, *, name: str = "affinity") -> int:
+  """NDCG's gains ``2^v - 1`` take at most 64 levels ``v``; returns ``num_levels``."""
+  if num_levels > 64:
+    raise ValueError(f"{name}: expected at most 64 levels (gain 2^v - 1), got {num_levels}")
+  return num_levels

@@ -21,7 +21,7 @@ Groups past a query's last are empty, and every formula of
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -33,24 +33,6 @@ Array = jax.Array
 
 #: Cells per block of rows on the host: the block's histogram and the formulas' temporaries stay ~100 MB.
 _HOST_BLOCK_CELLS = 1 << 21
-
-
-def check_distances(distances: Any) -> None:
-  """``distances`` must be a real (int or float, not bool) array ``[..., N]``, ``N >= 1``, without NaN (concrete)."""
-  if not hasattr(distances, "dtype") or not hasattr(distances, "shape"):
-    raise ValueError(f"distances: expected a real array [..., N] (smaller is closer), got {type(distances).__name__}")
-  dt = np.dtype(distances.dtype)
-  if dt == np.bool_ or not (jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)):
-    raise ValueError(f"distances: expected a real (int or float) array [..., N], got {_checks.desc(distances)}")
-  if distances.ndim < 1 or distances.shape[-1] == 0:
-    raise ValueError(f"distances: expected shape [..., N] with N >= 1, got {tuple(distances.shape)}")
-  if _checks.is_concrete(distances) and jnp.issubdtype(dt, jnp.floating):
-    nan = np.isnan(np.asarray(distances))
-    count = int(nan.sum())
-    if count:
-      first = tuple(int(i) for i in np.argwhere(nan)[0])
-      raise ValueError(f"distances: expected no NaN (+-inf are allowed), got {count} NaN "
-                       f"entr{'y' if count == 1 else 'ies'} (first at index {first})")
 
 
 def _host_groups(d: np.ndarray, levels: Optional[np.ndarray], where: Optional[np.ndarray],
@@ -100,7 +82,8 @@ def group_histogram(distances: Array, levels: Optional[Array] = None, *, num_lev
   .. math:: n_{g,v} = |\{ i : d_i = u_g,\ a_i = v,\ \mathrm{where}_i \}|, \quad u_0 < u_1 < \dots
      \ \text{the distinct values of } d
 
-  Inputs are checked by the caller (:func:`check_distances`; ``levels`` in ``[0, num_levels)``).
+  Inputs are checked by the caller (:func:`hashjax._checks.check_real_distances`; ``levels`` in
+  ``[0, num_levels)``).
 
   Args:
     distances: real ``[..., N]``, smaller is closer.

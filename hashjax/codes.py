@@ -49,14 +49,10 @@ def binarize(x: Array) -> Array:
 
 
 def _check_bits(name: str, bits) -> None:
-  if not hasattr(bits, "dtype"):
-    raise ValueError(f"{name}: expected an array of bits, got {type(bits).__name__}")
-  dt = np.dtype(bits.dtype)
-  if not (dt == np.bool_ or np.issubdtype(dt, np.number)):
-    raise ValueError(f"{name}: expected bits as bool, {{0,1}} or ±1 numbers, got dtype {dt.name}")
-  if bits.ndim < 1 or bits.shape[-1] == 0:
-    raise ValueError(f"{name}: expected shape [..., num_bits] with num_bits >= 1, got {tuple(bits.shape)}")
-  if _checks.is_concrete(bits) and dt != np.bool_ and bits.size:
+  if not hasattr(bits, "dtype") or np.dtype(bits.dtype).kind not in "biuf" or bits.ndim < 1 or bits.shape[-1] == 0:
+    raise ValueError(f"{name}: expected bits [..., num_bits] (num_bits >= 1) as bool, {{0,1}} or ±1 numbers, got "
+                     f"{_checks.desc(bits)}")
+  if _checks.is_concrete(bits) and np.dtype(bits.dtype) != np.bool_ and bits.size:
     values = np.unique(np.asarray(bits))
     if not (set(values.tolist()) <= {0, 1} or set(values.tolist()) <= {-1, 1}):
       shown = values[:6].tolist()
@@ -158,57 +154,43 @@ def hamming_distance(query_words: Array, db_words: Array) -> Array:
   return _hamming(_checks.as_jax(query_words), _checks.as_jax(db_words))
 
 
-def weighted_hamming_distance(query_bits: Array, db_bits: Array, weights: Array) -> Array:
-  r"""Weighted Hamming distance: the weights of the bits where two codes differ.
+def weighted_hamming_distance(query_words: Array, db_words: Array, weights: Array) -> Array:
+  r"""All-pairs weighted Hamming distance between packed codes: the weights of the bits where two codes differ.
 
   .. math:: d_w(q, i) = \sum_k w_k \, [q_k \ne x_{i,k}]
 
-  Computed on packed codes as a sum of per-byte table lookups, in ``float32`` and in one fixed order (each
-  byte's table entry the pairwise sum of its 8 bit terms, then the pairwise sum of the entries over the bytes:
+  Computed as a sum of per-byte table lookups, in ``float32`` and in one fixed order (each byte's table entry
+  the pairwise sum of its 8 bit terms, then the pairwise sum of the entries over the bytes:
   :mod:`hashjax._kernels.weighted`), so every backend gives the same bits, and the same bits as the
   distances of ``hashjax.search.knn(..., weights=w)``. No matmul, so no reduced-precision default on a GPU.
-  Weights below ``2^-126`` in magnitude (subnormal) count as 0.
+  Weights below ``2^-126`` (subnormal) count as 0.
 
   Args:
-    query_bits: ``[Q, num_bits]`` bits (``{0,1}``, ``bool`` or ``±1``).
-    db_bits: ``[N, num_bits]`` bits.
-    weights: ``float[num_bits]`` shared weights, or ``float[Q, num_bits]``
-      per-query weights (query-adaptive schemes such as WhRank); finite, of any sign, used as ``float32``.
+    query_words: ``uint32[Q, W]`` packed query codes (:func:`pack_bits`), ``W = ceil(num_bits / 32)``,
+      padding bits 0.
+    db_words: ``uint32[N, W]`` packed database codes of the same width.
+    weights: ``float[num_bits]`` non-negative finite weights, used as ``float32`` (the weights
+      :func:`hashjax.search.knn` takes).
 
   Returns:
     ``float32[Q, N]`` distances.
 
   >>> import numpy as np
-  >>> weighted_hamming_distance(np.array([[1, 0, 1]]), np.array([[0, 0, 0]]),
+  >>> weighted_hamming_distance(pack_bits(np.array([[1, 0, 1]])), pack_bits(np.array([[0, 0, 0]])),
   ...                           np.array([0.5, 2.0, 1.0])).tolist()
   [[1.5]]
   """
-  _check_bits("query_bits", query_bits)
-  _check_bits("db_bits", db_bits)
-  if query_bits.ndim != 2 or db_bits.ndim != 2:
-    raise ValueError("query_bits, db_bits: expected 2-D arrays [Q, num_bits] and [N, num_bits], got "
-                     f"shapes {tuple(query_bits.shape)} and {tuple(db_bits.shape)}")
-  num_bits = query_bits.shape[-1]
-  if db_bits.shape[-1] != num_bits:
-    raise ValueError(f"db_bits: expected {num_bits} bits per code like query_bits, got {db_bits.shape[-1]}")
-  _checks.check_finite("weights", weights)
-  if weights.shape not in ((num_bits,), (query_bits.shape[0], num_bits)):
-    raise ValueError(f"weights: expected shape ({num_bits},) or ({query_bits.shape[0]}, {num_bits}), "
-                     f"got {tuple(weights.shape)}")
-  num_q, num_db = query_bits.shape[0], db_bits.shape[0]
-  num_words = _checks.num_words_for(num_bits)
+  _checks.check_weighted_pair(query_words, db_words, weights)
+  (num_q, num_words), num_db = query_words.shape, db_words.shape[0]
   if _checks.is_concrete(weights):
     w = _checks.as_jax(weighted.flush_weights(np.asarray(weights), num_words))
   else:
     w = weighted.flush_weights_traced(weights, num_words)
-  tables = weighted.byte_tables(w)
   # Queries in groups whose [rows, N, 4 W] lookups stay within a few MB.
   rows = max(1, min(num_q, (1 << 21) // max(1, num_db * 4 * num_words)))
   padded = -(-num_q // rows) * rows
-  q = pack_bits(query_bits)
+  q = _checks.as_jax(query_words)
   if padded > num_q:
     q = jnp.concatenate([q, jnp.zeros((padded - num_q, num_words), jnp.uint32)])
-    if tables.ndim == 3:
-      tables = jnp.concatenate([tables, jnp.zeros((padded - num_q,) + tables.shape[1:], tables.dtype)])
-  out = weighted.pair_distances(q, pack_bits(db_bits), tables, rows=rows)
+  out = weighted.pair_distances(q, _checks.as_jax(db_words), weighted.byte_tables(w), rows=rows)
   return out[:num_q]

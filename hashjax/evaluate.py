@@ -6,8 +6,7 @@ and reads the metrics of :mod:`hashjax.metrics` from it, averaged with
 :func:`hashjax.metrics.mean_and_count`. :func:`evaluate_distances` does the
 same for any real ``distances[Q, N]`` (weighted Hamming, Euclidean), its bins
 the tie groups of each query (:mod:`hashjax._ties`). This module imports
-:mod:`hashjax.metrics`, never the reverse (``hashjax.metrics.evaluate_codes``
-reaches this function lazily).
+:mod:`hashjax.metrics`, never the reverse.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ _BLOCK_CELLS = 1 << 21
 def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
                    query_labels: Optional[Array] = None, db_labels: Optional[Array] = None,
                    relevance: Optional[Array] = None, affinity: Optional[Array] = None,
-                   radius: int = 2, k: int = 100, chunk_size: int = histograms.DEFAULT_CHUNK_SIZE,
-                   dtype: Any = None) -> dict:
+                   radius: int = 2, k: int = 100, ndcg_k: Optional[int] = None,
+                   chunk_size: int = histograms.DEFAULT_CHUNK_SIZE, dtype: Any = None) -> dict:
   r"""Evaluates packed codes in one pass: streamed histograms, then every metric.
 
   With labels no ``[Q, N]`` matrix exists: relevance is
@@ -62,6 +61,7 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
       levels; AP and precision count levels ``>= 1`` as relevant).
     radius: Hamming radius for precision/recall (``d <= radius``).
     k: cutoff of the tie-aware precision@k.
+    ndcg_k: cutoff of the tie-aware NDCG (``tie_aware_ndcg`` is then NDCG@ndcg_k); None: the whole ranking.
     chunk_size: cap on database items per streamed step.
     dtype: float dtype of the computation (``None``: follow x64 mode).
 
@@ -85,12 +85,12 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, num_db = query_words.shape[0], db_words.shape[0]
-  labels_given = _check_labels(num_q, num_db, query_labels, db_labels, relevance, affinity)
+  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
+                               query_like="[len(query_words)]", db_like="[len(db_words)]")
   radius = _checks.check_int("radius", radius, low=0)
-  k = _checks.check_cutoff(k, allow_none=False)
+  k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
   dtype = _checks.check_float_dtype(dtype)
   chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
-  int32 = np.iinfo(np.int32)
   # A database split by rows over several devices is counted shard by shard (the same counts).
   count = sharding.hamming_histogram if sharding.is_row_sharded(db_words) else histograms.hamming_histogram
   if labels_given:
@@ -100,16 +100,15 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
     _checks.check_int_range("relevance", relevance, 0, 1, what="relevance labels")
     hist = count(query_words, db_words, relevance, num_bits=num_bits, num_levels=2, chunk_size=chunk_size)
   else:
-    _checks.check_int_range("affinity", affinity, 0, int32.max, what="affinity levels")
     hist = count(query_words, db_words, affinity, num_bits=num_bits, chunk_size=chunk_size)
   hist = np.asarray(hist)
-  values = {**_tie_aware(hist, k=k, dtype=dtype), **_at_radius(hist, radius=radius, dtype=dtype)}
+  values = {**_tie_aware(hist, k=k, ndcg_k=ndcg_k, dtype=dtype), **_at_radius(hist, radius=radius, dtype=dtype)}
   return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)
 
 
 def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None, db_labels: Optional[Array] = None,
                        relevance: Optional[Array] = None, affinity: Optional[Array] = None, k: int = 100,
-                       radius: Optional[float] = None, dtype: Any = None) -> dict:
+                       ndcg_k: Optional[int] = None, radius: Optional[float] = None, dtype: Any = None) -> dict:
   r"""Evaluates a real-valued distance matrix (smaller is closer) with the metrics of :func:`evaluate_codes`.
 
   Ties are exactly equal distances: the tie-aware metrics average over every
@@ -120,7 +119,7 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
   infinities tie; NaN is refused. Concrete inputs only (the results are
   Python numbers); queries are processed in blocks on the host.
 
-  .. math:: \mathrm{hist}_{q,g,v} = |\{i : d_{q,i} = u_{q,g},\ a_{q,i} = v\}| 	o
+  .. math:: \mathrm{hist}_{q,g,v} = |\{i : d_{q,i} = u_{q,g},\ a_{q,i} = v\}| \to
      (\overline{\mathrm{AP}_T}, \overline{\mathrm{NDCG}_T}, \overline{\mathrm{AP}_{opt}},
      \overline{\mathrm{AP}_{pes}}, \overline{P_T@k})
 
@@ -132,6 +131,7 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
     affinity: alternatively ``int[Q, N]`` levels ``>= 0`` (NDCG uses the levels; AP and precision count
       levels ``>= 1`` as relevant).
     k: cutoff of the tie-aware precision@k.
+    ndcg_k: cutoff of the tie-aware NDCG; None: the whole ranking.
     radius: optional finite distance threshold; when given the radius metrics of :func:`evaluate_codes`
       are added.
     dtype: float dtype of the computation (``None``: follow x64 mode).
@@ -150,29 +150,23 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
   >>> out["tie_aware_ap"], out["optimistic_ap"], out["precision_at_radius"]  # AP: query 0 (1 + 1/2) / 2, query 1 1
   (0.875, 1.0, 0.75)
   """
-  if not hasattr(distances, "dtype") or getattr(distances, "ndim", 0) != 2:
-    raise ValueError(f"distances: expected a real array [Q, N], got {_checks.desc(distances)}")
-  _ties.check_distances(distances)
+  _checks.check_real_distances(distances)
+  _checks.check_array("distances", distances, ndim=2, shape_doc="[Q, N]", kinds="iuf", what="real array")
   num_q, num_db = distances.shape
-  if num_q == 0:
-    raise ValueError(f"distances: expected at least one query, got shape {tuple(distances.shape)}")
-  labels_given = _check_labels(num_q, num_db, query_labels, db_labels, relevance, affinity)
-  if not all(_checks.is_concrete(x) for x in (distances, query_labels, db_labels, relevance, affinity)):
-    raise ValueError("distances: expected concrete arrays (evaluate_distances returns Python numbers), got a "
-                     "traced value; use hashjax.metrics.tie_aware_ap etc. under jit")
-  k = _checks.check_cutoff(k, allow_none=False)
-  if radius is not None:
-    radius = _checks.check_number("radius", radius)
+  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
+                               query_like="[len(distances)]", db_like="[distances.shape[1]]")
+  _checks.check_concrete("distances", distances, query_labels, db_labels, relevance, affinity,
+                         why="evaluate_distances returns Python numbers; under jit use hashjax.metrics.tie_aware_ap")
+  k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
+  radius = None if radius is None else _checks.check_number("radius", radius)
   dtype = _checks.check_float_dtype(dtype)
   if labels_given:
     ql, xl, num_levels = np.asarray(query_labels), np.asarray(db_labels), 2
     levels = lambda rows: (ql[rows, None] == xl[None, :]).astype(np.int8)
   else:
-    if relevance is not None:
-      _checks.check_int_range("relevance", relevance, 0, 1, what="relevance labels")
     name, given = ("relevance", relevance) if relevance is not None else ("affinity", affinity)
-    _checks.check_shape(name, given, distances.shape, like="distances")
     num_levels = histograms.num_levels_of(given, 2 if relevance is not None else None, name=name)
+    _checks.check_shape(name, given, distances.shape, like="distances")
     given = np.asarray(given)
     levels = lambda rows: given[rows]
   d = np.asarray(distances)
@@ -181,7 +175,8 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
   for start in range(0, num_q, step):
     rows = slice(start, start + step)
     lev = levels(rows)
-    values = _tie_aware(np.asarray(_ties.group_histogram(d[rows], lev, num_levels=num_levels)), k=k, dtype=dtype)
+    values = _tie_aware(np.asarray(_ties.group_histogram(d[rows], lev, num_levels=num_levels)), k=k, ndcg_k=ndcg_k,
+                        dtype=dtype)
     if radius is not None:  # two bins, within and beyond the radius: the radius metrics' formulas at radius 0
       inside = d[rows] <= radius
       counts = [np.sum(lev == v, axis=-1) for v in range(num_levels)]
@@ -193,30 +188,22 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
   return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)
 
 
-def _check_labels(num_q: int, num_db: int, query_labels, db_labels, relevance, affinity) -> bool:
+def _check_levels(query_labels, db_labels, relevance, affinity, num_q: int, num_db: int, **like) -> bool:
   """Exactly one of labels (both), ``relevance`` or ``affinity``; checks the labels; True when labels."""
-  labels_given = query_labels is not None or db_labels is not None
-  given = [name for name, used in (("query_labels/db_labels", labels_given), ("relevance", relevance is not None),
-                                   ("affinity", affinity is not None)) if used]
+  given = [name for name, used in (("query_labels/db_labels", query_labels is not None or db_labels is not None),
+                                   ("relevance", relevance is not None), ("affinity", affinity is not None)) if used]
   if len(given) != 1:
     raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels "
                      f"(both query_labels and db_labels), relevance or affinity, got {given or 'none'}")
-  int32 = np.iinfo(np.int32)
-  if labels_given:
-    for name, lab, n in (("query_labels", query_labels, num_q), ("db_labels", db_labels, num_db)):
-      if lab is None:
-        raise ValueError(f"{name}: expected int labels of shape ({n},) together with the other labels, got None")
-      _checks.check_int_range(name, lab, int32.min, int32.max, what="class labels")
-      if lab.ndim != 1 or lab.shape[0] != n:
-        raise ValueError(f"{name}: expected shape ({n},), got {tuple(lab.shape)}")
-  return labels_given
+  return _checks.check_label_pair(query_labels, db_labels, num_q, num_db, **like)
 
 
-def _tie_aware(hist: np.ndarray, *, k: int, dtype) -> dict:
-  """Per-query tie-aware AP, NDCG, AP bounds and precision@k (numpy ``[Q]``) of a concrete ``hist[Q, B, V]``."""
+def _tie_aware(hist: np.ndarray, *, k: int, ndcg_k: int, dtype) -> dict:
+  """Per-query tie-aware AP, NDCG@ndcg_k, AP bounds and precision@k (numpy ``[Q]``) of a concrete
+  ``hist[Q, B, V]``."""
   return {name: np.asarray(values) for name, values in (
       ("tie_aware_ap", metrics.tie_aware_ap_from_histogram(hist, dtype=dtype)),
-      ("tie_aware_ndcg", metrics.tie_aware_ndcg_from_histogram(hist, dtype=dtype)),
+      ("tie_aware_ndcg", metrics.tie_aware_ndcg_from_histogram(hist, k=ndcg_k, dtype=dtype)),
       ("optimistic_ap", metrics.optimistic_ap_from_histogram(hist, dtype=dtype)),
       ("pessimistic_ap", metrics.pessimistic_ap_from_histogram(hist, dtype=dtype)),
       ("tie_aware_precision_at_k", metrics.tie_aware_precision_at_k_from_histogram(hist, k=k, dtype=dtype)))}

@@ -31,6 +31,7 @@ import numpy as np
 from hashjax import _checks
 from hashjax import codes
 from hashjax._kernels import bitsliced
+from hashjax._kernels import compare
 
 Array = jax.Array
 
@@ -121,10 +122,7 @@ def distance_histogram(distances: Array, affinity: Optional[Array] = None, *, nu
   else:
     _checks.check_shape("affinity", affinity, distances.shape, like="distances")
     num_levels = num_levels_of(affinity, num_levels)
-  if where is not None:
-    if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
-      raise ValueError(f"where: expected a bool mask of the items to count, got {_checks.desc(where)}")
-    _checks.check_shape("where", where, distances.shape, like="distances")
+  _checks.check_mask("where", where, distances.shape, like="distances")
   _check_size("distances", distances.shape, num_bits, num_levels)
   if isinstance(distances, np.ndarray) and all(_checks.is_concrete(x) for x in (affinity, where)):
     return _checks.as_jax(_count_on_host(distances, affinity, where, num_bits=num_bits, num_levels=num_levels))
@@ -141,10 +139,11 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   .. math:: n_{q,d,v} = |\{ i : d(q, i) = d,\ a_{q,i} = v \}|
 
   The level ``a[q, i]`` is ``affinity[q, i]``; or, with ``query_labels`` and ``db_labels``,
-  ``[query_labels[q] == db_labels[i]]`` (``V = 2``: irrelevant, relevant); or 0 (``V = 1``). Concrete codes
+  ``[query_labels[q] == db_labels[i]]`` (``V = 2``: irrelevant, relevant); or 0 (``V = 1``). On a GPU or
+  TPU, everything is counted by compare-and-count (:mod:`hashjax._kernels.compare`). On a CPU, concrete codes
   of at most 128 bits without ``affinity`` (at least ``2^22`` pairs) are counted by the bit-sliced kernel;
-  the rest streams the database in chunks whose distances :func:`distance_histogram`'s kernel counts. Both
-  give the same counts; the function works traced too (then on the second path).
+  the rest streams the database in chunks whose distances :func:`distance_histogram`'s kernel counts. All
+  give the same counts; the function works traced too (then on the last path, or compare-and-count).
 
   Args:
     query_words: ``uint32[Q, W]`` packed queries.
@@ -170,16 +169,9 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, n = query_words.shape[0], db_words.shape[0]
-  labelled = query_labels is not None or db_labels is not None
-  if labelled:
+  if _checks.check_label_pair(query_labels, db_labels, num_q, n):
     if affinity is not None:
       raise ValueError("affinity, query_labels: expected an affinity matrix or labels, not both")
-    for name, labels, size, like in (("query_labels", query_labels, num_q, "[len(query_words)]"),
-                                     ("db_labels", db_labels, n, "[len(db_words)]")):
-      if labels is None:
-        raise ValueError(f"{name}: expected int labels of shape ({size},) with the other labels, got None")
-      _checks.check_int_range(name, labels, np.iinfo(np.int32).min, _INT32_MAX, what="class labels")
-      _checks.check_shape(name, labels, (size,), like=like)
     num_levels = 2
   elif affinity is None:
     num_levels = 1
@@ -188,12 +180,16 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
     num_levels = num_levels_of(affinity, num_levels)
   chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
   _check_size("query_words, db_words", (num_q, n), num_bits, num_levels)
+  as_jax = _checks.as_jax
+  if compare.on_accelerator(query_words, db_words):
+    return compare.counts(as_jax(query_words), as_jax(db_words), as_jax(affinity), as_jax(query_labels),
+                          as_jax(db_labels), num_bits=num_bits, num_levels=num_levels,
+                          chunk=compare.chunk_items(num_q, n))
   if affinity is None and _bitsliced_counts_it(query_words, db_words, num_bits, query_labels, db_labels):
-    return _checks.as_jax(bitsliced.counts(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
-                                           db_labels=db_labels))
+    return as_jax(bitsliced.counts(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
+                                   db_labels=db_labels))
   chunk = max(1, min(chunk_size, _CHUNK_ELEMENTS // num_q))
   chunk = -(-n // -(-n // chunk))  # equal chunks
-  as_jax = _checks.as_jax
   return _count_codes(as_jax(query_words), as_jax(db_words), as_jax(affinity), as_jax(query_labels),
                       as_jax(db_labels), num_bits=num_bits, num_levels=num_levels, chunk=chunk)
 

@@ -24,6 +24,11 @@ training set, ``x -> (x - mean) / scale``. These are constants of the module
 (passed in, see :func:`feature_stats`), never parameters: the optimizer
 cannot move them and they are not part of ``params``.
 
+Both modules compute their matrix products in full float32
+(``jax.lax.Precision.HIGHEST``) on every backend, so their logits are
+float32-accurate on a GPU too (whose default for float32 products is TF32),
+and :func:`encode` gives the same codes for the same features in any batch.
+
 The functional façade (:func:`make_mapping`, :func:`init`, :func:`apply`,
 :func:`encode`) is what training code and experiments use, so they do not
 depend on which module is behind a name.
@@ -42,13 +47,14 @@ import numpy as np
 import optax
 
 from hashjax import _checks
+from hashjax import _encode
 from hashjax import codes
 
 Array = jax.Array
 
 __all__ = [
     "Linear", "MLP", "Constant", "MAPPINGS", "ACTIVATIONS", "INITS", "NAIR_VARIANCE",
-    "DEFAULT_HIDDEN", "DEFAULT_ENCODE_BATCH", "make_mapping", "init", "apply", "encode",
+    "DEFAULT_HIDDEN", "ENCODE_BLOCK_ROWS", "make_mapping", "init", "apply", "encode",
     "feature_stats", "alpha_schedule",
 ]
 
@@ -72,8 +78,8 @@ INITS = ("lecun", "nair")
 NAIR_VARIANCE = 1e-3
 #: Hidden widths of ``make_mapping("mlp", ...)`` when ``hidden`` is not given.
 DEFAULT_HIDDEN = (256,)
-#: Rows per jit call in :func:`encode`.
-DEFAULT_ENCODE_BATCH = 65536
+#: Rows of each jit call of :func:`encode` (a fixed block; the last one is padded).
+ENCODE_BLOCK_ROWS = _encode.BLOCK_ROWS
 
 
 # ----------------------------------------------------------------------------
@@ -119,12 +125,9 @@ def _as_float(x: Any) -> Array:
 
 def _check_features(name: str, features: Any, dim: Optional[int]) -> None:
   _checks.check_real(name, features, shape_doc="[..., dim]", min_ndim=1)
-  if dim is not None and features.shape[-1] != dim:
-    raise ValueError(
-        f"{name}: expected {dim} feature columns (the input width of the mapping), "
-        f"got shape {tuple(features.shape)}")
-  if features.shape[-1] == 0:
-    raise ValueError(f"{name}: expected at least one feature column, got shape {tuple(features.shape)}")
+  _checks.check_nonempty(name, features, axis=-1, what="feature column")
+  if dim is not None:
+    _checks.check_columns(name, features, dim, what="the input width of the mapping")
 
 
 def _kernel_init(init_name: str) -> Callable:
@@ -180,7 +183,7 @@ class Linear(nn.Module):
                         self.param_dtype)
     bias = self.param("bias", nn.initializers.zeros_init(), (self.num_bits,), self.param_dtype)
     x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias)
-    return x @ kernel + bias
+    return _encode.matmul(x, kernel) + bias
 
 
 class MLP(nn.Module):
@@ -218,9 +221,9 @@ class MLP(nn.Module):
     act = ACTIVATIONS[self.activation]
     for i, width in enumerate(self.hidden):
       x = act(nn.Dense(width, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
-                       name=f"hidden_{i}")(x))
-    return nn.Dense(self.num_bits, kernel_init=_kernel_init(self.weight_init),
-                    param_dtype=self.param_dtype, name="output")(x)
+                       precision=jax.lax.Precision.HIGHEST, name=f"hidden_{i}")(x))
+    return nn.Dense(self.num_bits, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
+                    precision=jax.lax.Precision.HIGHEST, name="output")(x)
 
 
 # ----------------------------------------------------------------------------
@@ -229,8 +232,7 @@ class MLP(nn.Module):
 
 def _check_stat(name: str, value: Any, *, positive: bool) -> Constant:
   _checks.check_real(name, value, shape_doc="[dim]")
-  if value.ndim != 1 or value.shape[0] == 0:
-    raise ValueError(f"{name}: expected a 1-D array [dim] of per-feature statistics, got {_checks.desc(value)}")
+  _checks.check_array(name, value, ndim=1, shape_doc="[dim]", what="array of per-feature statistics")
   if positive and np.any(np.asarray(value) <= 0):
     raise ValueError(f"{name}: expected positive per-feature scales, got minimum {np.asarray(value).min()!r}")
   return Constant(np.asarray(value))
@@ -276,9 +278,8 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
     raise ValueError(f"param_dtype: expected a floating dtype, got {param_dtype.name}")
   mean_c = None if mean is None else _check_stat("mean", mean, positive=False)
   scale_c = None if scale is None else _check_stat("scale", scale, positive=True)
-  if mean_c is not None and scale_c is not None and mean_c.value.shape != scale_c.value.shape:
-    raise ValueError(f"scale: expected shape {mean_c.value.shape} (the shape of mean), "
-                     f"got {scale_c.value.shape}")
+  if mean_c is not None and scale_c is not None:
+    _checks.check_shape("scale", scale_c.value, mean_c.value.shape, like="mean")
   if name == "linear":
     if hidden is not None and len(tuple(hidden)) > 0:
       raise ValueError(f"hidden: a linear mapping has no hidden layers, got {hidden!r} (use name='mlp')")
@@ -288,19 +289,14 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
                   param_dtype=param_dtype.type)
   hidden = DEFAULT_HIDDEN if hidden is None else hidden
   activation = "relu" if activation is None else activation
-  try:
-    widths = tuple(hidden)
-  except TypeError:
-    raise ValueError(f"hidden: expected a sequence of positive ints, got {hidden!r}") from None
-  if not widths or not all(_checks.is_int(w) and w >= 1 for w in widths):
+  if not (isinstance(hidden, (tuple, list)) and hidden and all(_checks.is_int(w) and w >= 1 for w in hidden)):
     raise ValueError(f"hidden: expected a non-empty sequence of positive ints, got {hidden!r}")
-  return MLP(num_bits=num_bits, hidden=tuple(int(w) for w in widths), activation=activation,
+  return MLP(num_bits=num_bits, hidden=tuple(int(w) for w in hidden), activation=activation,
              weight_init=init, mean=mean_c, scale=scale_c, param_dtype=param_dtype.type)
 
 
 def _check_mapping(mapping: Any) -> None:
-  if not isinstance(mapping, (Linear, MLP)):
-    raise ValueError(f"mapping: expected a hashjax.mappings module from make_mapping, got {type(mapping).__name__}")
+  _checks.check_type("mapping", mapping, (Linear, MLP), what="a hashjax.mappings module from make_mapping")
 
 
 def _stat_dim(mapping: Any) -> Optional[int]:
@@ -354,6 +350,9 @@ def apply(mapping: nn.Module, params: Any, features: Any) -> Array:
 
   .. math:: \mathrm{logits} = f(x; \theta) \in \mathbb{R}^{[..., b]}
 
+  The matrix products run in full float32 (``Precision.HIGHEST``) on every
+  backend, as in :func:`encode`.
+
   Args:
     mapping: a module from :func:`make_mapping`.
     params: its parameters (from :func:`init`).
@@ -376,25 +375,28 @@ def apply(mapping: nn.Module, params: Any, features: Any) -> Array:
 
 @functools.partial(jax.jit, static_argnums=0)
 def _encode_rows(mapping: Any, params: Any, features: Array) -> Array:
-  """The kernel :func:`encode` loops over: ``words[n, ceil(b/32)]`` of ``features[n, dim]``."""
+  """The block :func:`encode` computes: ``words[BLOCK_ROWS, ceil(b/32)]`` of ``features[BLOCK_ROWS, dim]``."""
   return codes.pack_bits(codes.binarize(mapping.apply({"params": params}, features)))
 
 
-def encode(mapping: nn.Module, params: Any, features: Any, *,
-           batch_size: int = DEFAULT_ENCODE_BATCH) -> Array:
-  r"""Hashes ``features`` to packed codes, ``batch_size`` rows per jit call.
+def encode(mapping: nn.Module, params: Any, features: Any) -> Array:
+  r"""Hashes ``features`` to packed codes, in fixed blocks of rows.
 
   .. math:: w = \mathrm{pack}([f(x; \theta) > 0])
 
-  Equal to ``pack_bits(binarize(apply(mapping, params, features)))``, but the
-  logits of only ``batch_size`` rows exist at a time (the last chunk is
-  padded, so one compilation serves every chunk).
+  Equal to ``pack_bits(binarize(apply(mapping, params, features)))``, computed
+  :data:`ENCODE_BLOCK_ROWS` rows per jit call (the last block padded), so one
+  compilation serves every call and the logits of only one block exist at a
+  time. The codes of a row never depend on the other rows: every call runs the
+  same program on the same shapes in full float32, so the same features give
+  the same words in any batch, one row at a time or all at once, on a CPU or a
+  GPU (for concrete inputs; under an outer ``jax.jit`` XLA compiles the
+  caller's program as a whole).
 
   Args:
     mapping: a module from :func:`make_mapping`.
     params: its parameters.
     features: ``[..., dim]`` real, finite features.
-    batch_size: rows per call (positive int).
 
   Returns:
     ``uint32[..., ceil(num_bits / 32)]`` words.
@@ -406,25 +408,9 @@ def encode(mapping: nn.Module, params: Any, features: Any, *,
   [[5], [6]]
   """
   _check_mapping(mapping)
-  batch_size = _checks.check_positive_int("batch_size", batch_size)
   _check_features("features", features, _param_dim(mapping, params))
-  lead = tuple(features.shape[:-1])
-  flat = features.reshape((-1, features.shape[-1]))
-  n = flat.shape[0]
-  num_words = _checks.num_words_for(mapping.num_bits)
-  if n == 0:
-    return jnp.zeros(lead + (num_words,), jnp.uint32)
-  if n <= batch_size:
-    return _encode_rows(mapping, params, flat).reshape(lead + (num_words,))
-  chunks = []
-  for start in range(0, n, batch_size):
-    chunk = flat[start:start + batch_size]
-    rows = chunk.shape[0]
-    if rows < batch_size:
-      xnp = np if isinstance(chunk, np.ndarray) else jnp
-      chunk = xnp.concatenate([chunk, xnp.zeros((batch_size - rows,) + chunk.shape[1:], chunk.dtype)])
-    chunks.append(_encode_rows(mapping, params, chunk)[:rows])
-  return jnp.concatenate(chunks).reshape(lead + (num_words,))
+  words = _encode.blockwise(lambda block: _encode_rows(mapping, params, block), features)
+  return _checks.as_jax(words)
 
 
 def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
@@ -449,8 +435,7 @@ def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
   ([1.0, 1.0], [1.0, 1.0])
   """
   _checks.check_real("features", features, shape_doc="[num_items, dim]")
-  if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
-    raise ValueError(f"features: expected a non-empty 2-D array [num_items, dim], got {_checks.desc(features)}")
+  _checks.check_array("features", features, ndim=2, shape_doc="[num_items, dim]")
   min_scale = _checks.check_number("min_scale", min_scale, low=0)
   x = np.asarray(features)
   out = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
@@ -484,10 +469,8 @@ def alpha_schedule(step: Any, *, init: float, final: float, steps: int) -> Array
   init = _checks.check_number("init", init, low=0, low_open=True)
   final = _checks.check_number("final", final, low=0, low_open=True)
   steps = _checks.check_positive_int("steps", steps)
-  if not hasattr(step, "dtype"):
-    if not _checks.is_int(step):
-      raise ValueError(f"step: expected an integer step, got {step!r}")
-  elif not jnp.issubdtype(step.dtype, jnp.integer) or jnp.ndim(step) != 0:
-    raise ValueError(f"step: expected an integer scalar, got {_checks.desc(step)}")
+  if not (jnp.issubdtype(step.dtype, jnp.integer) and jnp.ndim(step) == 0 if hasattr(step, "dtype")
+          else _checks.is_int(step)):
+    raise ValueError(f"step: expected an integer scalar, got {_checks.desc(step) if hasattr(step, 'dtype') else step!r}")
   schedule = optax.linear_schedule(init, final, steps)
   return jnp.asarray(schedule(step), jnp.float32)

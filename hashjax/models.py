@@ -10,22 +10,29 @@ the feature width and value range seen in training, and the run's config::
   model.save("runs/my_run/model")
   words = hashjax.load_model("runs/my_run").encode(new_features)   # uint32[n, ceil(b / 32)]
 
-On disk a model is a directory of two files:
+On disk a model is a directory saved by the protocol of :mod:`hashjax.io`
+(atomic, safe under concurrent saves and loads, checksummed)::
 
-* ``model.json``: ``format`` (``"hashjax-model"``) and ``version``, ``kind``,
-  ``num_bits``, ``dim``, ``settings``, ``feature_range``, ``config`` and
-  ``arrays``, the name, dtype and shape of every array;
-* ``arrays.npz``: the params flattened by tree path (``params/kernel``,
-  ``params/hidden_0/bias``, ``params/rotation``, ...), the mapping's
-  preprocessing constants (``preprocess/mean``, ``preprocess/scale``) and, for a
-  model with learned bit weights (kind ``"colgen"``), ``bit_weights``.
+  model/
+    model.json       the manifest: format ("hashjax-model") and version, kind, num_bits, dim, settings,
+                     feature_range, config; the data folder and each array's file, dtype, shape and sha256;
+                     its own checksum
+    data-<token>/    one .npy file per array
+    .lock            the writers' lock
 
-Format versions: 1 holds the mappings and baselines; 2 adds the ``"colgen"`` kind
-and its ``bit_weights`` array. A model is written with the lowest version that
-describes it (a mapping or a baseline still as version 1, so older readers load
-it), and this module reads both.
+The arrays are the params flattened by tree path (``params/kernel``,
+``params/hidden_0/bias``, ``params/rotation``, ...), the mapping's
+preprocessing constants (``preprocess/mean``, ``preprocess/scale``) and, for a
+model with learned bit weights (kind ``"colgen"``), ``bit_weights``.
 
-Both are plain data (JSON and NumPy arrays, read with ``allow_pickle=False``),
+Format versions: 3 is the layout above, written for every kind. Versions 1
+(the mappings and baselines) and 2 (adding the ``"colgen"`` kind and its
+``bit_weights``) held ``model.json`` (listing each array's name, dtype and
+shape, no checksums) and ``arrays.npz`` directly in the directory; this module
+reads them too. A file that does not match its checksum, and parameters that
+hold NaN or inf (in any version), are refused with an error naming the file.
+
+All of it is plain data (JSON and NumPy arrays, read with ``allow_pickle=False``),
 so a saved model runs no code when loaded.
 """
 
@@ -34,8 +41,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -44,7 +49,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import jax
 import numpy as np
 
-from hashjax import _checks, baselines, codes, mappings
+from hashjax import _checks, baselines, codes, io, mappings
 from hashjax.colgen import features as colgen_features
 
 __all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "from_colgen", "save_model",
@@ -52,14 +57,15 @@ __all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "fro
 
 #: The ``format`` field of ``model.json``.
 FORMAT = "hashjax-model"
-#: The newest ``version`` of the format this module writes and reads (2: the ``"colgen"`` kind and ``bit_weights``).
-VERSION = 2
+#: The ``version`` of the format this module writes, the newest it reads (3: the save protocol of
+#: :mod:`hashjax.io`; 2: the ``"colgen"`` kind and ``bit_weights``; 1 and 2 store ``arrays.npz``).
+VERSION = 3
 #: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, the baselines of :mod:`hashjax.baselines`, then the
 #: column-generation hashes of :mod:`hashjax.colgen` (CGHash, StructHash).
 KINDS = ("linear", "mlp", "lsh", "pca", "itq", "sh", "iso", "colgen")
 #: The first format version that can hold each kind (the others: 1).
 _KIND_VERSION = {"colgen": 2}
-#: The two files of a saved model directory.
+#: The manifest of a saved model directory, and the arrays file of format versions 1 and 2.
 MODEL_FILE = "model.json"
 ARRAYS_FILE = "arrays.npz"
 
@@ -84,8 +90,7 @@ def _json_plain(name: str, value: Any) -> Any:
   """``value`` (a dict or ``ml_collections.ConfigDict``) as the plain JSON types it reads back as."""
   if hasattr(value, "to_dict"):
     value = value.to_dict()
-  if not isinstance(value, dict):
-    raise ValueError(f"{name}: expected a dict or ml_collections.ConfigDict, got {type(value).__name__}")
+  _checks.check_instance(name, value, dict, what="a dict or ml_collections.ConfigDict")
   try:
     return json.loads(json.dumps(value, allow_nan=False))
   except (TypeError, ValueError) as e:
@@ -94,12 +99,9 @@ def _json_plain(name: str, value: Any) -> Any:
 
 def _train_stats(train_features: Any) -> Tuple[int, Tuple[float, float]]:
   """``(dim, (min, max))`` of ``train_features[N, dim]``."""
-  _checks.check_real("train_features", train_features, shape_doc="[num_items, dim]")
-  if train_features.ndim != 2 or 0 in train_features.shape:
-    raise ValueError(f"train_features: expected a non-empty 2-D array [num_items, dim], "
-                     f"got {_checks.desc(train_features)}")
-  if not _checks.is_concrete(train_features):
-    raise ValueError("train_features: expected a concrete array (its value range is recorded), got a traced one")
+  _checks.check_array("train_features", train_features, ndim=2, shape_doc="[N, dim]", kinds="fiu", what="real array")
+  _checks.check_concrete("train_features", train_features, why="its value range is recorded")
+  _checks.check_finite("train_features", train_features)
   x = np.asarray(train_features)
   return int(x.shape[1]), (float(x.min()), float(x.max()))
 
@@ -170,15 +172,15 @@ def _build_mapping(kind: str, num_bits: int, settings: Dict[str, Any], mean: Any
                                mean=mean, scale=scale, param_dtype=settings.get("param_dtype", "float32"))
 
 
-@jax.jit
 def _colgen_words(params: Any, features: jax.Array) -> jax.Array:
-  """Packed codes of a column-generation hash (:func:`hashjax.colgen.features.hash_bits`), compiled whole."""
+  """Packed codes of a column-generation hash (:func:`hashjax.colgen.features.hash_bits`: fixed row blocks, so
+  the same features give the same words in any batch)."""
   return codes.pack_bits(colgen_features.hash_bits(params, features))
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _baseline_words(method: str, params: Any, features: jax.Array) -> jax.Array:
-  """Packed codes of a baseline, compiled whole (op by op, spectral hashing alone compiles dozens of programs)."""
+  """Packed codes of a baseline (:func:`hashjax.baselines.encode`: fixed row blocks, so the same features give
+  the same words in any batch)."""
   return codes.pack_bits(baselines.encode(method, params, features))
 
 
@@ -230,8 +232,7 @@ class Model:
       object.__setattr__(self, name, value)
 
   def __setattr__(self, name: str, value: Any) -> None:
-    raise AttributeError(f"Model is immutable: cannot set {name!r} (build a new one with from_mapping / "
-                         "from_baseline)")
+    raise AttributeError(f"Model is immutable: cannot set {name!r} (build a new one with from_mapping / from_baseline)")
 
   def __delattr__(self, name: str) -> None:
     raise AttributeError(f"Model is immutable: cannot delete {name!r}")
@@ -277,9 +278,7 @@ class Model:
     ((3, 2), dtype('uint32'))
     """
     _checks.check_real("features", features, shape_doc=f"[..., {self.dim}]", min_ndim=1)
-    if features.shape[-1] != self.dim:
-      raise ValueError(f"features: expected {self.dim} feature columns (the width the model was trained on), "
-                       f"got shape {tuple(features.shape)}")
+    _checks.check_columns("features", features, self.dim, what="the width the model was trained on")
     self._check_range(features)
     if self.mapping is not None:
       return mappings.encode(self.mapping, self.params, features)
@@ -307,8 +306,8 @@ class Model:
     >>> import jax, os, tempfile, numpy as np
     >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
     >>> model = from_baseline("pca", baselines.fit("pca", x, num_bits=4), train_features=x)
-    >>> sorted(os.listdir(model.save(os.path.join(tempfile.mkdtemp(), "model"))))
-    ['arrays.npz', 'model.json']
+    >>> sorted(n[:5] for n in os.listdir(model.save(os.path.join(tempfile.mkdtemp(), "model"))))
+    ['.lock', 'data-', 'model']
     """
     return save_model(self, path)
 
@@ -353,15 +352,13 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
   >>> bool((model.encode(x) == mappings.encode(mapping, params, x)).all())
   True
   """
-  if not isinstance(mapping, (mappings.Linear, mappings.MLP)):
-    raise ValueError(f"mapping: expected a hashjax.mappings module from make_mapping (Linear or MLP), "
-                     f"got {type(mapping).__name__}")
+  _checks.check_instance("mapping", mapping, (mappings.Linear, mappings.MLP),
+                         what="a hashjax.mappings module from make_mapping (Linear or MLP)")
   dim, feature_range = _train_stats(train_features)
   for name in ("mean", "scale"):
     constant = getattr(mapping, name)
-    if constant is not None and constant.value.shape != (dim,):
-      raise ValueError(f"train_features: expected {dim} columns to match the mapping's {name} of shape "
-                       f"{constant.value.shape}, got shape {tuple(train_features.shape)}")
+    if constant is not None:
+      _checks.check_columns("train_features", train_features, constant.value.shape[0], what=f"the mapping's {name}")
   _check_mapping_params(mapping, params, dim)
   config = None if config is None else _json_plain("config", config)
   params = jax.tree.map(_checks.as_jax, params)
@@ -393,13 +390,9 @@ def from_baseline(method: str, params: Any, *, train_features: Any, config: Any 
   """
   _checks.check_option("method", method, tuple(_BASELINE_PARAMS))
   cls = _BASELINE_PARAMS[method]
-  if not isinstance(params, cls):
-    raise ValueError(f"params: expected {cls.__name__} from hashjax.baselines.fit({method!r}, ...), "
-                     f"got {type(params).__name__}")
+  _checks.check_instance("params", params, cls, what=f"{cls.__name__} from hashjax.baselines.fit({method!r}, ...)")
   dim, feature_range = _train_stats(train_features)
-  if tuple(params.mean.shape) != (dim,):
-    raise ValueError(f"train_features: expected {params.mean.shape[0]} columns (the width the params were fit "
-                     f"on), got shape {tuple(train_features.shape)}")
+  _checks.check_columns("train_features", train_features, params.mean.shape[0], what="the width the params were fit on")
   return _baseline_model(method, params, dim=dim, feature_range=feature_range,
                          config=None if config is None else _json_plain("config", config))
 
@@ -415,43 +408,36 @@ def _baseline_model(method: str, params: Any, *, dim: int, feature_range: Tuple[
                feature_range=feature_range, config=config)
 
 
-def _colgen_params(arrays: Dict[str, np.ndarray]) -> Any:
-  fields = colgen_features.PARAM_FIELDS
-  missing = [f"params/{f}" for f in fields if f"params/{f}" not in arrays]
+def _named_params(cls: Any, kind: str, arrays: Dict[str, np.ndarray]) -> Any:
+  """The params NamedTuple ``cls`` of the arrays ``params/<field>`` of a saved model of ``kind``."""
+  missing = [f"params/{f}" for f in cls._fields if f"params/{f}" not in arrays]
   if missing:
-    raise ValueError(f"params: a 'colgen' model needs arrays {[f'params/{f}' for f in fields]}, missing {missing}")
-  return colgen_features.HashParams(*(arrays[f"params/{f}"] for f in fields))
+    raise ValueError(f"params: a {kind!r} model needs arrays {[f'params/{f}' for f in cls._fields]}, "
+                     f"missing {missing}")
+  return cls(*(arrays[f"params/{f}"] for f in cls._fields))
 
 
 def _colgen_model(params: Any, bit_weights: Any, *, settings: Dict[str, Any], dim: int,
                   feature_range: Tuple[float, float], config: Optional[Dict[str, Any]]) -> Model:
   """A checked colgen :class:`Model` (float32 arrays) of ``params`` and ``bit_weights``."""
-  if not isinstance(params, colgen_features.HashParams):
-    raise ValueError(f"params: expected hashjax.colgen.features.HashParams, got {type(params).__name__}")
-  arrays = {}
-  for name, value in zip(colgen_features.PARAM_FIELDS, params):
-    value = np.asarray(value)
+  _checks.check_instance("params", params, colgen_features.HashParams, what="hashjax.colgen.features.HashParams")
+  arrays = {name: np.asarray(value) for name, value in zip(colgen_features.PARAM_FIELDS, params)}
+  for name, value in arrays.items():
     _checks.check_real(f"params.{name}", value)
-    arrays[name] = value.astype(np.float32)
-  anchors, scale, mean, projection, bias = (arrays[f] for f in colgen_features.PARAM_FIELDS)
-  width = dim if anchors.shape[0] == 0 else anchors.shape[0]
-  if anchors.ndim != 2 or anchors.shape[1] != dim:
-    raise ValueError(f"params.anchors: expected shape (A, {dim}) (A = 0 for raw features), got {anchors.shape}")
-  if scale.shape != () or not scale > 0:
-    raise ValueError(f"params.scale: expected a positive scalar, got {scale!r}")
-  if mean.shape != (width,) or projection.ndim != 2 or projection.shape[0] != width or projection.shape[1] < 1:
-    raise ValueError(f"params.mean / params.projection: expected shapes ({width},) and ({width}, num_bits >= 1), "
-                     f"got {mean.shape} and {projection.shape}")
-  num_bits = projection.shape[1]
-  if bias.shape != (num_bits,):
-    raise ValueError(f"params.bias: expected shape ({num_bits},), got {bias.shape}")
-  if bit_weights is None:
-    raise ValueError("bit_weights: expected float [num_bits] non-negative weights, got None")
+  arrays = {name: value.astype(np.float32) for name, value in arrays.items()}
+  anchors, scale, projection = arrays["anchors"], arrays["scale"], arrays["projection"]
+  num_anchors = anchors.shape[0] if anchors.ndim == 2 else -1
+  width, num_bits = dim if num_anchors == 0 else num_anchors, projection.shape[-1] if projection.ndim == 2 else 0
+  shapes = {name: value.shape for name, value in arrays.items()}
+  if shapes != {"anchors": (num_anchors, dim), "scale": (), "mean": (width,), "projection": (width, num_bits),
+                "bias": (num_bits,)} or num_bits < 1 or not scale > 0:
+    raise ValueError(f"params: expected anchors (A, {dim}) (A = 0 for raw features), scale () > 0, mean (D,), "
+                     f"projection (D, num_bits >= 1) and bias (num_bits,), D = A or {dim} when A = 0; got shapes "
+                     f"{shapes} and scale {scale!r}")
   bit_weights = np.asarray(bit_weights)
-  _checks.check_real("bit_weights", bit_weights)
+  _checks.check_real("bit_weights", bit_weights, shape_doc="[num_bits] of non-negative weights")
   _checks.check_nonnegative("bit_weights", bit_weights, what="bit weights")
-  if bit_weights.shape != (num_bits,):
-    raise ValueError(f"bit_weights: expected shape ({num_bits},) (one per bit), got {bit_weights.shape}")
+  _checks.check_shape("bit_weights", bit_weights, (num_bits,), like="params.projection's columns, one per bit")
   settings = {**settings, "features": "linear" if anchors.shape[0] == 0 else "rbf"}
   return Model(kind="colgen", num_bits=int(num_bits), dim=int(dim), settings=settings,
                params=colgen_features.HashParams(*(_checks.as_jax(arrays[f]) for f in colgen_features.PARAM_FIELDS)),
@@ -485,8 +471,7 @@ def from_colgen(params: Any, bit_weights: Any, *, train_features: Any, method: s
   ('colgen', 3, [1.0, 0.5, 0.0], (2, 1))
   """
   dim, feature_range = _train_stats(train_features)
-  if not isinstance(method, str):
-    raise ValueError(f"method: expected a string, got {type(method).__name__}")
+  _checks.check_instance("method", method, str, what="a string")
   return _colgen_model(params, bit_weights, settings={"method": method}, dim=dim, feature_range=feature_range,
                        config=None if config is None else _json_plain("config", config))
 
@@ -495,22 +480,17 @@ def from_colgen(params: Any, bit_weights: Any, *, train_features: Any, method: s
 # Saving.
 
 
-def _write_file(path: str, write) -> None:
-  with open(path, "wb") as f:
-    write(f)
-    f.flush()
-    os.fsync(f.fileno())
-
-
 def save_model(model: Model, path: Any) -> str:
-  r"""Writes ``model`` to the directory ``path`` (``model.json`` and ``arrays.npz``), atomically.
+  r"""Writes ``model`` to the directory ``path`` by the save protocol of :mod:`hashjax.io`.
 
-  .. math:: \mathrm{path} \leftarrow (\mathrm{model.json}, \mathrm{arrays.npz})
+  .. math:: \mathrm{path} \leftarrow (\mathrm{model.json}, \mathrm{data}/\ast\mathrm{.npy})
 
-  The directory is built under a temporary name beside ``path`` and renamed
-  into place, so ``path`` never holds a half-written model; an existing saved
-  model at ``path`` is replaced (moved aside, then removed). A ``path`` that
-  exists and is neither a saved model nor an empty directory is refused.
+  ``model.json`` (the manifest, module docstring) is replaced last in one
+  rename, so ``path`` always loads as the previous model or the new one;
+  saves to one directory from several processes wait for each other, the
+  last wins; a load meanwhile returns one of them, complete. A ``path`` that
+  exists and holds anything but a saved model (e.g. a run's workdir) is
+  refused.
 
   Args:
     model: a :class:`Model`.
@@ -525,48 +505,14 @@ def save_model(model: Model, path: Any) -> str:
   >>> path = save_model(model, os.path.join(tempfile.mkdtemp(), "sh-6"))
   >>> with open(os.path.join(path, "model.json")) as f:
   ...   meta = json.load(f)
-  >>> meta["format"], meta["kind"], meta["num_bits"], meta["dim"]
-  ('hashjax-model', 'sh', 6, 5)
+  >>> meta["format"], meta["version"], meta["kind"], meta["num_bits"], meta["dim"]
+  ('hashjax-model', 3, 'sh', 6, 5)
   """
-  if not isinstance(model, Model):
-    raise ValueError(f"model: expected a hashjax.models.Model, got {type(model).__name__}")
-  if not isinstance(path, (str, os.PathLike)):
-    raise ValueError(f"path: expected a directory path (str or os.PathLike), got {type(path).__name__}")
-  path = os.path.abspath(os.fspath(path))
-  if os.path.exists(path):
-    if not os.path.isdir(path):
-      raise ValueError(f"path: {path!r} exists and is not a directory; refusing to replace it with a model")
-    if os.listdir(path) and not os.path.isfile(os.path.join(path, MODEL_FILE)):
-      raise ValueError(f"path: {path!r} is a non-empty directory without {MODEL_FILE}; refusing to replace it "
-                       f"with a model (choose a new directory, e.g. {os.path.join(path, 'model')!r})")
-  arrays = model._arrays()  # pylint: disable=protected-access
-  meta = {
-      "format": FORMAT, "version": _KIND_VERSION.get(model.kind, 1), "kind": model.kind, "num_bits": model.num_bits,
-      "dim": model.dim,
-      "settings": model.settings, "feature_range": list(model.feature_range), "config": model.config,
-      "arrays": [{"name": k, "dtype": v.dtype.name, "shape": list(v.shape)} for k, v in arrays.items()],
-  }
-  text = (json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
-  parent = os.path.dirname(path)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".tmp-model-", dir=parent)
-  old = None
-  try:
-    _write_file(os.path.join(tmp, ARRAYS_FILE), lambda f: np.savez(f, **arrays))
-    _write_file(os.path.join(tmp, MODEL_FILE), lambda f: f.write(text))
-    if os.path.exists(path):
-      old = tempfile.mkdtemp(prefix=".old-model-", dir=parent)
-      os.replace(path, old)  # an empty directory is replaced by a rename
-    os.replace(tmp, path)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    if old is not None and not os.path.exists(path) and os.path.isdir(old):
-      os.replace(old, path)  # put the previous model back
-    raise
-  finally:
-    if old is not None and os.path.isdir(old):
-      shutil.rmtree(old, ignore_errors=True)
-  return path
+  _checks.check_instance("model", model, Model, what="a hashjax.models.Model")
+  header = {"format": FORMAT, "version": VERSION, "kind": model.kind, "num_bits": model.num_bits, "dim": model.dim,
+            "settings": model.settings, "feature_range": list(model.feature_range), "config": model.config}
+  return io.save_arrays(_checks.check_path("path", path), model._arrays(), header,  # pylint: disable=protected-access
+                        manifest=MODEL_FILE, legacy=(ARRAYS_FILE,), what="model")
 
 
 # ----------------------------------------------------------------------------
@@ -576,7 +522,6 @@ def save_model(model: Model, path: Any) -> str:
 def _model_dirs(root: str) -> List[str]:
   if not os.path.isdir(root):
     return []
-  # Names starting with "." are save_model's temporary directories.
   return sorted(os.path.join(root, d) for d in os.listdir(root)
                 if not d.startswith(".") and os.path.isfile(os.path.join(root, d, MODEL_FILE)))
 
@@ -599,70 +544,54 @@ def _resolve(path: str) -> str:
                    f"models/<name>/{MODEL_FILE})")
 
 
-def _read_meta(file: str) -> Dict[str, Any]:
-  if not os.path.isfile(file):
-    raise ValueError(f"{file}: missing (a saved model's directory holds {MODEL_FILE} and {ARRAYS_FILE})")
-  try:
-    with open(file, "rb") as f:
-      meta = json.loads(f.read().decode("utf-8"))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f"{file}: not valid JSON ({e})") from None
-  if not isinstance(meta, dict):
-    raise ValueError(f"{file}: expected a JSON object, got {type(meta).__name__}")
-  if meta.get("format") != FORMAT:
-    raise ValueError(f"{file}: expected format {FORMAT!r}, got {meta.get('format')!r}")
+def _check_meta(file: str, meta: Dict[str, Any]) -> None:
+  """``meta`` (``model.json``) must be a model of a format version this module reads, its fields well-formed."""
   version = meta.get("version")
-  if not _checks.is_int(version) or not 1 <= version <= VERSION:
-    raise ValueError(f"{file}: expected format version 1..{VERSION} (this hashjax reads up to {VERSION}; a newer "
-                     f"one needs a newer hashjax), got {version!r}")
-  fields = ("kind", "num_bits", "dim", "settings", "feature_range", "config", "arrays")
-  missing = [k for k in fields if k not in meta]
+  if meta.get("format") != FORMAT or not (_checks.is_int(version) and 1 <= version <= VERSION):
+    raise ValueError(f"{file}: expected format {FORMAT!r} version 1..{VERSION} (a newer version needs a newer "
+                     f"hashjax), got format {meta.get('format')!r} version {version!r}")
+  missing = [k for k in ("kind", "num_bits", "dim", "settings", "feature_range", "config", "arrays") if k not in meta]
   if missing:
     raise ValueError(f"{file}: missing field(s) {missing}")
-  if meta["kind"] not in KINDS:
-    raise ValueError(f"{file}: kind: expected one of {list(KINDS)}, got {meta['kind']!r}")
-  if version < _KIND_VERSION.get(meta["kind"], 1):
+  _checks.check_option(f"{file}: kind", meta["kind"], KINDS)
+  if _KIND_VERSION.get(meta["kind"], 1) > version:
     raise ValueError(f"{file}: kind {meta['kind']!r} needs format version {_KIND_VERSION[meta['kind']]} or newer, "
-                     f"got {version}")
-  for name in ("num_bits", "dim"):
-    if not _checks.is_int(meta[name]) or meta[name] < 1:
-      raise ValueError(f"{file}: {name}: expected a positive int, got {meta[name]!r}")
-  feature_range = meta["feature_range"]
-  if (not isinstance(feature_range, list) or len(feature_range) != 2
-      or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in feature_range)
-      or feature_range[0] > feature_range[1]):
-    raise ValueError(f"{file}: feature_range: expected [lo, hi] with lo <= hi, got {feature_range!r}")
-  if not isinstance(meta["settings"], dict) or not (meta["config"] is None or isinstance(meta["config"], dict)):
-    raise ValueError(f"{file}: expected settings as an object and config as an object or null")
-  arrays = meta["arrays"]
-  if not isinstance(arrays, list) or not all(
-      isinstance(a, dict) and isinstance(a.get("name"), str) and isinstance(a.get("dtype"), str)
-      and isinstance(a.get("shape"), list) for a in arrays):
-    raise ValueError(f"{file}: arrays: expected a list of {{name, dtype, shape}} objects, got {arrays!r}")
-  return meta
+                     f"got version {version}")
+  _checks.check_int(f"{file}: num_bits", meta["num_bits"])
+  _checks.check_int(f"{file}: dim", meta["dim"])
+  span = meta["feature_range"]
+  lo, hi = span if isinstance(span, list) and len(span) == 2 else (None, None)
+  _checks.check_number(f"{file}: feature_range[0]", lo)
+  _checks.check_number(f"{file}: feature_range[1]", hi, low=lo)
+  _checks.check_instance(f"{file}: settings", meta["settings"], dict, what="an object")
+  _checks.check_instance(f"{file}: config", meta["config"], (dict, type(None)), what="an object or null")
+  if (version < 3) == ("checksum" in meta):
+    raise ValueError(f"{file}: expected a checksum in format version 3 and none before, got version {version}")
 
 
-def _read_arrays(file: str, listed: List[Dict[str, Any]]) -> Dict[str, np.ndarray]:
-  if not os.path.isfile(file):
-    raise ValueError(f"{file}: missing (a saved model's directory holds {MODEL_FILE} and {ARRAYS_FILE})")
+def _read_npz(directory: str, meta: Dict[str, Any]) -> Dict[str, np.ndarray]:
+  """The arrays of a model saved in the layout of format versions 1 and 2: ``model.json`` and ``arrays.npz``."""
+  file, listed = os.path.join(directory, ARRAYS_FILE), meta["arrays"]
+  if not isinstance(listed, list) or not all(isinstance(a, dict) and {"name", "dtype", "shape"} <= set(a)
+                                             for a in listed):
+    raise ValueError(f"{os.path.join(directory, MODEL_FILE)}: arrays: expected a list of {{name, dtype, shape}} "
+                     f"objects, got {listed!r}")
   out, problem = {}, None
-  try:
-    with open(file, "rb") as f, np.load(f, allow_pickle=False) as archive:
-      if not hasattr(archive, "files"):
-        problem = "expected an .npz archive, got a single .npy array"
-      for entry in listed if problem is None else ():
-        name = entry["name"]
-        if name not in archive.files:
-          problem = f"missing array {name!r} (listed in {MODEL_FILE}); it holds {sorted(archive.files)}"
-          break
-        value = archive[name]
-        if value.dtype.name != entry["dtype"] or list(value.shape) != entry["shape"]:
-          problem = (f"array {name!r}: expected dtype {entry['dtype']} and shape {tuple(entry['shape'])} "
-                     f"(as {MODEL_FILE} lists), got {_checks.desc(value)}")
-          break
-        out[name] = value
-  except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as e:
-    problem = f"truncated or not an .npz archive ({type(e).__name__}: {e})"
+  with open(file, "rb") as f:  # FileNotFoundError: io.load_arrays tells a missing file from a replaced one
+    try:
+      with np.load(f, allow_pickle=False) as archive:
+        for entry in listed:
+          name = entry["name"]
+          if name not in archive.files:
+            problem = f"missing array {name!r} (listed in {MODEL_FILE}); it holds {sorted(archive.files)}"
+            break
+          out[name] = archive[name]
+          if out[name].dtype.name != entry["dtype"] or list(out[name].shape) != entry["shape"]:
+            problem = (f"array {name!r}: expected dtype {entry['dtype']} and shape {tuple(entry['shape'])} "
+                       f"(as {MODEL_FILE} lists), got {_checks.desc(out[name])}")
+            break
+    except (OSError, EOFError, KeyError, ValueError, AttributeError, zipfile.BadZipFile, zlib.error) as e:
+      problem = f"truncated or not an .npz archive ({type(e).__name__}: {e})"
   if problem is not None:
     raise ValueError(f"{file}: {problem}")
   return out
@@ -697,39 +626,34 @@ def load_model(path: Any) -> Model:
   >>> bool((load_model(workdir).encode(x) == model.encode(x)).all())
   True
   """
-  if not isinstance(path, (str, os.PathLike)):
-    raise ValueError(f"path: expected a directory path (str or os.PathLike), got {type(path).__name__}")
-  directory = _resolve(os.path.abspath(os.fspath(path)))
+  directory = _resolve(_checks.check_path("path", path))
   meta_file = os.path.join(directory, MODEL_FILE)
-  meta = _read_meta(meta_file)
-  arrays = _read_arrays(os.path.join(directory, ARRAYS_FILE), meta["arrays"])
-  kind, settings = meta["kind"], meta["settings"]
-  lo, hi = (float(v) for v in meta["feature_range"])
+  meta, arrays = io.load_arrays(directory, manifest=MODEL_FILE, check=_check_meta,
+                                read_legacy=functools.partial(_read_npz, directory))
+  for entry in meta["arrays"]:
+    file = os.path.join(directory, entry.get("file", ARRAYS_FILE))
+    _checks.check_finite(f"{file}: array {entry['name']!r}", arrays[entry["name"]])
+  kind, settings, dim = meta["kind"], meta["settings"], meta["dim"]
+  feature_range, config = tuple(float(v) for v in meta["feature_range"]), meta["config"]
   try:
     if kind in _MAPPING_KINDS:
       mapping = _build_mapping(kind, meta["num_bits"], settings, arrays.get("preprocess/mean"),
                                arrays.get("preprocess/scale"))
       params = _unflatten(arrays, "params")
-      _check_mapping_params(mapping, params, meta["dim"])
-      model = Model(kind=kind, num_bits=mapping.num_bits, dim=meta["dim"], settings=_mapping_settings(mapping),
-                    params=jax.tree.map(_checks.as_jax, params), feature_range=(lo, hi), config=meta["config"],
+      _check_mapping_params(mapping, params, dim)
+      model = Model(kind=kind, num_bits=mapping.num_bits, dim=dim, settings=_mapping_settings(mapping),
+                    params=jax.tree.map(_checks.as_jax, params), feature_range=feature_range, config=config,
                     mapping=mapping)
     elif kind == "colgen":
-      model = _colgen_model(_colgen_params(arrays), arrays.get("bit_weights"), settings=settings, dim=meta["dim"],
-                            feature_range=(lo, hi), config=meta["config"])
+      model = _colgen_model(_named_params(colgen_features.HashParams, kind, arrays), arrays.get("bit_weights"),
+                            settings=settings, dim=dim, feature_range=feature_range, config=config)
     else:
-      cls = _BASELINE_PARAMS[kind]
-      missing = [f for f in cls._fields if f"params/{f}" not in arrays]
-      if missing:
-        raise ValueError(f"params: a {kind!r} model needs arrays {[f'params/{f}' for f in cls._fields]}, "
-                         f"missing {[f'params/{f}' for f in missing]}")
-      params = cls(*(arrays[f"params/{f}"] for f in cls._fields))
-      if tuple(params.mean.shape) != (meta["dim"],):
-        raise ValueError(f"params/mean: expected shape ({meta['dim']},) (dim), got {tuple(params.mean.shape)}")
-      model = _baseline_model(kind, params, dim=meta["dim"], feature_range=(lo, hi), config=meta["config"])
+      params = _named_params(_BASELINE_PARAMS[kind], kind, arrays)
+      _checks.check_shape("params/mean", params.mean, (dim,), like="dim")
+      model = _baseline_model(kind, params, dim=dim, feature_range=feature_range, config=config)
   except (ValueError, TypeError) as e:
     raise ValueError(f"{meta_file}: does not describe a usable model: {e}") from None
-  if model.num_bits != meta["num_bits"] or model.dim != meta["dim"]:
+  if (model.num_bits, model.dim) != (meta["num_bits"], dim):
     raise ValueError(f"{meta_file}: num_bits / dim: the arrays give {model.num_bits} / {model.dim}, the file says "
-                     f"{meta['num_bits']} / {meta['dim']}")
+                     f"{meta['num_bits']} / {dim}")
   return model

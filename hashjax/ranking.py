@@ -37,17 +37,6 @@ __all__ = ["CONVENTIONS", "query_metrics", "mean_metrics", "BootstrapInterval", 
 CONVENTIONS = ("tie_aware", "letor4")
 
 
-def _check_inputs(scores, labels, query_ids) -> None:
-  _checks.check_real("scores", scores, shape_doc="[n] (higher ranks first)")
-  if scores.ndim != 1 or scores.shape[0] == 0:
-    raise ValueError(f"scores: expected a non-empty 1-D array [n], got shape {tuple(scores.shape)}")
-  _checks.check_finite("scores", scores)
-  _checks.check_int_range("labels", labels, 0, np.iinfo(np.int32).max, what="relevance labels")
-  _checks.check_shape("labels", labels, scores.shape, like="scores")
-  _checks.check_integer_dtype("query_ids", query_ids, what="query ids")
-  _checks.check_shape("query_ids", query_ids, scores.shape, like="scores")
-
-
 def _padded(scores: np.ndarray, labels: np.ndarray, query_ids: np.ndarray):
   """``(ids[G], s[G, M], l[G, M], mask[G, M])``: each query's documents in file order, left-aligned."""
   groups = letor.group_by_query(query_ids)
@@ -116,7 +105,7 @@ def query_metrics(scores: np.ndarray, labels: np.ndarray, query_ids: np.ndarray,
   >>> out["ap"].round(4).tolist(), out["ndcg@1"].tolist()  # ranks 2 and 3: (1/2 + 2/3) / 2; query 2: none relevant
   ([0.5833, nan], [0.0, nan])
   """
-  _check_inputs(scores, labels, query_ids)
+  _checks.check_ranking_data("scores", scores, labels, query_ids, ndim=1, shape_doc="[n] (higher ranks first)")
   convention = _checks.check_option("convention", convention, CONVENTIONS)
   if isinstance(ks, (int, np.integer)) or not len(ks):
     raise ValueError(f"ks: expected a non-empty sequence of cutoffs >= 1, got {ks!r}")
@@ -174,7 +163,7 @@ class BootstrapInterval(NamedTuple):
 
 
 def paired_bootstrap(values: np.ndarray, baseline: np.ndarray, *, num_samples: int = 10000, level: float = 0.95,
-                     seed: int = 0) -> BootstrapInterval:
+                     seed: _checks.Seed = 0) -> BootstrapInterval:
   r"""Paired bootstrap of the mean difference of two per-query metrics on the same queries.
 
   Queries where either value is NaN are left out. Queries are drawn with
@@ -189,7 +178,7 @@ def paired_bootstrap(values: np.ndarray, baseline: np.ndarray, *, num_samples: i
     baseline: ``float[Q]`` the same queries' metric of the baseline.
     num_samples: bootstrap resamples.
     level: coverage of the interval in ``(0, 1)``.
-    seed: the numpy generator's seed.
+    seed: the numpy generator's seed (an int >= 0 or a ``np.random.Generator``).
 
   Returns:
     :class:`BootstrapInterval` ``(mean, low, high, num_queries)``.
@@ -200,12 +189,9 @@ def paired_bootstrap(values: np.ndarray, baseline: np.ndarray, *, num_samples: i
   (0.2, True, True, 3)
   """
   for name, x in (("values", values), ("baseline", baseline)):
-    if not hasattr(x, "dtype") or np.dtype(x.dtype).kind not in "iuf":
-      raise ValueError(f"{name}: expected a real array [Q] (NaN = undefined), got {_checks.desc(x)}")
+    _checks.check_array(name, x, ndim=1, shape_doc="[Q] (NaN = undefined)", kinds="iuf", what="real array")
     if np.isinf(np.asarray(x, np.float64)).any():
       raise ValueError(f"{name}: expected finite values or NaN, got inf")
-  if values.ndim != 1:
-    raise ValueError(f"values: expected a 1-D array [Q], got shape {tuple(values.shape)}")
   _checks.check_shape("baseline", baseline, values.shape, like="values")
   num_samples = _checks.check_positive_int("num_samples", num_samples)
   level = _checks.check_number("level", level, low=0, high=1, low_open=True, high_open=True)
@@ -213,7 +199,7 @@ def paired_bootstrap(values: np.ndarray, baseline: np.ndarray, *, num_samples: i
   diff = diff[~np.isnan(diff)]
   if diff.size == 0:
     raise ValueError("values, baseline: expected at least one query where both are defined, got none")
-  rng = np.random.default_rng(seed)
+  rng = _checks.check_rng(seed)
   means = np.empty(num_samples)
   step = max(1, (1 << 22) // diff.size)
   for start in range(0, num_samples, step):

@@ -92,14 +92,10 @@ def _check_range(name: str, x: Any, low: float, high: float, what: str) -> None:
 def _check_codes(query, items, *, low=None, high=None, what=""):
   for name, x, rows in (("query", query, "Q"), ("items", items, "N")):
     _checks.check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2)
-    if x.shape[-1] == 0:
-      raise ValueError(f"{name}: expected shape [..., {rows}, num_bits] with num_bits >= 1, "
-                       f"got {tuple(x.shape)}")
+    _checks.check_nonempty(name, x, axis=-1, what="bit per code")
     if low is not None:
       _check_range(name, x, low, high, what)
-  if query.shape[-1] != items.shape[-1]:
-    raise ValueError(f"items: expected {query.shape[-1]} bits per code like query, "
-                     f"got shape {tuple(items.shape)}")
+  _checks.check_columns("items", items, query.shape[-1], what="the bits per code of query")
   try:
     np.broadcast_shapes(tuple(query.shape[:-2]), tuple(items.shape[:-2]))
   except ValueError:
@@ -107,11 +103,12 @@ def _check_codes(query, items, *, low=None, high=None, what=""):
                      f"{tuple(query.shape[:-2])}") from None
 
 
-def _check_hist(hist: Any, *, levels_doc: str) -> None:
-  _checks.check_real("hist", hist, shape_doc=f"[..., num_bits + 1, {levels_doc}]", min_ndim=2)
-  if hist.shape[-2] == 0 or hist.shape[-1] == 0:
-    raise ValueError(f"hist: expected shape [..., num_bits + 1, {levels_doc}] with no empty axis, "
-                     f"got {tuple(hist.shape)}")
+def _check_hist(hist: Any, *, levels: Any = None) -> None:
+  """``hist[..., num_bits + 1, V]``: non-negative counts, no empty axis, ``V = levels`` when given."""
+  doc = f"[..., num_bits + 1, {levels or 'V'}]"
+  _checks.check_real("hist", hist, shape_doc=doc, min_ndim=2)
+  if 0 in hist.shape[-2:] or (levels is not None and hist.shape[-1] != levels):
+    raise ValueError(f"hist: expected shape {doc} with no empty axis, got {tuple(hist.shape)}")
   _check_range("hist", hist, 0.0, np.inf, "non-negative (soft) counts")
 
 
@@ -496,15 +493,17 @@ def relaxed_ap(hist: Array, *, harmonic: str = "digamma") -> Array:
 
   >>> import numpy as np
   >>> hist = np.array([[0., 1.], [2., 2.]])  # 1 relevant at d=0; 2 relevant + 2 not tied at d=1
-  >>> round(float(relaxed_ap(hist)), 6)       # = AP_T (eq. 3)
-  0.840741
-  >>> round(float(relaxed_ap(hist, harmonic="ln")), 6)  # eq. 7: the lone item at d=0 scores 0
-  0.425842
+  >>> # AP_T (eq. 3): precision 1 at rank 1; the tie at ranks t = 2..5 holds a relevant item with probability
+  >>> # 2/4 and interpolates the precision, (2 + (t - 2) / 3) / t: 2/2, (7/3)/3, (8/3)/4, 3/5.
+  >>> ap_t = (1 + 2 / 4 * (2 / 2 + 7 / 3 / 3 + 8 / 3 / 4 + 3 / 5)) / 3   # = 227/270
+  >>> bool(np.isclose(float(relaxed_ap(hist)), ap_t, rtol=1e-6))
+  True
+  >>> # eq. 7: S_0 = ln(1/1) = 0 (the lone item scores 0); the tie (C = C^+ = 1 before it, S_1 = ln(5/2)) gives
+  >>> # 2 (2 S_1 / 4 + (4 - 2 S_1) / 12) = (2/3)(1 + S_1) by the formula above; over C^+_b = 3.
+  >>> bool(np.isclose(float(relaxed_ap(hist, harmonic="ln")), 2 / 9 * (1 + np.log(2.5)), rtol=1e-6))
+  True
   """
-  _check_hist(hist, levels_doc="2")
-  if hist.shape[-1] != 2:
-    raise ValueError(f"hist: expected 2 levels [..., num_bits + 1, 2] (irrelevant, relevant), "
-                     f"got shape {tuple(hist.shape)}")
+  _check_hist(hist, levels=2)
   harmonic = _checks.check_option("harmonic", harmonic, HARMONICS)
   return _special.apply_xp(_relaxed_ap, hist, harmonic=harmonic, dtype=_float_dtype(hist))
 
@@ -593,7 +592,7 @@ def relaxed_dcg(hist: Array, *, discount: str = "exact") -> Array:
   >>> round(float(relaxed_dcg(hist)), 6)             # 1 * D(1) + 3 * (D(2) + D(3)) / 2
   2.696394
   """
-  _check_hist(hist, levels_doc="V")
+  _check_hist(hist)
   discount = _checks.check_option("discount", discount, DISCOUNTS)
   return _special.apply_xp(_relaxed_dcg, hist, discount=discount, dtype=_float_dtype(hist))
 
@@ -624,12 +623,12 @@ def ideal_dcg(level_totals: Array, *, discount: str = "exact") -> Array:
     ``[...]`` ideal DCG per query.
 
   >>> import numpy as np
-  >>> round(float(ideal_dcg(np.array([1., 1., 1.]))), 6)   # 3 D(1) + 1 D(2)
-  3.63093
+  >>> # level 2 (gain 3) at rank 1, level 1 (gain 1) at rank 2, level 0 (gain 0) last; D(r) = 1 / log2(r + 1)
+  >>> bool(np.isclose(float(ideal_dcg(np.array([1., 1., 1.]))), 3 + 1 / np.log2(3), rtol=1e-6))
+  True
   """
   _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", min_ndim=1)
-  if level_totals.shape[-1] == 0:
-    raise ValueError(f"level_totals: expected at least one level, got shape {tuple(level_totals.shape)}")
+  _checks.check_nonempty("level_totals", level_totals, axis=-1, what="level")
   _check_range("level_totals", level_totals, 0.0, np.inf, "non-negative (soft) counts")
   discount = _checks.check_option("discount", discount, DISCOUNTS)
   return _special.apply_xp(_ideal_dcg, level_totals, discount=discount, dtype=_float_dtype(level_totals))
@@ -658,13 +657,17 @@ def relaxed_ndcg(hist: Array, *, discount: str = "exact") -> Array:
     ``[...]`` relaxed NDCG per query.
 
   >>> import numpy as np
-  >>> hist = np.array([[0., 1., 0.], [1., 0., 1.]])
-  >>> round(float(relaxed_ndcg(hist)), 6)                 # 2.696394 / 3.63093
-  0.742618
-  >>> round(float(relaxed_ndcg(hist, discount="simplified")), 6)  # 2.659884 / 3.63093
-  0.732563
+  >>> hist = np.array([[0., 1., 0.], [1., 0., 1.]])  # level 1 at d=0; levels 0 and 2 tied at d=1 (ranks 2, 3)
+  >>> # exact: the tie's items share the mean discount (D(2) + D(3)) / 2; ideal: 3 D(1) + 1 D(2)
+  >>> dcg = 1 + 3 * (1 / np.log2(3) + 1 / 2) / 2
+  >>> bool(np.isclose(float(relaxed_ndcg(hist)), dcg / (3 + 1 / np.log2(3)), rtol=1e-6))
+  True
+  >>> # simplified: a tie of n after C items has discount ln 2 / ln(C + (n + 1) / 2 + 1): ln 2 / ln 3.5 here
+  >>> dcg = 1 + 3 * np.log(2) / np.log(3.5)
+  >>> bool(np.isclose(float(relaxed_ndcg(hist, discount="simplified")), dcg / (3 + 1 / np.log2(3)), rtol=1e-6))
+  True
   """
-  _check_hist(hist, levels_doc="V")
+  _check_hist(hist)
   discount = _checks.check_option("discount", discount, DISCOUNTS)
   return _special.apply_xp(_relaxed_ndcg, hist, discount=discount, dtype=_float_dtype(hist))
 
@@ -691,5 +694,5 @@ def has_relevant(hist: Array) -> Array:
   >>> has_relevant(np.array([[[1., 0.], [2., 0.]], [[0., 1.], [0., 0.]]])).tolist()
   [False, True]
   """
-  _check_hist(hist, levels_doc="V")
+  _check_hist(hist)
   return _special.apply_xp(_has_relevant, hist)

@@ -28,12 +28,14 @@ bound of the weighted distance (the popcount scan with one multiplier per half-b
 by weight) and evaluate exactly only the blocks of 32 items that the bound cannot rule out; otherwise (under
 ``jit``, small databases, a GPU) :func:`knn` scans the exact distances with the three selections above. Both
 are exact. :func:`rerank` orders a shortlist (such as Hamming neighbours) by weighted distance, and
-``knn(..., tie_break=True)`` ranks by Hamming distance with the weighted distance breaking its ties.
+:func:`knn_tie_break` ranks by Hamming distance with the weighted distance breaking its ties.
+
+:func:`knn_with_ties` returns the ``k`` nearest neighbours with the rest of the ``k``-th distance's tie group.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import jax
 from jax import lax
@@ -81,10 +83,33 @@ class RaggedNeighbors(NamedTuple):
     """``int32[Q]`` number of results of each query."""
     return jax.device_put(np.diff(np.asarray(self.offsets)))
 
+  @classmethod
+  def from_arrays(cls, distances, indices, offsets) -> "RaggedNeighbors":
+    r"""The result held by host arrays, as jax arrays: ``int32`` indices and offsets, ``float32`` distances
+    when they are floats (a weighted search), else ``int32``.
+
+    .. math:: T = \mathrm{offsets}[Q] \le 2^{31} - 1
+
+    Args:
+      distances: ``[T]`` distances.
+      indices: ``int[T]`` database indices.
+      offsets: ``int[Q + 1]`` row starts (any integer dtype); ``ValueError`` naming ``r`` when ``T`` exceeds
+        the ``int32`` offsets.
+
+    >>> import numpy as np
+    >>> res = RaggedNeighbors.from_arrays(np.array([0, 2]), np.array([4, 1]), np.array([0, 1, 2], np.int64))
+    >>> res.offsets.dtype.name, res.counts.tolist()
+    ('int32', [1, 1])
+    """
+    _checks.check_result_count(offsets[-1])
+    distances = np.asarray(distances)
+    return cls(jax.device_put(distances.astype(np.float32 if distances.dtype.kind == "f" else np.int32)),
+               jax.device_put(np.asarray(indices, np.int32)), jax.device_put(np.asarray(offsets, np.int32)))
+
 
 class TieBreakNeighbors(NamedTuple):
   """Neighbours ranked by Hamming distance, ties broken by weighted distance, then by index
-  (``knn(..., weights=w, tie_break=True)``).
+  (:func:`knn_tie_break`).
 
   Attributes:
     hamming: ``int32[Q, k]`` Hamming distances, ascending per row.
@@ -97,15 +122,7 @@ class TieBreakNeighbors(NamedTuple):
 
 
 # ----------------------------------------------------------------------------
-# Validation.
-
-
-def _check_k(k, num_db: int) -> int:
-  k = _checks.check_positive_int("k", k)
-  if k > num_db:
-    raise ValueError(f"k: expected k <= len(db_words) = {num_db} (no padding policy: a "
-                     f"query cannot have more neighbours than the database holds), got {k}")
-  return k
+# Arguments.
 
 
 def _check_chunk_size(chunk_size) -> int:
@@ -113,73 +130,16 @@ def _check_chunk_size(chunk_size) -> int:
   return -(-_checks.check_positive_int("chunk_size", chunk_size) // _SB) * _SB
 
 
-def _check_radius(r, num_queries: int) -> np.ndarray:
-  """``r`` as ``int64[Q]``: a non-negative int, or one per query."""
-  if _checks.is_int(r):
-    return np.full((num_queries,), _checks.check_int("r", r, low=0), np.int64)
-  if not hasattr(r, "dtype") or isinstance(r, (bool, np.bool_)):
-    raise ValueError(f"r: expected a non-negative int or an int array [Q], got {r!r}")
-  if not _checks.is_concrete(r):
-    raise ValueError("r: radius_search needs concrete radii (it returns variable-length "
-                     "results, so it cannot run under jit)")
-  if not np.issubdtype(np.dtype(r.dtype), np.integer):
-    raise ValueError(f"r: expected integer radii, got dtype {np.dtype(r.dtype).name}")
-  if tuple(r.shape) != (num_queries,):
-    raise ValueError(f"r: expected a scalar or shape ({num_queries},) (one radius per query), "
-                     f"got shape {tuple(r.shape)}")
-  arr = np.asarray(r).astype(np.int64)
-  if arr.size and arr.min() < 0:
-    raise ValueError(f"r: expected radii >= 0, got min {arr.min()}")
-  return arr
-
-
-def _check_weights(weights, query_words):
-  """Weights ``[num_bits]`` for codes of ``W = ceil(num_bits / 32)`` words: real, finite, non-negative, with a
-  finite ``float32`` sum (values checked when concrete). Returns ``float32[32 W]`` weights, subnormals as 0 and
-  padding bits 0 (numpy when concrete, else jax.numpy), and ``num_bits``."""
-  if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
-    raise ValueError(f"weights: expected a float array [num_bits] of non-negative weights, got "
-                     f"{type(weights).__name__}")
-  if np.dtype(weights.dtype).kind not in "fiu":
-    raise ValueError(f"weights: expected a real array [num_bits], got {_checks.desc(weights)}")
-  if weights.ndim != 1 or weights.shape[0] == 0:
-    raise ValueError(f"weights: expected shape [num_bits] with num_bits >= 1, got shape {tuple(weights.shape)}")
-  num_bits, num_words = weights.shape[0], query_words.shape[1]
-  if _checks.num_words_for(num_bits) != num_words:
-    raise ValueError(f"weights: {num_bits} weights are codes of {num_bits} bits, which pack into "
-                     f"{_checks.num_words_for(num_bits)} uint32 word(s), but query_words and db_words have "
-                     f"{num_words}")
-  if not _checks.is_concrete(weights):
-    return wkernels.flush_weights_traced(weights, num_words), num_bits
-  _checks.check_finite("weights", weights)
-  _checks.check_nonnegative("weights", weights, what="weights")
-  total = float(np.asarray(weights, np.float64).sum())
-  if not total <= float(np.finfo(np.float32).max) / 2:
-    raise ValueError(f"weights: expected a sum within float32's range, got a sum of {total!r}")
-  return wkernels.flush_weights(np.asarray(weights), num_words), num_bits
-
-
-def _check_weighted_pair(query_words, db_words, weights):
-  """Checks of a weighted search's codes and weights; returns the flushed, padded weights."""
-  _checks.check_word_pair(query_words, db_words)
-  w, num_bits = _check_weights(weights, query_words)
-  _checks.check_padding_bits("query_words", query_words, num_bits)
-  _checks.check_padding_bits("db_words", db_words, num_bits)
-  return w
-
-
-def _check_float_radius(r, num_queries: int) -> np.ndarray:
-  """A weighted radius as ``float64[Q]``: a finite number ``>= 0``, or one per query."""
-  if hasattr(r, "shape") and getattr(r, "ndim", 0) > 0:
-    if not _checks.is_concrete(r):
-      raise ValueError("r: radius_search needs concrete radii (it returns variable-length results)")
-    if np.dtype(r.dtype).kind not in "fiu" or tuple(r.shape) != (num_queries,):
-      raise ValueError(f"r: expected a number or a real array of shape ({num_queries},), got {_checks.desc(r)}")
-    arr = np.asarray(r, np.float64)
-    if not (np.isfinite(arr).all() and (arr >= 0).all()):
-      raise ValueError(f"r: expected finite radii >= 0, got values in [{arr.min()}, {arr.max()}]")
-    return arr
-  return np.full((num_queries,), _checks.check_number("r", r, low=0))
+def _weights(query_words, db_words, weights, *, required: bool = False):
+  """Checks the codes (and the weights, for their width); returns None without weights, else ``float32[32 W]``
+  weights with subnormals as 0 and padding bits 0 (numpy when concrete, else jax.numpy)."""
+  if weights is None and not required:
+    _checks.check_word_pair(query_words, db_words)
+    return None
+  _checks.check_weighted_pair(query_words, db_words, weights)
+  if _checks.is_concrete(weights):
+    return wkernels.flush_weights(np.asarray(weights), query_words.shape[1])
+  return wkernels.flush_weights_traced(weights, query_words.shape[1])
 
 
 # ----------------------------------------------------------------------------
@@ -236,12 +196,6 @@ def _batches(query_words, rows: int):
   """``query_words`` padded to a multiple of ``rows`` and cut into batches of ``rows`` (jax arrays)."""
   padded = _pad_rows(query_words, -(-query_words.shape[0] // rows) * rows)
   return [_checks.as_jax(padded[b:b + rows]) for b in range(0, padded.shape[0], rows)]
-
-
-def _ragged(distances, indices, offsets) -> RaggedNeighbors:
-  if offsets[-1] > np.iinfo(np.int32).max:
-    raise ValueError(f"r: {offsets[-1]} results exceed the int32 offsets of RaggedNeighbors")
-  return RaggedNeighbors(*(jax.device_put(np.asarray(a, np.int32)) for a in (distances, indices, offsets)))
 
 
 # ----------------------------------------------------------------------------
@@ -315,14 +269,36 @@ def _knn_sorted(query_words, db_words, k: int, chunk_size: int):
   return _rows(dists, num_q), _rows(ids, num_q)
 
 
-def knn(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array] = None, tie_break: bool = False,
-        return_ties: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE):
+def _knn(query_words, db_words, k: int, chunk_size: int):
+  """Hamming top ``k`` by (distance, index), in database segments whose block keys stay exact."""
+  q, db = _host_or_traced(query_words, db_words)
+  segment = _segment_size(q.shape[1], chunk_size)
+  d = i = None
+  for start in range(0, db.shape[0], segment):
+    part = db[start:start + segment]
+    part_k = min(k, part.shape[0])
+    plan = _plan(part.shape[0], q.shape[1], part_k, chunk_size)
+    if plan == "hierarchical":
+      d2, i2 = _knn_scan(q, part, part_k, chunk_size)
+    elif plan == "all":
+      d2, i2 = _knn_all(q, part, part_k)
+    else:
+      d2, i2 = _knn_sorted(q, part, part_k, chunk_size)
+    i2 = i2 + start if start else i2
+    d, i = (d2, i2) if d is None else scan.merge_sorted(d, i, d2, i2, min(k, d.shape[1] + d2.shape[1]))
+  return _checks.as_jax(d), _checks.as_jax(i)
+
+
+def knn(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE) -> Tuple[Array, Array]:
   r"""Exact k nearest neighbours in Hamming or weighted Hamming distance, ties broken by database index.
 
   The order is ascending distance, then ascending database index, so the
   result is deterministic and equals a stable sort of each query's distances.
   With ``weights=w`` the distance is the weighted Hamming distance
   :math:`d_w(q, i) = \sum_j w_j [q_j \ne x_{i,j}]` (see the module docstring).
+  :func:`knn_with_ties` returns whole tie groups, :func:`knn_tie_break` the
+  Hamming order with weighted tie-breaking.
 
   .. math:: \mathrm{knn}_k(q) = \text{the first } k \text{ items } i
      \text{ in the order } (d(q, i), i)
@@ -346,24 +322,12 @@ def knn(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array]
       backend, concrete inputs over at least :data:`PRUNE_MIN_ITEMS` items take
       the pruned scan (see the module docstring); otherwise the exact scan, about
       4 ns per (query, item) on a CPU core.
-    tie_break: with ``weights``, rank by Hamming distance and break its ties by
-      weighted distance, then by index; returns a :class:`TieBreakNeighbors`
-      ``(hamming, weighted, indices)``. Its weighted search scans exact
-      distances (restricted to each query's k-th Hamming distance).
-    return_ties: if True, return every item whose distance is at most the
-      k-th distance (whole tie groups, as Nair et al. 2012 evaluate), as a
-      :class:`RaggedNeighbors`: row ``q`` starts with the same ``k`` items as
-      ``return_ties=False`` and continues with the rest of the k-th distance's
-      tie group, by index (:func:`radius_search` with each query's k-th
-      distance as its radius). Needs concrete inputs (not under ``jit``).
     chunk_size: database items per streamed step (rounded up to a multiple of
       256). Memory per step is ``O(256 * chunk_size)`` bytes.
 
   Returns:
     ``(distances, indices)``, each ``int32[Q, k]`` (distances ``float32[Q, k]``
-    with ``weights``), sorted per row by (distance, index); with
-    ``return_ties=True``, a :class:`RaggedNeighbors` ``(distances, indices,
-    offsets)``; with ``tie_break=True``, a :class:`TieBreakNeighbors`.
+    with ``weights``), sorted per row by (distance, index).
 
   >>> import numpy as np
   >>> from hashjax.codes import pack_bits
@@ -372,54 +336,89 @@ def knn(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array]
   >>> distances, indices = knn(q, x, 2)
   >>> distances.tolist(), indices.tolist()
   ([[0, 1]], [[2, 0]])
-  >>> ties = knn(q, x, 2, return_ties=True)
-  >>> ties.distances.tolist(), ties.indices.tolist(), ties.offsets.tolist()
-  ([0, 1, 1], [2, 0, 1], [0, 3])
-  >>> w = np.array([0.5, 2.0, 1.0], np.float32)
-  >>> distances, indices = knn(q, x, 2, weights=w)
+  >>> distances, indices = knn(q, x, 2, weights=np.array([0.5, 2.0, 1.0], np.float32))
   >>> distances.tolist(), indices.tolist()
   ([[0.0, 0.5]], [[2, 1]])
-  >>> knn(q, x, 2, weights=w, tie_break=True).indices.tolist()
-  [[2, 1]]
   """
-  _checks.check_word_pair(query_words, db_words)
-  k = _check_k(k, db_words.shape[0])
+  w = _weights(query_words, db_words, weights)
+  k = _checks.check_k(k, db_words.shape[0])
   chunk_size = _check_chunk_size(chunk_size)
-  return_ties = _checks.check_bool("return_ties", return_ties)
-  tie_break = _checks.check_bool("tie_break", tie_break)
-  if return_ties and not (_checks.is_concrete(query_words) and _checks.is_concrete(db_words)):
-    raise ValueError("return_ties: True needs concrete inputs (the number of ties varies, so it "
-                     "cannot run under jit); call knn outside jit")
-  if tie_break and (weights is None or return_ties):
-    raise ValueError("tie_break: True needs weights= and return_ties=False (it orders ties of the Hamming "
-                     "distance by weighted distance)")
-  if weights is not None:
-    w = _check_weighted_pair(query_words, db_words, weights)
-    if tie_break:
-      return _knn_tie_break(query_words, db_words, w, k, chunk_size)
-    d, i = _weighted_knn(query_words, db_words, w, k, chunk_size)
-    if not return_ties:
-      return d, i
-    return radius_search(query_words, db_words, np.asarray(d[:, -1]), weights=weights, chunk_size=chunk_size)
-  q, db = _host_or_traced(query_words, db_words)
-  segment = _segment_size(q.shape[1], chunk_size)
-  d = i = None
-  for start in range(0, db.shape[0], segment):
-    part = db[start:start + segment]
-    part_k = min(k, part.shape[0])
-    plan = _plan(part.shape[0], q.shape[1], part_k, chunk_size)
-    if plan == "hierarchical":
-      d2, i2 = _knn_scan(q, part, part_k, chunk_size)
-    elif plan == "all":
-      d2, i2 = _knn_all(q, part, part_k)
-    else:
-      d2, i2 = _knn_sorted(q, part, part_k, chunk_size)
-    i2 = i2 + start if start else i2
-    d, i = (d2, i2) if d is None else scan.merge_sorted(d, i, d2, i2, min(k, d.shape[1] + d2.shape[1]))
-  d, i = _checks.as_jax(d), _checks.as_jax(i)
-  if not return_ties:
-    return d, i
-  return radius_search(query_words, db_words, np.asarray(d[:, -1]), chunk_size=chunk_size)
+  if w is None:
+    return _knn(query_words, db_words, k, chunk_size)
+  return _weighted_knn(query_words, db_words, w, k, chunk_size)
+
+
+def knn_with_ties(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array] = None,
+                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> RaggedNeighbors:
+  r"""The ``k`` nearest neighbours with every item tied with the ``k``-th (whole tie groups, as Nair et al.
+  2012 evaluate).
+
+  Row ``q`` holds every item whose distance is at most the ``k``-th distance
+  ``d_k(q)`` of :func:`knn`: it starts with :func:`knn`'s ``k`` items and goes
+  on with the rest of ``d_k(q)``'s tie group, by index (:func:`radius_search`
+  with radius ``d_k(q)``). Needs concrete inputs (the number of ties varies,
+  so it cannot run under ``jit``).
+
+  .. math:: \mathcal{T}_k(q) = \{ i : d(q, i) \le d_k(q) \}, \text{ ordered by } (d(q, i), i)
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed query codes.
+    db_words: ``uint32[N, W]`` packed database codes of the same width.
+    k: ``1 <= k <= N``.
+    weights: None (Hamming distance) or ``float[num_bits]`` weights, as for :func:`knn`.
+    chunk_size: database items per streamed step, as for :func:`knn`.
+
+  Returns:
+    A :class:`RaggedNeighbors` ``(distances, indices, offsets)``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = pack_bits(np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 0]]))
+  >>> ties = knn_with_ties(pack_bits(np.array([[1, 0, 0]])), x, 2)
+  >>> ties.distances.tolist(), ties.indices.tolist(), ties.offsets.tolist()
+  ([0, 1, 1], [2, 0, 1], [0, 3])
+  """
+  w = _weights(query_words, db_words, weights)
+  _checks.check_concrete("query_words, db_words, weights", query_words, db_words, weights)
+  k = _checks.check_k(k, db_words.shape[0])
+  chunk_size = _check_chunk_size(chunk_size)
+  q, db = np.asarray(query_words), np.asarray(db_words)
+  if w is None:
+    return _radius(q, db, np.asarray(_knn(q, db, k, chunk_size)[0][:, -1], np.int64), chunk_size)
+  kth = np.asarray(_weighted_knn(q, db, w, k, chunk_size)[0][:, -1], np.float64)
+  return _weighted_radius(q, db, w, kth, chunk_size)
+
+
+def knn_tie_break(query_words: Array, db_words: Array, k: int, *, weights: Array,
+                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> TieBreakNeighbors:
+  r"""The ``k`` nearest neighbours in Hamming distance, its ties broken by weighted distance, then by index.
+
+  .. math:: \text{the first } k \text{ items } i \text{ in the order } (d(q, i), d_w(q, i), i)
+
+  The items nearer than the ``k``-th Hamming distance ``h_k(q)``, then those
+  at ``h_k(q)`` by (weighted distance, index): an exact weighted search
+  restricted to the items at ``h_k(q)``. Runs under ``jit``.
+
+  Args:
+    query_words: ``uint32[Q, W]`` packed query codes.
+    db_words: ``uint32[N, W]`` packed database codes of the same width.
+    k: ``1 <= k <= N``.
+    weights: ``float[num_bits]`` non-negative finite weights, as for :func:`knn`.
+    chunk_size: database items per streamed step, as for :func:`knn`.
+
+  Returns:
+    A :class:`TieBreakNeighbors` ``(hamming int32[Q, k], weighted float32[Q, k], indices int32[Q, k])``.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> x = pack_bits(np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 0]]))
+  >>> res = knn_tie_break(pack_bits(np.array([[1, 0, 0]])), x, 3, weights=np.array([0.5, 2.0, 1.0], np.float32))
+  >>> res.hamming.tolist(), res.weighted.tolist(), res.indices.tolist()
+  ([[0, 1, 1]], [[0.0, 0.5, 2.0]], [[2, 1, 0]])
+  """
+  w = _weights(query_words, db_words, weights, required=True)
+  k = _checks.check_k(k, db_words.shape[0])
+  return _knn_tie_break(query_words, db_words, w, k, _check_chunk_size(chunk_size))
 
 
 # ----------------------------------------------------------------------------
@@ -474,7 +473,7 @@ def _weighted_knn(query_words, db_words, w, k: int, chunk_size: int, required=No
 def _knn_tie_break(query_words, db_words, w, k: int, chunk_size: int) -> TieBreakNeighbors:
   """Rank by (Hamming, weighted, index): the items nearer than the k-th Hamming distance ``h_k``, then the
   items at ``h_k`` by (weighted distance, index)."""
-  ham, ham_ids = knn(query_words, db_words, k, chunk_size=chunk_size)
+  ham, ham_ids = _knn(query_words, db_words, k, chunk_size)
   h_k = ham[:, -1]
   wd, wi = _weighted_knn(query_words, db_words, w, k, chunk_size, required=h_k)
   tables = wkernels.byte_tables(_checks.as_jax(w))
@@ -516,14 +515,12 @@ def rerank(query_words: Array, db_words: Array, candidates: Array, k: int, *, we
   >>> d.tolist(), i.tolist()
   ([[1.0, 2.0]], [[1, 3]])
   """
-  w = _check_weighted_pair(query_words, db_words, weights)
+  w = _weights(query_words, db_words, weights)
   _checks.check_integer_dtype("candidates", candidates, what="database indices")
   if candidates.ndim != 2 or candidates.shape[0] != query_words.shape[0]:
     raise ValueError(f"candidates: expected shape ({query_words.shape[0]}, C) (a row per query), got "
                      f"{tuple(candidates.shape)}")
-  k = _checks.check_positive_int("k", k)
-  if k > candidates.shape[1]:
-    raise ValueError(f"k: expected k <= C = {candidates.shape[1]} candidates per query, got {k}")
+  k = _checks.check_k(k, candidates.shape[1], db_name="each row of candidates")
   if _checks.is_concrete(candidates):
     _checks.check_int_range("candidates", candidates, 0, db_words.shape[0] - 1, what="database indices")
     ids = np.sort(np.asarray(candidates), axis=1)
@@ -577,24 +574,25 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, float, Arra
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0.0, 0.5, 0.5, 1.0], [2, 1, 3, 0], [0, 2, 4])
   """
-  _checks.check_word_pair(query_words, db_words)
-  if not (_checks.is_concrete(query_words) and _checks.is_concrete(db_words)):
-    raise ValueError("query_words, db_words: radius_search needs concrete arrays (it returns "
-                     "variable-length results, so it cannot run under jit)")
-  num_q, num_words = query_words.shape
-  if weights is not None:
-    w = _check_weighted_pair(query_words, db_words, weights)
-    if not _checks.is_concrete(weights):
-      raise ValueError("weights: radius_search needs concrete weights (it cannot run under jit)")
-    radius = _check_float_radius(r, num_q)
-    pruning = wkernels.Pruning(np.asarray(db_words), w, chunk_size=_check_chunk_size(chunk_size))
-    d, i, offsets = wkernels.radius_pruned(pruning, np.asarray(query_words), radius)
-    if offsets[-1] > np.iinfo(np.int32).max:
-      raise ValueError(f"r: {offsets[-1]} results exceed the int32 offsets of RaggedNeighbors")
-    return RaggedNeighbors(jax.device_put(d), *(jax.device_put(a.astype(np.int32)) for a in (i, offsets)))
-  radius = np.minimum(_check_radius(r, num_q), 32 * num_words)
+  w = _weights(query_words, db_words, weights)
+  _checks.check_concrete("query_words, db_words, weights", query_words, db_words, weights)
   chunk_size = _check_chunk_size(chunk_size)
   q, db = np.asarray(query_words), np.asarray(db_words)
+  if w is None:
+    return _radius(q, db, _checks.check_radius(r, q.shape[0]), chunk_size)
+  return _weighted_radius(q, db, w, _checks.check_float_radius(r, q.shape[0]), chunk_size)
+
+
+def _weighted_radius(q: np.ndarray, db: np.ndarray, w, radius: np.ndarray, chunk_size: int) -> RaggedNeighbors:
+  """Weighted radius search by the bound scan; ``radius`` ``float64[Q]``."""
+  return RaggedNeighbors.from_arrays(*wkernels.radius_pruned(wkernels.Pruning(db, w, chunk_size=chunk_size), q,
+                                                             radius))
+
+
+def _radius(q: np.ndarray, db: np.ndarray, radius: np.ndarray, chunk_size: int) -> RaggedNeighbors:
+  """Hamming radius search: the superblocks within the radius, then their items; ``radius`` ``int64[Q]``."""
+  num_q, num_words = q.shape
+  radius = np.minimum(radius, 32 * num_words)
   num_db = db.shape[0]
   size, num_chunks = _layout(num_db, chunk_size)
   db_pad = _pad_rows(db, size * num_chunks)
@@ -609,5 +607,5 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, float, Arra
     keep = b + lane < num_q
     pairs_q.append(b + lane[keep])
     pairs_sb.append(sb[keep])
-  return _ragged(*scan.exact_hits(q, db_pad, np.concatenate(pairs_q), np.concatenate(pairs_sb), radius,
-                                  num_db, _SB))
+  return RaggedNeighbors.from_arrays(*scan.exact_hits(q, db_pad, np.concatenate(pairs_q),
+                                                      np.concatenate(pairs_sb), radius, num_db, _SB))

@@ -46,9 +46,6 @@ Array = jax.Array
 __all__ = ["data_mesh", "shard_rows", "replicate", "shard_batch", "is_row_sharded", "knn", "radius_search",
            "hamming_histogram"]
 
-_INT32_MAX = np.iinfo(np.int32).max
-
-
 # ----------------------------------------------------------------------------
 # Layout.
 
@@ -72,20 +69,15 @@ def data_mesh(num_devices: Optional[int] = None, *, axis_name: str = "data") -> 
   available = jax.device_count()
   if num_devices is None:
     num_devices = available
-  num_devices = _checks.check_int("num_devices", num_devices, low=1)
-  if num_devices > available:
-    raise ValueError(f"num_devices: expected at most the {available} device(s) jax sees "
-                     f"(jax.device_count()), got {num_devices}")
-  if not isinstance(axis_name, str) or not axis_name:
-    raise ValueError(f"axis_name: expected a non-empty str, got {axis_name!r}")
+  if not _checks.is_int(num_devices) or not 1 <= num_devices <= available:
+    raise ValueError(f"num_devices: expected at most the {available} device(s) jax sees (jax.device_count()) and "
+                     f"at least 1, got {num_devices!r}")
+  _checks.check_nonempty_str("axis_name", axis_name, what="a non-empty str")
   return Mesh(np.asarray(jax.devices()[:num_devices]), (axis_name,))
 
 
 def _check_mesh(mesh: Any) -> Mesh:
-  if not isinstance(mesh, Mesh):
-    raise ValueError(f"mesh: expected a jax.sharding.Mesh (e.g. hashjax.sharding.data_mesh()), got "
-                     f"{type(mesh).__name__}")
-  return mesh
+  return _checks.check_instance("mesh", mesh, Mesh, what="a jax.sharding.Mesh (e.g. hashjax.sharding.data_mesh())")
 
 
 def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Array:
@@ -113,8 +105,7 @@ def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Arr
   pad = _checks.check_bool("pad", pad)
   if not hasattr(x, "shape") or len(x.shape) < 1 or x.shape[0] == 0:
     raise ValueError(f"{name}: expected an array with at least one row, got {_checks.desc(x)}")
-  if not _checks.is_concrete(x):
-    raise ValueError(f"{name}: expected a concrete array (shard_rows places data on devices), got a traced value")
+  _checks.check_concrete(name, x, why="shard_rows places data on devices")
   rows, shards = x.shape[0], mesh.size
   extra = -rows % shards
   if extra and not pad:
@@ -163,24 +154,19 @@ def shard_batch(batch: Any, mesh: Mesh, *, replicated: Sequence[str] = ()) -> An
   (P('data',), P())
   """
   mesh = _check_mesh(mesh)
-  if isinstance(replicated, str) or not all(isinstance(k, str) for k in replicated):
-    raise ValueError(f"replicated: expected a sequence of batch keys (str), got {replicated!r}")
-  if replicated:
-    if not isinstance(batch, dict):
-      raise ValueError(f"replicated: expected a dict batch for replicated keys, got {type(batch).__name__}")
-    missing = [k for k in replicated if k not in batch]
-    if missing:
-      raise ValueError(f"replicated: expected keys of the batch {sorted(batch)}, got {missing}")
+  if isinstance(replicated, str) or not all(isinstance(k, str) and isinstance(batch, dict) and k in batch
+                                            for k in replicated):
+    raise ValueError(f"replicated: expected a sequence of keys (str) of a dict batch, got {replicated!r} for a batch "
+                     f"of {f'keys {list(batch)}' if isinstance(batch, dict) else type(batch).__name__}")
   split = NamedSharding(mesh, P(tuple(mesh.axis_names)))
 
   def place(path, leaf):
     where = f"batch{jax.tree_util.keystr(path)}"
-    if not hasattr(leaf, "shape") or len(leaf.shape) < 1:
-      raise ValueError(f"{where}: expected an array with a leading batch axis (or its key in replicated=), got "
-                       f"{_checks.desc(leaf)}")
-    if leaf.shape[0] % mesh.size:
+    rows = leaf.shape[0] if hasattr(leaf, "shape") and len(leaf.shape) else None
+    if rows is None or rows % mesh.size:
       raise ValueError(f"{where}: expected a leading axis divisible by the mesh's {mesh.size} devices (the batch "
-                       f"is split along it), got {leaf.shape[0]} rows")
+                       f"is split along it; or its key in replicated=), got "
+                       + (f"{rows} rows" if rows is not None else _checks.desc(leaf)))
     return jax.device_put(leaf, split)
 
   if not replicated:
@@ -253,7 +239,7 @@ def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, n
     i = i + shard * rows
     if num_db < rows * max(1, math.prod(mesh.shape[a] for a in axes)):
       pad = i >= num_db
-      d, i = jnp.where(pad, sentinel, d), jnp.where(pad, _INT32_MAX, i)
+      d, i = jnp.where(pad, sentinel, d), jnp.where(pad, _checks.INT32_MAX, i)
     if axes:
       d, i = (lax.all_gather(a, axes, axis=1, tiled=True) for a in (d, i))
     d, i = lax.sort((d, i), dimension=1, num_keys=2)
@@ -295,28 +281,11 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
   _checks.check_word_pair(query_words, db_words)
   mesh, axes, shards = _row_axes("db_words", db_words)
   num_db = _check_num_db(num_db, db_words.shape[0])
-  k = _checks.check_positive_int("k", k)
-  if k > num_db:
-    raise ValueError(f"k: expected k <= num_db = {num_db} (a query cannot have more neighbours than the "
-                     f"database holds), got {k}")
+  k = _checks.check_k(k, num_db, db_name="db_words[:num_db]")
   rows = db_words.shape[0] // shards
   k_local = min(k + db_words.shape[0] - num_db, rows)  # each shard keeps k real items past its padding
   program = _topk_program(mesh, axes, rows, k_local, k, num_db, 32 * db_words.shape[1] + 1)
   return program(_place_queries(query_words, mesh), db_words)
-
-
-def _check_radius(r: Any, num_q: int) -> np.ndarray:
-  """``r`` as ``int64[Q]``: a non-negative int, or a concrete integer array ``[Q]``."""
-  if _checks.is_int(r):
-    return np.full((num_q,), _checks.check_int("r", r, low=0), np.int64)
-  if (not hasattr(r, "dtype") or not _checks.is_concrete(r) or not np.issubdtype(np.dtype(r.dtype), np.integer)
-      or tuple(r.shape) != (num_q,)):
-    raise ValueError(f"r: expected a non-negative int or a concrete int array of shape ({num_q},), got "
-                     f"{_checks.desc(r)}")
-  arr = np.asarray(r).astype(np.int64)
-  if arr.min() < 0:
-    raise ValueError(f"r: expected radii >= 0, got min {arr.min()}")
-  return arr
 
 
 @functools.lru_cache(maxsize=64)
@@ -373,31 +342,26 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
   _checks.check_word_pair(query_words, db_words)
-  if not _checks.is_concrete(query_words):
-    raise ValueError("query_words: radius_search needs concrete arrays (its results vary in length)")
+  _checks.check_concrete("query_words", query_words)
   mesh, axes, shards = _row_axes("db_words", db_words)
   num_db = _check_num_db(num_db, db_words.shape[0])
   num_q, num_words = query_words.shape
   num_bits = 32 * num_words
-  radius = np.minimum(_check_radius(r, num_q), num_bits)
+  radius = np.minimum(_checks.check_radius(r, num_q), num_bits)
   q = _place_queries(query_words, mesh)
   hist = np.asarray(_histogram_program(mesh, axes, num_bits, 1, "none", histograms.DEFAULT_CHUNK_SIZE, True)(
       q, db_words))[..., 0]  # [S, Q, num_bits + 1]
   within = np.take_along_axis(np.cumsum(hist, axis=-1), radius[None, :, None], axis=-1)[..., 0]
   top = int(within.max())
   if top == 0:
-    empty = np.zeros(0, np.int32)
-    return search.RaggedNeighbors(*(jax.device_put(a) for a in (empty, empty, np.zeros(num_q + 1, np.int32))))
+    return search.RaggedNeighbors.from_arrays(np.zeros(0, np.int32), np.zeros(0, np.int32),
+                                              np.zeros(num_q + 1, np.int64))
   rows = db_words.shape[0] // shards
   d, i = (np.asarray(a) for a in _topk_program(mesh, axes, rows, top, top * max(shards, 1), num_db,
                                                num_bits + 1)(q, db_words))
   hit = (d <= radius[:, None]) & (i < num_db)
-  counts = hit.sum(axis=1)
-  if counts.sum() > _INT32_MAX:
-    raise ValueError(f"r: {counts.sum()} results exceed the int32 offsets of RaggedNeighbors")
-  offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-  return search.RaggedNeighbors(jax.device_put(d[hit].astype(np.int32)), jax.device_put(i[hit].astype(np.int32)),
-                                jax.device_put(offsets))
+  offsets = np.concatenate([[0], np.cumsum(hit.sum(axis=1))])
+  return search.RaggedNeighbors.from_arrays(d[hit], i[hit], offsets)
 
 
 # ----------------------------------------------------------------------------
@@ -447,21 +411,15 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   rows_spec = P(axes if axes else None)
   pad_cols = lambda x, axis: np.concatenate(  # padding copies of the last real column (row) of the levels
       [x, np.repeat(np.take(x, [-1], axis=axis), total - num_db, axis=axis)], axis=axis) if total > num_db else x
-  if query_labels is not None or db_labels is not None:
+  if _checks.check_label_pair(query_labels, db_labels, num_q, num_db, db_like="[num_db]"):
     if affinity is not None:
       raise ValueError("affinity, query_labels: expected an affinity matrix or labels, not both")
-    for name, labels, size in (("query_labels", query_labels, num_q), ("db_labels", db_labels, num_db)):
-      if labels is None or not _checks.is_concrete(labels):
-        raise ValueError(f"{name}: expected concrete int labels of shape ({size},) with the other labels, got "
-                         f"{_checks.desc(labels) if labels is not None else None}")
-      _checks.check_int_range(name, labels, np.iinfo(np.int32).min, _INT32_MAX, what="class labels")
-      _checks.check_shape(name, labels, (size,), like="[len(query_words)]" if size == num_q else "[num_db]")
+    _checks.check_concrete("query_labels, db_labels", query_labels, db_labels, why="they are laid out on devices")
     kind, num_levels = "labels", 2
     level_args = [split(np.asarray(query_labels, np.int32), P()),
                   split(pad_cols(np.asarray(db_labels, np.int32), 0), rows_spec)]
   elif affinity is not None:
-    if not _checks.is_concrete(affinity):
-      raise ValueError("affinity: expected a concrete int array [Q, num_db], got a traced value")
+    _checks.check_concrete("affinity", affinity, why="it is laid out on devices")
     _checks.check_shape("affinity", affinity, (num_q, num_db), like="[len(query_words), num_db]")
     num_levels = histograms.num_levels_of(affinity, num_levels)
     kind, level_args = "affinity", [split(pad_cols(np.asarray(affinity, np.int32), 1), P(None, rows_spec[0]))]

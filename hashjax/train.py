@@ -76,11 +76,13 @@ __all__ = ["make_train_step", "learning_rate_schedule", "minibatch_sampler", "ba
 _LOSS_FN = "(params, batch, step) -> (loss, aux)"
 
 
-def _check_optimizer(optimizer: Any) -> None:
+def _check_step_args(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
+  _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
   if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
-    raise ValueError(
-        f"optimizer: expected an optax.GradientTransformation (with init and update), "
-        f"got {type(optimizer).__name__}")
+    raise ValueError(f"optimizer: expected an optax.GradientTransformation (with init and update), "
+                     f"got {type(optimizer).__name__}")
+  _checks.check_type("mesh", mesh, jax.sharding.Mesh, what="a jax.sharding.Mesh (hashjax.sharding.data_mesh)",
+                     allow_none=True)
 
 
 def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, mesh: Any = None) -> Callable:
@@ -107,10 +109,12 @@ def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation, 
   >>> p.tolist(), float(loss)
   ([0.5, 0.5], 2.0)
   """
-  _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
-  _check_optimizer(optimizer)
-  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
-    raise ValueError(f"mesh: expected None or a jax.sharding.Mesh, got {type(mesh).__name__}")
+  _check_step_args(loss_fn, optimizer, mesh)
+  return _step_fn(loss_fn, optimizer, mesh)
+
+
+def _step_fn(loss_fn: Callable, optimizer: optax.GradientTransformation, mesh: Any) -> Callable:
+  """:func:`make_train_step` of checked arguments."""
 
   def step_fn(params, opt_state, batch, step):
     step = jnp.asarray(step, jnp.int32)
@@ -239,13 +243,8 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
   >>> np.bincount(np.array([0, 0, 0, 1, 1, 2, 2, 2])[sampler(5)]).tolist()
   [2, 2, 2]
   """
-  if not hasattr(labels, "dtype") or not (np.issubdtype(np.dtype(labels.dtype), np.integer)):
-    raise ValueError("labels: expected an integer array [N] of class labels, got "
-                     + (f"dtype {np.dtype(labels.dtype).name}" if hasattr(labels, "dtype")
-                        else type(labels).__name__))
+  _checks.check_array("labels", labels, ndim=1, shape_doc="[N]", kinds="iu", what="integer array of class labels")
   labels = np.asarray(labels)
-  if labels.ndim != 1 or labels.shape[0] == 0:
-    raise ValueError(f"labels: expected a non-empty 1-D array [N], got shape {labels.shape}")
   per_class = _checks.check_int("per_class", per_class, low=1)
   seed = _checks.check_int("seed", seed, low=0)
   classes, counts = np.unique(labels, return_counts=True)
@@ -286,14 +285,6 @@ def _check_target(target: Any) -> Optional[tuple]:
   return (target[0], float(target[1]), target[2] if len(target) == 3 else "max")
 
 
-def _check_functions(loss_fn: Any, optimizer: Any, batch_fn: Any, eval_fn: Any) -> None:
-  _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
-  _check_optimizer(optimizer)
-  _checks.check_callable("batch_fn", batch_fn, what="step -> batch")
-  if eval_fn is not None:
-    _checks.check_callable("eval_fn", eval_fn, what="params -> dict (or None)")
-
-
 def _check_params(params: Any) -> None:
   leaves = jax.tree.leaves(params)
   if not leaves or not all(hasattr(x, "dtype") for x in leaves):
@@ -328,17 +319,12 @@ def _check_loss_signature(loss_fn: Callable, params: Any, batch: Any) -> None:
     out = jax.eval_shape(loss_fn, params, batch, jnp.zeros((), jnp.int32))
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"loss_fn: calling loss_fn(params, batch, step) failed: {type(e).__name__}: {e}") from e
-  if not (isinstance(out, tuple) and len(out) == 2):
-    raise ValueError(f"loss_fn: expected it to return (loss, aux_dict), got {type(out).__name__}")
-  loss, aux = out
-  if getattr(loss, "shape", None) != () or not jnp.issubdtype(loss.dtype, jnp.floating):
-    raise ValueError(f"loss_fn: expected a real scalar loss, got {getattr(loss, 'dtype', type(loss))} "
-                     f"{getattr(loss, 'shape', '')}")
-  if not isinstance(aux, Mapping):
-    raise ValueError(f"loss_fn: expected aux to be a dict of scalars, got {type(aux).__name__}")
-  for k, v in aux.items():
-    if not isinstance(k, str) or getattr(v, "shape", None) != ():
-      raise ValueError(f"loss_fn: expected aux to map str to scalars, got {k!r}: shape {getattr(v, 'shape', None)}")
+  loss, aux = out if isinstance(out, tuple) and len(out) == 2 else (None, None)
+  if not (getattr(loss, "shape", None) == () and jnp.issubdtype(loss.dtype, jnp.floating)
+          and isinstance(aux, Mapping) and all(isinstance(k, str) and getattr(v, "shape", None) == ()
+                                               for k, v in aux.items())):
+    raise ValueError("loss_fn: expected it to return (loss, aux): a real scalar loss and a dict of str to scalars, "
+                     f"got {jax.tree.map(lambda x: f'{x.dtype}{list(x.shape)}', out)}")
 
 
 def _due(done: int, every: int, num_steps: int) -> bool:
@@ -630,7 +616,10 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   >>> np.round(np.asarray(params), 1).tolist()
   [1.0, -2.0]
   """
-  _check_functions(loss_fn, optimizer, batch_fn, eval_fn)
+  _check_step_args(loss_fn, optimizer, mesh)
+  _checks.check_callable("batch_fn", batch_fn, what="step -> batch")
+  if eval_fn is not None:
+    _checks.check_callable("eval_fn", eval_fn, what="params -> dict (or None)")
   num_steps = _checks.check_int("num_steps", num_steps, low=0)
   eval_every = _checks.check_int("eval_every", eval_every, low=0)
   checkpoint_every = _checks.check_int("checkpoint_every", checkpoint_every, low=0)
@@ -638,12 +627,8 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   max_to_keep = _checks.check_int("max_to_keep", max_to_keep, low=1)
   batch_size = _checks.check_int("batch_size", batch_size, allow_none=True)
   target = _check_target(target)
-  if workdir is not None and not isinstance(workdir, (str, os.PathLike)):
-    raise ValueError(f"workdir: expected a directory path or None, got {type(workdir).__name__}")
+  _checks.check_type("workdir", workdir, (str, os.PathLike), what="a directory path", allow_none=True)
   _check_params(params)
-  if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
-    raise ValueError(f"mesh: expected None or a jax.sharding.Mesh (hashjax.sharding.data_mesh), got "
-                     f"{type(mesh).__name__}")
   if replicated and mesh is None:
     raise ValueError(f"replicated: expected () without a mesh (nothing is split), got {replicated!r}")
   place = (lambda b: b) if mesh is None else functools.partial(sharding.shard_batch, mesh=mesh, replicated=replicated)
@@ -664,7 +649,7 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
       run.evaluate(0, eval_fn, params, target)
       run.open_segment()
 
-    step_fn = make_train_step(loss_fn, optimizer, mesh=mesh)
+    step_fn = _step_fn(loss_fn, optimizer, mesh)
     for step in range(start, num_steps):
       batch = place(batch_fn(step))
       if step == start:

@@ -17,16 +17,17 @@ with :math:`x_t = a_{qd} - a_{qs}` (the ranking constraint, eq. 4 in the paper's
 :math:`c_t = a_{qs} - a_{qs'}` (intra-class proximity, eq. 5). :math:`\lambda` stands for the paper's
 :math:`1/C`. The problem is convex (strongly convex for :math:`\lambda > 0`).
 
-**Solvers** (:func:`fit`'s ``solver``):
+**Solvers**, one function per family, each with its own options (:func:`fit` runs any of the first three with
+the defaults, by name):
 
-* ``"egd"``: exponentiated gradient, :math:`w_k \leftarrow w_k e^{-\eta g_k}` (eq. 8);
-* ``"pgd"``: projected gradient, :math:`w \leftarrow \max(0, w - \eta g)`;
-* ``"online"`` / ``"online_last"``: one pass of passive-aggressive mini-batch updates (eq. 9 reconstructed, see
-  :func:`fit`), returning the average / the last iterate;
-* ``"closed_form"``: :math:`w_k = \max(0, \frac{1}{T}\sum_t x_{t,k})`, the direction of the large-:math:`\lambda`
+* :func:`fit_batch`: exponentiated gradient (``"egd"``), :math:`w_k \leftarrow w_k e^{-\eta g_k}` (eq. 8), or
+  projected gradient (``"pgd"``), :math:`w \leftarrow \max(0, w - \eta g)`;
+* :func:`fit_online`: one pass of passive-aggressive mini-batch updates (eq. 9 reconstructed), giving the average
+  (``"online"``) and the last iterate (``"online_last"``);
+* :func:`closed_form`: :math:`w_k = \max(0, \frac{1}{T}\sum_t x_{t,k})`, the direction of the large-:math:`\lambda`
   limit (:math:`\lambda w^\star \to 2 \max(0, \bar x)` as :math:`\lambda \to \infty`: every hinge is active and the
   quadratic terms vanish at that scale);
-* ``"whrank"``: Zhang et al.'s data-adaptive WhRank weights from real-valued projections.
+* :func:`whrank`: Zhang et al.'s data-adaptive WhRank weights from real-valued projections.
 
 EGD and PGD are one compiled kernel each (``lax.while_loop``); the code difference vectors are formed inside it
 from the packed words of each tuple's items (XOR, then unpack), so the caller stores only ``int32[T, 4]`` index
@@ -46,8 +47,7 @@ accepted steps. With :math:`\lambda = 0` there is no certificate and only the la
 from __future__ import annotations
 
 import functools
-import time
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,10 +56,10 @@ import numpy as np
 from hashjax import _checks, codes
 
 Array = jax.Array
-Seed = Union[int, np.random.Generator]
+Seed = _checks.Seed
 
-#: Solver names accepted by :func:`fit`.
-SOLVERS = ("egd", "pgd", "online", "online_last", "closed_form", "whrank")
+#: Solver names accepted by :func:`fit` (WhRank, which reads real-valued projections, is :func:`whrank`).
+SOLVERS = ("egd", "pgd", "online", "online_last", "closed_form")
 
 #: Defaults of :func:`fit`, chosen on a validation split of the MNIST-10k training set (see ``docs/design.md``).
 DEFAULT_LAM = 1.0
@@ -67,8 +67,10 @@ DEFAULT_MU = 0.0
 DEFAULT_NUM_TUPLES = 20000
 DEFAULT_MAX_ITERS = 500
 DEFAULT_TOL = 1e-3
-#: The online aggressiveness by solver: the average tolerates (and gains from) larger steps than the last iterate.
-DEFAULT_STEP = {"online": 1.0, "online_last": 0.003}
+#: The online aggressiveness for the average of the iterates (``"online"``), and for the last iterate
+#: (``"online_last"``), which gains from smaller steps.
+DEFAULT_STEP = 1.0
+DEFAULT_LAST_STEP = 0.003
 DEFAULT_BATCH_SIZE = 10
 DEFAULT_INNER_STEPS = 3
 
@@ -83,76 +85,50 @@ _BIG_POPULATION = 2 ** 62  # tuple counts above this cannot be drawn as int64 co
 
 def _check_bits(bits: Any) -> np.ndarray:
   """``bits[n, num_bits]`` as bool, {0, 1} or ±1; returns {0, 1} ``uint8`` on the host."""
-  if not hasattr(bits, "dtype") or not hasattr(bits, "shape"):
-    raise ValueError(f"bits: expected an array [n, num_bits] of bits, got {type(bits).__name__}")
-  dt = np.dtype(bits.dtype)
-  if not (dt == np.bool_ or np.issubdtype(dt, np.number)):
-    raise ValueError(f"bits: expected bits as bool, {{0, 1}} or ±1 numbers, got {_checks.desc(bits)}")
-  if bits.ndim != 2 or bits.shape[0] < 1 or bits.shape[1] < 1:
-    raise ValueError(f"bits: expected a 2-D array [n, num_bits] with n, num_bits >= 1, got {_checks.desc(bits)}")
+  _checks.check_array("bits", bits, ndim=2, shape_doc="[n, num_bits]", what="array of bool, {0, 1} or ±1 bits")
   if not _checks.is_concrete(bits):
-    raise ValueError("bits: expected concrete values (fit runs on the host), got a traced array")
+    raise ValueError("bits: expected concrete values (the solvers run on the host), got a traced array")
   arr = np.asarray(bits)
-  if dt == np.bool_:
-    return arr.astype(np.uint8)
-  values = set(np.unique(arr).tolist())
-  if values <= {0, 1}:
-    return arr.astype(np.uint8)
-  if values <= {-1, 1}:
+  values = np.unique(arr)
+  if np.isin(values, (0, 1)).all() or np.isin(values, (-1, 1)).all():
     return (arr > 0).astype(np.uint8)
-  shown = sorted(values)[:6]
-  raise ValueError(f"bits: expected values in {{0, 1}} or in {{-1, +1}} (not a mix), got values {shown}"
-                   + (" ..." if len(values) > 6 else ""))
+  raise ValueError(f"bits: expected values in {{0, 1}} or in {{-1, +1}} (not a mix), got values "
+                   f"{values[:6].tolist()}" + (" ..." if values.size > 6 else ""))
 
 
-def _check_labels(labels: Any, n: int) -> np.ndarray:
-  if not hasattr(labels, "dtype") or not (np.issubdtype(np.dtype(labels.dtype), np.integer)):
-    raise ValueError(f"labels: expected integer class labels [n], got {_checks.desc(labels)}")
-  if labels.ndim != 1:
-    raise ValueError(f"labels: expected a 1-D array [n] of class labels, got {_checks.desc(labels)}")
-  if n is not None and labels.shape[0] != n:
-    raise ValueError(f"labels: expected {n} labels (one per row of bits), got {labels.shape[0]}")
+def _check_labels(labels: Any, n: Optional[int]) -> np.ndarray:
+  """``int[n]`` class labels (any length when ``n`` is None)."""
+  _checks.check_array("labels", labels, ndim=1, shape_doc="[n] (one per row of bits)", kinds="iu",
+                      what="array of integer class labels")
+  if n is not None:
+    _checks.check_shape("labels", labels, (n,), like="one label per row of bits")
   return np.asarray(labels)
-
-
-def _check_weights(weights: Any, num_bits: int) -> np.ndarray:
-  if not hasattr(weights, "dtype") or not hasattr(weights, "shape"):
-    raise ValueError(f"weights: expected a float array [{num_bits}], got {type(weights).__name__}")
-  _checks.check_real("weights", weights, shape_doc=f"[{num_bits}]")
-  if tuple(weights.shape) != (num_bits,):
-    raise ValueError(f"weights: expected shape ({num_bits},) (one weight per bit), got {tuple(weights.shape)}")
-  _checks.check_nonnegative("weights", weights, what="weights")
-  return np.asarray(weights, np.float32)
 
 
 def _check_tuples(tuples: Any, labels: Optional[np.ndarray], n: int) -> np.ndarray:
   """``int[T, 4]`` tuples ``(q, s, s', d)`` indexing ``n`` items, consistent with ``labels`` when given."""
-  _checks.check_integer_dtype("tuples", tuples, what="item indices")
-  if tuples.ndim != 2 or tuples.shape[1] != 4 or tuples.shape[0] < 1:
-    raise ValueError(f"tuples: expected an array [T, 4] of (q, s, s', d) indices with T >= 1, "
-                     f"got {_checks.desc(tuples)}")
+  _checks.check_array("tuples", tuples, ndim=2, shape_doc="[T, 4] of (q, s, s', d) indices", kinds="iu")
+  _checks.check_shape("tuples", tuples, (tuples.shape[0], 4), like="(q, s, s', d) rows")
   _checks.check_int_range("tuples", tuples, 0, n - 1, what="indices into the n items")
   t = np.asarray(tuples, np.int64)
   if labels is not None:
     y = labels[t]
     bad = ~((y[:, 0] == y[:, 1]) & (y[:, 0] == y[:, 2]) & (y[:, 0] != y[:, 3]))
     if bad.any():
-      i = int(np.argmax(bad))
       raise ValueError(f"tuples: expected s and s' of the query's class and d of another, got labels "
-                       f"{y[i].tolist()} at row {i}")
+                       f"{y[np.argmax(bad)].tolist()} at row {int(np.argmax(bad))}")
   return t.astype(np.int32)
+
+
+def _training_tuples(labels: np.ndarray, tuples: Any, num_tuples: int, seed: _checks.Seed) -> np.ndarray:
+  """The given ``tuples`` checked against ``labels``, or ``num_tuples`` of them sampled with ``seed``."""
+  if tuples is None:
+    return sample_tuples(labels, num_tuples=num_tuples, seed=seed)
+  return _check_tuples(tuples, labels, labels.shape[0])
 
 
 # ----------------------------------------------------------------------------
 # Training tuples.
-
-
-def _rng(seed: Seed) -> np.random.Generator:
-  if isinstance(seed, np.random.Generator):
-    return seed
-  if not _checks.is_int(seed) or seed < 0:
-    raise ValueError(f"seed: expected a non-negative int or a numpy Generator, got {seed!r}")
-  return np.random.default_rng(int(seed))
 
 
 def _allocate(num_tuples: int, sizes: np.ndarray) -> np.ndarray:
@@ -230,7 +206,7 @@ def sample_tuples(labels: Array, *, num_tuples: int = DEFAULT_NUM_TUPLES, seed: 
   """
   labels = _check_labels(labels, None)
   num_tuples = _checks.check_positive_int("num_tuples", num_tuples)
-  rng = _rng(seed)
+  rng = _checks.check_rng(seed)
   classes, inverse, sizes = np.unique(labels, return_inverse=True, return_counts=True)
   if classes.size < 2:
     raise ValueError(f"labels: expected at least 2 classes (a dissimilar item comes from another class), got "
@@ -305,8 +281,7 @@ def code_differences(words: Array, tuples: Array, *, num_bits: int) -> tuple:
   ([[0, 1, 1]], [[1, -1, 0]])
   """
   _checks.check_words("words", words, min_ndim=2)
-  if words.ndim != 2:
-    raise ValueError(f"words: expected a 2-D array [n, num_words], got {_checks.desc(words)}")
+  _checks.check_array("words", words, ndim=2, shape_doc="[n, num_words]", kinds="u")
   num_bits = _checks.check_num_bits(num_bits, words=words)
   _checks.check_padding_bits("words", words, num_bits)
   tuples = _check_tuples(tuples, None, words.shape[0])
@@ -338,7 +313,10 @@ def objective(weights: Array, bits: Array, tuples: Array, *, lam: float = DEFAUL
   """
   bits = _check_bits(bits)
   n, num_bits = bits.shape
-  weights = _check_weights(weights, num_bits)
+  _checks.check_real("weights", weights, shape_doc=f"[{num_bits}]")
+  _checks.check_shape("weights", weights, (num_bits,), like="one weight per bit")
+  _checks.check_nonnegative("weights", weights, what="weights")
+  weights = np.asarray(weights, np.float32)
   tuples = _check_tuples(tuples, None, n)
   lam = _checks.check_number("lam", lam, low=0)
   mu = _checks.check_number("mu", mu, low=0)
@@ -431,6 +409,22 @@ def _mean_difference(words, tuples, *, num_bits):
   return jnp.mean(x, axis=0)
 
 
+def _batch(bits: np.ndarray, tuples: np.ndarray, method: str, lam: float, mu: float, max_iters: int,
+           tol: float) -> "BatchFit":
+  log_size = 1 << max_iters.bit_length()  # at least max_iters + 1; a power of two, so few sizes compile
+  w, iterations, log, certified = _batch_kernel(
+      codes.pack_bits(bits), jax.device_put(tuples), np.float32(lam), np.float32(mu), np.float32(tol),
+      np.int32(max_iters), num_bits=bits.shape[1], log_size=log_size, method=method)
+  iterations = int(iterations)
+  return BatchFit(np.asarray(w, np.float32), np.asarray(log)[:iterations + 1].astype(np.float64), iterations,
+                  bool(certified))
+
+
+def _closed_form(bits: np.ndarray, tuples: np.ndarray) -> np.ndarray:
+  mean = _mean_difference(codes.pack_bits(bits), jax.device_put(tuples), num_bits=bits.shape[1])
+  return np.maximum(np.asarray(mean), 0.0).astype(np.float32)
+
+
 # ----------------------------------------------------------------------------
 # Online passive-aggressive mini-batches.
 
@@ -460,18 +454,19 @@ def _online_kernel(words, batches, mask, w0, lam, mu, step, *, num_bits, inner_s
   return w, total / batches.shape[0]
 
 
-def _online(words, tuples, lam, mu, step, batch_size, inner_steps, num_bits):
-  num = tuples.shape[0]
+def _online(bits: np.ndarray, tuples: np.ndarray, lam: float, mu: float, step: float, batch_size: int,
+            inner_steps: int) -> "OnlineFit":
+  num, num_bits = tuples.shape[0], bits.shape[1]
   num_batches = -(-num // batch_size)
   padded = np.zeros((num_batches * batch_size, 4), np.int32)
   padded[:num] = tuples
   keep = np.zeros(num_batches * batch_size, np.float32)
   keep[:num] = 1.0
-  last, average = _online_kernel(words, jax.device_put(padded.reshape(num_batches, batch_size, 4)),
+  last, average = _online_kernel(codes.pack_bits(bits), jax.device_put(padded.reshape(num_batches, batch_size, 4)),
                                  jax.device_put(keep.reshape(num_batches, batch_size)),
                                  jnp.ones(num_bits, jnp.float32), np.float32(lam), np.float32(mu),
                                  np.float32(step), num_bits=num_bits, inner_steps=inner_steps)
-  return np.asarray(last), np.asarray(average)
+  return OnlineFit(np.asarray(average, np.float32), np.asarray(last, np.float32), num_batches)
 
 
 # ----------------------------------------------------------------------------
@@ -492,134 +487,241 @@ def _whrank(projections: np.ndarray, tuples: np.ndarray) -> np.ndarray:
   return w.astype(np.float32)
 
 
+
+
 # ----------------------------------------------------------------------------
-# Entry point.
+# Entry points: one per solver family, each with its own options, and fit with the defaults of every solver.
 
 
-def fit(bits: Array, labels: Array, *, solver: str = "egd", seed: Seed = 0, lam: float = DEFAULT_LAM,
-        mu: float = DEFAULT_MU, num_tuples: int = DEFAULT_NUM_TUPLES, tuples: Optional[Array] = None,
-        max_iters: int = DEFAULT_MAX_ITERS, tol: float = DEFAULT_TOL, step: Optional[float] = None,
-        batch_size: int = DEFAULT_BATCH_SIZE, inner_steps: int = DEFAULT_INNER_STEPS,
-        projections: Optional[Array] = None, return_info: bool = False):
+class BatchFit(NamedTuple):
+  r"""What :func:`fit_batch` returns.
+
+  Attributes:
+    weights: ``float32[num_bits]`` non-negative finite weights.
+    objective: ``float64[iterations + 1]``, the objective at the start and after every accepted step.
+    iterations: the accepted steps.
+    converged: the stopping rule's certificate holds (:math:`\|w - w^\star\| \le \mathrm{tol}\,\|w\|`).
+  """
+  weights: np.ndarray
+  objective: np.ndarray
+  iterations: int
+  converged: bool
+
+
+class OnlineFit(NamedTuple):
+  """What :func:`fit_online` returns: ``float32[num_bits]`` weights ``average`` (of the iterates after each
+  mini-batch) and ``last`` (the last iterate), and the number of mini-batches ``batches``."""
+  average: np.ndarray
+  last: np.ndarray
+  batches: int
+
+
+def fit_batch(bits: Array, labels: Array, *, method: str = "egd", seed: Seed = 0,
+              num_tuples: int = DEFAULT_NUM_TUPLES, tuples: Optional[Array] = None, lam: float = DEFAULT_LAM,
+              mu: float = DEFAULT_MU, max_iters: int = DEFAULT_MAX_ITERS, tol: float = DEFAULT_TOL) -> BatchFit:
+  r"""Bit weights by exponentiated (``"egd"``) or projected (``"pgd"``) gradient descent on the objective.
+
+  .. math:: w \leftarrow w \odot e^{-\eta g} \ (\text{egd}), \qquad w \leftarrow \max(0, w - \eta g)
+     \ (\text{pgd}), \qquad g = \nabla L(w)
+
+  Both start from the closed form (floored at 1% of its largest entry so EGD can move every weight, scaled to a
+  mean margin of 1), choose :math:`\eta` by backtracking (first try: an exponent of at most 1/4 for EGD, a move of
+  at most a quarter of the largest weight for PGD) and stop by the rule of the module docstring; both reach the
+  same optimum.
+
+  Args:
+    bits: ``[n, num_bits]`` codes of the training items (bool, ``{0, 1}`` or ``±1``).
+    labels: ``int[n]`` their class labels.
+    method: ``"egd"`` or ``"pgd"``.
+    seed: int or ``numpy.random.Generator`` for :func:`sample_tuples`.
+    num_tuples: ``T`` tuples to sample (not used when ``tuples`` is given).
+    tuples: optional ``int[T, 4]`` ``(q, s, s', d)`` tuples to use instead of sampling.
+    lam: :math:`\lambda \ge 0`.
+    mu: :math:`\mu \ge 0`.
+    max_iters: most accepted steps.
+    tol: stop once strong convexity certifies :math:`\|w - w^\star\| \le \mathrm{tol}\,\|w\|`.
+
+  Returns:
+    :class:`BatchFit` ``(weights, objective, iterations, converged)``.
+
+  >>> import numpy as np
+  >>> labels = np.repeat(np.arange(2), 20)
+  >>> bits = np.random.default_rng(0).integers(0, 2, (40, 4))
+  >>> bits[:, 0] = labels
+  >>> result = fit_batch(bits, labels, num_tuples=200)
+  >>> int(np.argmax(result.weights)), result.converged, len(result.objective) == result.iterations + 1
+  (0, True, True)
+  """
+  bits = _check_bits(bits)
+  labels = _check_labels(labels, bits.shape[0])
+  method = _checks.check_option("method", method, ("egd", "pgd"))
+  lam = _checks.check_number("lam", lam, low=0)
+  mu = _checks.check_number("mu", mu, low=0)
+  max_iters = _checks.check_positive_int("max_iters", max_iters)
+  tol = _checks.check_number("tol", tol, low=0)
+  return _batch(bits, _training_tuples(labels, tuples, num_tuples, seed), method, lam, mu, max_iters, tol)
+
+
+def fit_online(bits: Array, labels: Array, *, seed: Seed = 0, num_tuples: int = DEFAULT_NUM_TUPLES,
+               tuples: Optional[Array] = None, lam: float = DEFAULT_LAM, mu: float = DEFAULT_MU,
+               step: float = DEFAULT_STEP, batch_size: int = DEFAULT_BATCH_SIZE,
+               inner_steps: int = DEFAULT_INNER_STEPS) -> OnlineFit:
+  r"""Bit weights by one pass of passive-aggressive mini-batch updates over the tuples (eq. 9 reconstructed).
+
+  .. math:: w_{b+1} = \arg\min_{w \ge 0} \frac12\|w - w_b\|^2 + \gamma\,\Big[\frac{\lambda}{2}\|w\|^2
+     + \frac{1}{|B|}\sum_{t \in B} \big(\max(0, 1 - w^\top x_t)^2 + \mu (w^\top c_t)^2\big)\Big]
+
+  Each mini-batch :math:`B` of ``batch_size`` tuples (in the order of the tuples) solves this step approximately
+  with ``inner_steps`` exponentiated gradient steps :math:`v \leftarrow v \odot e^{-h / (S \max_k v_k)}` from
+  :math:`v = w_b`, where :math:`h` is the gradient of the bracketed step objective at :math:`v` and :math:`S = 1 +
+  \gamma (\lambda + \frac{2}{|B|} \sum_{t \in B} (\|x_t\|^2 + \mu \|c_t\|^2))` bounds its curvature. The pass
+  starts from :math:`w_0 = 1` (plain Hamming). :math:`\gamma` is ``step`` (PA's aggressiveness):
+  :data:`DEFAULT_STEP` suits the average, :data:`DEFAULT_LAST_STEP` the last iterate.
+
+  Args:
+    bits: ``[n, num_bits]`` codes of the training items (bool, ``{0, 1}`` or ``±1``).
+    labels: ``int[n]`` their class labels.
+    seed: int or ``numpy.random.Generator`` for :func:`sample_tuples`.
+    num_tuples: ``T`` tuples to sample (not used when ``tuples`` is given).
+    tuples: optional ``int[T, 4]`` ``(q, s, s', d)`` tuples to use instead of sampling.
+    lam: :math:`\lambda \ge 0`.
+    mu: :math:`\mu \ge 0`.
+    step: :math:`\gamma > 0`.
+    batch_size: tuples per mini-batch (the last one may hold fewer).
+    inner_steps: exponentiated gradient steps per mini-batch.
+
+  Returns:
+    :class:`OnlineFit` ``(average, last, batches)``.
+
+  >>> import numpy as np
+  >>> labels = np.repeat(np.arange(2), 20)
+  >>> bits = np.random.default_rng(0).integers(0, 2, (40, 4))
+  >>> bits[:, 0] = labels
+  >>> result = fit_online(bits, labels, num_tuples=200)
+  >>> int(np.argmax(result.average)), result.batches
+  (0, 20)
+  """
+  bits = _check_bits(bits)
+  labels = _check_labels(labels, bits.shape[0])
+  lam = _checks.check_number("lam", lam, low=0)
+  mu = _checks.check_number("mu", mu, low=0)
+  step = _checks.check_number("step", step, low=0, low_open=True)
+  batch_size = _checks.check_positive_int("batch_size", batch_size)
+  inner_steps = _checks.check_positive_int("inner_steps", inner_steps)
+  return _online(bits, _training_tuples(labels, tuples, num_tuples, seed), lam, mu, step, batch_size, inner_steps)
+
+
+def closed_form(bits: Array, labels: Array, *, seed: Seed = 0, num_tuples: int = DEFAULT_NUM_TUPLES,
+                tuples: Optional[Array] = None) -> np.ndarray:
+  r"""The clipped mean code difference: the direction of the large-:math:`\lambda` limit of the objective.
+
+  .. math:: w_k = \max\Big(0, \frac{1}{T}\sum_t x_{t,k}\Big)
+
+  Args:
+    bits: ``[n, num_bits]`` codes of the training items (bool, ``{0, 1}`` or ``±1``).
+    labels: ``int[n]`` their class labels.
+    seed: int or ``numpy.random.Generator`` for :func:`sample_tuples`.
+    num_tuples: ``T`` tuples to sample (not used when ``tuples`` is given).
+    tuples: optional ``int[T, 4]`` ``(q, s, s', d)`` tuples to use instead of sampling.
+
+  Returns:
+    ``numpy.float32[num_bits]`` non-negative weights.
+
+  >>> import numpy as np
+  >>> bits = np.array([[0, 0], [0, 1], [0, 0], [1, 1], [1, 0], [1, 1]])
+  >>> closed_form(bits, np.array([0, 0, 0, 1, 1, 1]), num_tuples=12).tolist()
+  [1.0, 0.0]
+  """
+  bits = _check_bits(bits)
+  labels = _check_labels(labels, bits.shape[0])
+  return _closed_form(bits, _training_tuples(labels, tuples, num_tuples, seed))
+
+
+def whrank(projections: Array, labels: Array, *, seed: Seed = 0, num_tuples: int = DEFAULT_NUM_TUPLES,
+           tuples: Optional[Array] = None) -> np.ndarray:
+  r"""The data-adaptive part of Zhang et al.'s WhRank weights, from the real-valued projections whose signs are
+  the bits.
+
+  .. math:: w_k = \sqrt{2}\,\mathrm{sd}(f_k) \Big/ \sqrt{\tfrac{1}{T}\textstyle\sum_t (f_k(q) - f_k(s))^2}
+
+  The spread of the projection difference of two random items over that of two same-class items (from the
+  tuples' ``(q, s)`` pairs), so a bit that does not tell classes apart gets weight 1. What the paper leaves open
+  and this takes as given: its neighbour pairs are same-class pairs here, the spread is a root mean square (no
+  distribution is fitted), and the query-sensitive factor (a weight per query from :math:`|f_k(q)|`) is left
+  out, so one weight vector serves every query like the other solvers'. A bit whose same-class difference is
+  always 0 gets the largest weight of the other bits; a constant projection gets 0.
+
+  Args:
+    projections: ``float[n, num_bits]`` real-valued hash outputs of the training items.
+    labels: ``int[n]`` their class labels.
+    seed: int or ``numpy.random.Generator`` for :func:`sample_tuples`.
+    num_tuples: ``T`` tuples to sample (not used when ``tuples`` is given).
+    tuples: optional ``int[T, 4]`` ``(q, s, s', d)`` tuples to use instead of sampling.
+
+  Returns:
+    ``numpy.float32[num_bits]`` non-negative weights.
+
+  >>> import numpy as np
+  >>> labels = np.repeat(np.arange(2), 20)
+  >>> f = np.random.default_rng(0).normal(size=(40, 3))
+  >>> f[:, 0] += 4 * labels  # a projection that follows the class
+  >>> w = whrank(f, labels, num_tuples=500)
+  >>> int(np.argmax(w)), w.shape
+  (0, (3,))
+  """
+  _checks.check_real("projections", projections, shape_doc="[n, num_bits]")
+  _checks.check_array("projections", projections, ndim=2, shape_doc="[n, num_bits]", kinds="iuf")
+  labels = _check_labels(labels, projections.shape[0])
+  return _whrank(np.asarray(projections), _training_tuples(labels, tuples, num_tuples, seed))
+
+
+def fit(bits: Array, labels: Array, *, solver: str = "egd", seed: Seed = 0) -> np.ndarray:
   r"""Learns one non-negative weight per bit so that the weighted Hamming distance ranks same-class items first.
 
   .. math:: w^\star = \arg\min_{w \ge 0} \frac{\lambda}{2}\|w\|^2 + \frac{1}{T}\sum_t \max(0, 1 - w^\top x_t)^2
      + \frac{\mu}{T}\sum_t (w^\top c_t)^2
 
-  (the reconstructed objective of the module docstring, over the tuples of :func:`sample_tuples`). The defaults
-  (:math:`\lambda = 1`, :math:`\mu = 0`, ``T = 20000``, :data:`DEFAULT_STEP`) gave the best tie-aware AP on a
-  validation split of the MNIST-10k training set over LSH, ITQ and PCA codes of 16, 32 and 64 bits; :math:`\mu > 0`
-  lowered it at every :math:`\lambda` tried, so the intra-class term is off unless asked for.
+  (the reconstructed objective of the module docstring) over :data:`DEFAULT_NUM_TUPLES` tuples of
+  :func:`sample_tuples`, with the defaults of every option (:math:`\lambda = 1`, :math:`\mu = 0`). They gave the
+  best tie-aware AP on a validation split of the MNIST-10k training set over LSH, ITQ and PCA codes of 16, 32 and
+  64 bits; :math:`\mu > 0` lowered it at every :math:`\lambda` tried, so the intra-class term is off. For other
+  options call the solver's own function:
 
-  Solvers:
+  * ``"egd"`` / ``"pgd"``: :func:`fit_batch` (``method``), its weights;
+  * ``"online"`` / ``"online_last"``: :func:`fit_online` with :data:`DEFAULT_STEP` / :data:`DEFAULT_LAST_STEP`,
+    the average / the last iterate;
+  * ``"closed_form"``: :func:`closed_form`.
 
-  * ``"egd"`` / ``"pgd"``: exponentiated / projected gradient from the closed form (floored at 1% of its largest
-    entry so EGD can move every weight, scaled to a mean margin of 1), step by backtracking; both reach the same
-    optimum.
-  * ``"online"`` / ``"online_last"``: one pass over the tuples in mini-batches of ``batch_size``; each batch
-    :math:`B` solves the passive-aggressive step (eq. 9 reconstructed)
-    :math:`w_{t+1} = \arg\min_{w \ge 0} \frac12\|w - w_t\|^2 + \gamma\,[\frac{\lambda}{2}\|w\|^2 + \frac{1}{|B|}
-    \sum_{t \in B} (\max(0, 1 - w^\top x_t)^2 + \mu (w^\top c_t)^2)]` approximately with ``inner_steps``
-    exponentiated gradient steps, from :math:`w_0 = 1` (plain Hamming). ``"online"`` returns the average of the
-    iterates after each batch, ``"online_last"`` the last. :math:`\gamma` is ``step`` (PA's aggressiveness).
-  * ``"closed_form"``: :math:`w_k = \max(0, \frac{1}{T}\sum_t x_{t,k})` (the direction of the large-:math:`\lambda`
-    limit).
-  * ``"whrank"``: the data-adaptive part of Zhang et al.'s WhRank, from the real-valued ``projections`` whose
-    signs are the bits: :math:`w_k = \sqrt{2}\,\mathrm{sd}(f_k) / \sqrt{\frac{1}{T}\sum_t (f_k(q) - f_k(s))^2}`,
-    the spread of the projection difference of two random items over that of two same-class items (from the
-    tuples' ``(q, s)`` pairs), so a bit that does not tell classes apart gets weight 1. What the paper leaves
-    open and this takes as given: its neighbour pairs are same-class pairs here, the spread is a root mean
-    square (no distribution is fitted), and the query-sensitive factor (a weight per query from :math:`|f_k(q)|`)
-    is left out, so one weight vector serves every query like the other solvers'. A bit whose same-class
-    difference is always 0 gets the largest weight of the other bits; a constant projection gets 0.
+  WhRank reads real-valued projections, not bits: :func:`whrank`.
 
   Args:
     bits: ``[n, num_bits]`` codes of the training items (bool, ``{0, 1}`` or ``±1``).
     labels: ``int[n]`` their class labels.
     solver: one of :data:`SOLVERS`.
     seed: int or ``numpy.random.Generator`` for :func:`sample_tuples`.
-    lam: :math:`\lambda \ge 0`.
-    mu: :math:`\mu \ge 0`.
-    num_tuples: ``T`` tuples to sample (ignored when ``tuples`` is given).
-    tuples: optional ``int[T, 4]`` ``(q, s, s', d)`` tuples to use instead of sampling.
-    max_iters: most iterations of EGD / PGD.
-    tol: EGD / PGD stop once strong convexity certifies :math:`\|w - w^\star\| \le \mathrm{tol}\,\|w\|` (module
-      docstring).
-    step: the online aggressiveness :math:`\gamma > 0`; None takes :data:`DEFAULT_STEP` of the solver.
-    batch_size: tuples per online mini-batch.
-    inner_steps: exponentiated gradient steps per online mini-batch.
-    projections: ``float[n, num_bits]`` real-valued hash outputs (``"whrank"`` only, where they are required).
-    return_info: also return a dict: ``objective`` (a list of floats: EGD / PGD log the initial value and every
-      accepted step; the other solvers, the value at the result), ``iterations`` (accepted steps; online:
-      mini-batches), ``converged`` (EGD / PGD: the stopping rule's certificate holds; the other solvers: True),
-      ``seconds`` (the call up to the weights: sampling, checks and solving, compilation included on a first
-      call), ``num_tuples``, and for the online solvers ``last`` and ``average`` (both weight vectors).
 
   Returns:
-    ``numpy.float32[num_bits]`` non-negative finite weights, or ``(weights, info)`` with ``return_info``.
+    ``numpy.float32[num_bits]`` non-negative finite weights.
 
   >>> import numpy as np
   >>> rng = np.random.default_rng(0)
   >>> labels = np.repeat(np.arange(2), 20)
   >>> bits = rng.integers(0, 2, (40, 4)).astype(np.uint8)
   >>> bits[:, 0] = labels  # bit 0 is the class: it earns the largest weight
-  >>> w = fit(bits, labels, num_tuples=200)
+  >>> w = fit(bits, labels)
   >>> w.shape, w.dtype, int(np.argmax(w))
   ((4,), dtype('float32'), 0)
   """
-  start = time.perf_counter()
   bits = _check_bits(bits)
-  n, num_bits = bits.shape
-  labels = _check_labels(labels, n)
+  labels = _check_labels(labels, bits.shape[0])
   solver = _checks.check_option("solver", solver, SOLVERS)
-  lam = _checks.check_number("lam", lam, low=0)
-  mu = _checks.check_number("mu", mu, low=0)
-  max_iters = _checks.check_positive_int("max_iters", max_iters)
-  tol = _checks.check_number("tol", tol, low=0)
-  if step is not None:
-    step = _checks.check_number("step", step, low=0, low_open=True)
-  batch_size = _checks.check_positive_int("batch_size", batch_size)
-  inner_steps = _checks.check_positive_int("inner_steps", inner_steps)
-  return_info = _checks.check_bool("return_info", return_info)
-  if solver == "whrank":
-    if projections is None:
-      raise ValueError("projections: solver='whrank' needs the real-valued projections [n, num_bits], got None")
-    _checks.check_real("projections", projections, shape_doc=f"[{n}, {num_bits}]")
-    if tuple(projections.shape) != (n, num_bits):
-      raise ValueError(f"projections: expected shape ({n}, {num_bits}) like bits, got {tuple(projections.shape)}")
-  elif projections is not None:
-    raise ValueError(f"projections: used only by solver='whrank', got them with solver={solver!r}")
-  if tuples is None:
-    tuples = sample_tuples(labels, num_tuples=num_tuples, seed=seed)
-  else:
-    tuples = _check_tuples(tuples, labels, n)
-
-  words = codes.pack_bits(bits)
-  tuples_dev = jax.device_put(tuples)
-  info = {"num_tuples": int(tuples.shape[0]), "iterations": 0, "converged": True}
+  tuples = sample_tuples(labels, num_tuples=DEFAULT_NUM_TUPLES, seed=seed)
   if solver in ("egd", "pgd"):
-    log_size = 1 << max_iters.bit_length()  # at least max_iters + 1; a power of two, so few sizes compile
-    w, iterations, log, certified = _batch_kernel(
-        words, tuples_dev, np.float32(lam), np.float32(mu), np.float32(tol), np.int32(max_iters),
-        num_bits=num_bits, log_size=log_size, method=solver)
-    weights = np.asarray(w)
-    iterations = int(iterations)
-    info.update(iterations=iterations, converged=bool(certified),
-                objective=np.asarray(log)[:iterations + 1].astype(float).tolist())
-  elif solver in ("online", "online_last"):
-    step = DEFAULT_STEP[solver] if step is None else step
-    last, average = _online(words, tuples, lam, mu, step, batch_size, inner_steps, num_bits)
-    weights = average if solver == "online" else last
-    info.update(iterations=-(-tuples.shape[0] // batch_size), last=last, average=average)
-  elif solver == "closed_form":
-    weights = np.maximum(np.asarray(_mean_difference(words, tuples_dev, num_bits=num_bits)), 0.0)
-  else:
-    weights = _whrank(np.asarray(projections), tuples)
-  weights = np.asarray(weights, np.float32)
-  if not return_info:
-    return weights
-  info["seconds"] = time.perf_counter() - start  # the fit, not the objective evaluated for the log below
-  if "objective" not in info:
-    info["objective"] = [float(_objective_kernel(jax.device_put(weights), words, tuples_dev, np.float32(lam),
-                                                 np.float32(mu), num_bits=num_bits))]
-  return weights, info
+    return _batch(bits, tuples, solver, DEFAULT_LAM, DEFAULT_MU, DEFAULT_MAX_ITERS, DEFAULT_TOL).weights
+  if solver == "online":
+    return _online(bits, tuples, DEFAULT_LAM, DEFAULT_MU, DEFAULT_STEP, DEFAULT_BATCH_SIZE,
+                   DEFAULT_INNER_STEPS).average
+  if solver == "online_last":
+    return _online(bits, tuples, DEFAULT_LAM, DEFAULT_MU, DEFAULT_LAST_STEP, DEFAULT_BATCH_SIZE,
+                   DEFAULT_INNER_STEPS).last
+  return _closed_form(bits, tuples)

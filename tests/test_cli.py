@@ -16,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from configs import baselines, lambdarank_knn, lambdarank_retrieval, talr_ap, talr_ndcg  # noqa: E402
+from configs import baselines, bit_weights, cghash, lambdarank_knn, lambdarank_retrieval, structhash  # noqa: E402
+from configs import talr_ap, talr_ndcg  # noqa: E402
 from experiments import cli, methods  # noqa: E402
 from experiments.methods import checks  # noqa: E402
 
@@ -37,6 +38,7 @@ COMMANDS = {
     "study_bad_flag": ("nair_study", ["--bits=8,abc"]),
     "evaluate_lists": ("evaluate", ["--config=configs/baselines.py:runlocal", "--config.methods=lsh,pca",
                                     "--config.bits=8,16"]),
+    "workdir_file": ("train", ["--config=configs/talr_ap.py:runlocal"]),  # --workdir: a file (the fixture's)
 }
 
 
@@ -48,6 +50,9 @@ def runs(tmp_path_factory):
   for name, (module, args) in COMMANDS.items():
     argv = [sys.executable, "-m", f"experiments.{module}", *args]
     if name == "evaluate_lists":
+      argv.append(f"--workdir={workdir / name}")
+    if name == "workdir_file":
+      (workdir / name).write_text("not a directory")
       argv.append(f"--workdir={workdir / name}")
     procs[name] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
@@ -115,6 +120,19 @@ def test_tune_and_the_nair_study_check_before_they_run(runs):
   assert _one_error_line(runs["study_bad_flag"]) == "error: --bits: expected comma-separated integers, got '8,abc'"
 
 
+def test_a_workdir_that_is_a_file_is_refused_before_any_data_loads(runs, tmp_path, monkeypatch):
+  line = _one_error_line(runs["workdir_file"])
+  assert line.startswith("error: --workdir=") and line.endswith("workdir_file: expected a directory, got a file")
+  with monkeypatch.context() as m, pytest.raises(checks.ConfigError, match=r"^--workdir=.*: expected a writable "):
+    m.setattr(os, "access", lambda path, mode: False)  # as a read-only file system answers
+    cli.check_workdir(str(tmp_path / "new"))
+  (tmp_path / "f").write_text("")
+  with pytest.raises(checks.ConfigError, match=r"^--workdir=.*: expected a directory that can be created"):
+    cli.check_workdir(str(tmp_path / "f" / "run"))
+  assert cli.check_workdir(str(tmp_path / "new" / "run")) == str(tmp_path / "new" / "run")
+  assert not (tmp_path / "new").exists()  # checked, not created
+
+
 def test_list_valued_fields_take_comma_separated_values(runs, tmp_path_factory):
   code, stdout, stderr = runs["evaluate_lists"]
   assert code == 0, stderr
@@ -149,7 +167,7 @@ def _in_the_clone(monkeypatch):
     ("'digits'", "mnist_t10k", str, "digits"),
 ])
 def test_parse_value_types_like_the_default(text, default, kind, expected):
-  value = cli.parse_value(text, default, kind, name="--config.x")
+  value = checks.parse_value(text, default, kind, name="--config.x")
   assert value == expected and type(value) is type(expected)
 
 
@@ -161,8 +179,8 @@ def test_parse_value_types_like_the_default(text, default, kind, expected):
     (None, 32, int, "expected --config.x=<value>"),
 ])
 def test_parse_value_refuses_what_does_not_parse(text, default, kind, fragment):
-  with pytest.raises(cli.ConfigError, match="^--config.x") as e:
-    cli.parse_value(text, default, kind, name="--config.x")
+  with pytest.raises(checks.ConfigError, match="^--config.x") as e:
+    checks.parse_value(text, default, kind, name="--config.x")
   assert fragment in str(e.value)
 
 
@@ -281,6 +299,7 @@ def _variants():
                     "score=retrieval", "score=ap", "score=knn_majority", "method=ranknet,model=mlp,runlocal")]
   out += [("lambdarank_retrieval", a, lambdarank_retrieval.get_config(a))
           for a in (None, "method=ranknet", "runlocal", "score=retrieval")]
+  out += [(m.__name__, a, m.get_config(a)) for m in (cghash, structhash, bit_weights) for a in (None, "runlocal")]
   return out + [("baselines", a, baselines.get_config(a)) for a in (None, "runlocal")]
 
 
@@ -328,7 +347,8 @@ def test_check_config_names_the_field_the_expectation_and_the_value(field, value
 
 
 @pytest.mark.parametrize("field, value, fragment", [
-    ("method", "lambda", "config.method: expected one of ['talr', 'ranknet', 'lambdarank'], got 'lambda'"),
+    ("method", "lambda",
+     "config.method: expected one of ['talr', 'ranknet', 'lambdarank', 'cghash', 'structhash'], got 'lambda'"),
     ("score", "mrr", "config.score: expected one of ['knn_count', 'knn_majority', 'retrieval', 'ap']"),
     ("threshold", "fixed", "config.threshold: expected one of ['relative', 'absolute']"),
     ("doc_pool", 0, "config.doc_pool: expected an int >= 1 or None"),
@@ -359,8 +379,8 @@ def test_check_config_of_the_evaluate_launcher():
 
 
 def test_train_and_evaluate_checks_before_it_loads_data(tmp_path, monkeypatch):
-  from experiments import common  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(common, "load_dataset", lambda *a, **k: pytest.fail("data loaded"))
+  from experiments import tasks  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(tasks, "load_dataset", lambda *a, **k: pytest.fail("data loaded"))
   config = talr_ap.get_config("runlocal")
   config.alpha = -3.0
   with pytest.raises(checks.ConfigError, match=r"config.alpha"):
@@ -378,7 +398,7 @@ def test_tune_checks_every_trial_first(tmp_path):
   assert not os.listdir(tmp_path)  # nothing ran
   with pytest.raises(checks.ConfigError, match=r"--grid: 'alpah' is not a field of the config; did you mean alpha"):
     methods.parse_grid("alpah=1", config)
-  with pytest.raises(checks.ConfigError, match=r"--grid: standardize=maybe: expected True or False"):
+  with pytest.raises(checks.ConfigError, match=r"--grid: standardize=maybe: expected true or false"):
     methods.parse_grid("standardize=maybe", config)
 
 

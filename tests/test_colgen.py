@@ -271,7 +271,7 @@ def test_saved_model_round_trip(tmp_path, kind):
     direct = (res.train_bits[:2, None, :] != res.train_bits[None, :, :]) @ loaded.bit_weights.astype(np.float64)
     assert np.allclose(np.asarray(dist), np.sort(direct, axis=1)[:, :3], atol=1e-5)
   meta = json.loads((tmp_path / "model" / "model.json").read_text())
-  assert meta["version"] == 2
+  assert meta["version"] == 3
   (tmp_path / "model" / "model.json").write_text(json.dumps({**meta, "version": 1}))
   with pytest.raises(ValueError, match="needs format version 2"):
     hj.load_model(tmp_path / "model")
@@ -305,7 +305,7 @@ def test_bad_input_is_refused_before_any_solve(monkeypatch, kwargs, name):
 def test_runlocal_experiment_end_to_end(tmp_path):
   config = structhash_config.get_config("runlocal")
   config.bits = (8,)
-  config.baselines = ()  # their rows are common.baseline_model's, tested with the bit-weights experiment
+  config.baselines = ()  # their rows are fitting.baseline_model's, tested with the bit-weights experiment
   assert cghash_config.get_config("runlocal").method == "cghash"
   results = colgen_experiment.train_and_evaluate(config, str(tmp_path))
   rows = {(r["method"], r["bits"]): r for r in results["rows"]}

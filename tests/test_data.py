@@ -156,7 +156,7 @@ def test_load_idx_images_and_npz_read_any_labelled_set(tmp_path, mnist):
   with pytest.raises(ValueError, match="images_path: expected finite"):
     data.load_idx_images(tmp_path / "nan", tmp_path / "lab", scale=False)
   _write_idx(tmp_path / "neg", np.array([0, -1, 0, 0, 0, 0, 0], np.int8), 0x09)
-  with pytest.raises(ValueError, match="labels_path: expected labels in"):
+  with pytest.raises(ValueError, match=r"labels_path: expected integer class labels in \[0, .*got values in \[-1, 0\]"):
     data.load_idx_images(tmp_path / "img", tmp_path / "neg")
   # npz: the same arrays back; missing keys and wrong label types are named.
   np.savez(tmp_path / "set.npz", features=images, labels=labels)
@@ -262,9 +262,9 @@ def _bad_npz_files(folder):
       "random.npz": "is not an .npz (zip) archive", "empty.npz": "is not an .npz (zip) archive",
       "pickle.npz": "is not an .npz (zip) archive", "single.npy": "holds a single .npy array",
       "objects.npz": "array 'features' holds Python objects", "missing.npz": "holds arrays ['features']",
-      "strings.npz": "expected numeric images/features, got dtype str", "flat.npz": "expected a non-empty array",
+      "strings.npz": "numeric images/features [n, ...], got dtype str", "flat.npz": "expected a non-empty array",
       "no_items.npz": "expected a non-empty array", "float_labels.npz": "expected integer class labels",
-      "short_labels.npz": "expected one label per image", "negative_labels.npz": "expected labels in",
+      "short_labels.npz": "expected one label per image", "negative_labels.npz": "got values in [-1, 1]",
       "nan.npz": "expected finite", "huge.npz": "expected finite",
   }
 

@@ -67,7 +67,13 @@ def test_evaluate_codes_matches_direct_formulas():
                     for i in range(nq)])
   with jax.enable_x64(True):
     out_aff = evaluate.evaluate_codes(qw, xw, num_bits=num_bits, affinity=aff)
+    out_at10 = evaluate.evaluate_codes(qw, xw, num_bits=num_bits, affinity=aff, ndcg_k=10)
   assert _close(out_aff["tie_aware_ndcg"], np.nanmean([eq4_direct(h) for h in hist3]), 1e-12)
+  # ndcg_k: NDCG@10, the discounts of ranks 1..10 summed rank by rank.
+  assert _close(out_at10["tie_aware_ndcg"], np.nanmean([eq4_direct(h, 10) for h in hist3]), 1e-12)
+  assert abs(out_at10["tie_aware_ndcg"] - out_aff["tie_aware_ndcg"]) > 1e-3
+  with pytest.raises(ValueError, match="ndcg_k"):
+    evaluate.evaluate_codes(qw, xw, num_bits=num_bits, affinity=aff, ndcg_k=0)
   assert _close(out_aff["tie_aware_ap"], np.nanmean([eq3_direct(h) for h in hist3]), 1e-12)
 
 
@@ -87,12 +93,6 @@ def test_evaluate_codes_of_a_large_call_matches_direct_formulas():
     out = evaluate.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl, radius=3, k=500)
   for key, val in want.items():
     assert _close(out[key], val, 1e-12), key
-
-
-def test_metrics_evaluate_codes_is_evaluate_codes():
-  assert metrics.evaluate_codes is evaluate.evaluate_codes
-  with pytest.raises(AttributeError):
-    metrics.no_such_metric  # pylint: disable=pointless-statement
 
 
 _Q4 = codes.pack_bits(np.ones((2, 4)))

@@ -20,11 +20,11 @@ def _repo_on_path():
 def test_talr_batches_are_pure_in_the_step_and_databases_exclude_the_queries():
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import tasks  # pylint: disable=g-import-not-at-top
   from experiments.methods import talr  # pylint: disable=g-import-not-at-top
   config = talr_ap.get_config("runlocal,model=mlp")
   config.augment_shift = 1  # every training image shifted by up to 1 pixel
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   batch_fn = talr.make_batch_fn(config, task)
   m = 10 * config.batch_per_class
   a, b = batch_fn(3), batch_fn(3)
@@ -43,7 +43,7 @@ def test_talr_batches_are_pure_in_the_step_and_databases_exclude_the_queries():
 
 def test_shift_images_translates_and_fills_with_zeros():
   _repo_on_path()
-  from experiments.common import shift_images  # pylint: disable=g-import-not-at-top
+  from experiments.augment import shift_images  # pylint: disable=g-import-not-at-top
   x = np.arange(16, dtype=np.float32).reshape(1, 16)
   np.testing.assert_array_equal(shift_images(x, np.array([[0, 0]])), x)
   down_right = shift_images(x, np.array([[1, 2]])).reshape(4, 4)
@@ -98,10 +98,10 @@ def test_train_and_evaluate_names_an_unknown_method(tmp_path):
 def test_validation_heldout_split_mirrors_the_protocol(arg):
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import tasks  # pylint: disable=g-import-not-at-top
   config = talr_ap.get_config(arg)
   config.eval_split = "validation_heldout"
-  protocol, train, query, database = common.evaluation_split(config)
+  protocol, train, query, database = tasks.evaluation_split(config)
   full_train = protocol.split.train
   q, h = config.val_per_class, config.val_heldout_per_class
   t = config.train_per_class - q - h
@@ -118,18 +118,18 @@ def test_validation_heldout_split_mirrors_the_protocol(arg):
     assert (len(query), len(train), len(database)) == (1000, 2250, 4000)
   # The plain validation split has the same queries and trains on its whole database.
   config.eval_split = "validation"
-  _, v_train, v_query, v_database = common.evaluation_split(config)
+  _, v_train, v_query, v_database = tasks.evaluation_split(config)
   np.testing.assert_array_equal(v_query, query)
   np.testing.assert_array_equal(v_database, database)
   np.testing.assert_array_equal(v_train, v_database)
   # The seed redraws the held-out items; the same seed gives the same split.
   config.eval_split = "validation_heldout"
-  np.testing.assert_array_equal(common.evaluation_split(config)[1], train)
+  np.testing.assert_array_equal(tasks.evaluation_split(config)[1], train)
   config.seed = 1
-  assert not np.array_equal(common.evaluation_split(config)[1], train)
+  assert not np.array_equal(tasks.evaluation_split(config)[1], train)
   config.eval_split = "validate"
   with pytest.raises(ValueError, match="eval_split"):
-    common.evaluation_split(config)
+    tasks.evaluation_split(config)
 
 
 def test_tune_split_must_be_a_validation_split(tmp_path):
@@ -152,11 +152,11 @@ def test_tune_split_must_be_a_validation_split(tmp_path):
 def test_talr_input_noise_is_gaussian_pure_in_the_step_and_keeps_affinities():
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import tasks  # pylint: disable=g-import-not-at-top
   from experiments.methods import talr  # pylint: disable=g-import-not-at-top
   config = talr_ap.get_config("runlocal")
   config.input_noise = 0.0
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   clean = talr.make_batch_fn(config, task)(3)
   config.input_noise = 0.5
   noisy_fn = talr.make_batch_fn(config, task)
@@ -173,11 +173,11 @@ def test_experiments_read_a_users_own_digit_set_from_idx_or_npz(tmp_path):
   # package (here the embedded MNIST files by path, and scikit-learn's digits saved as npz).
   _repo_on_path()
   from configs import talr_ap  # pylint: disable=g-import-not-at-top
-  from experiments import common, methods  # pylint: disable=g-import-not-at-top
+  from experiments import methods, tasks  # pylint: disable=g-import-not-at-top
   from hashjax import data  # pylint: disable=g-import-not-at-top
   images = str(data.MNIST_T10K_DIR / "t10k-images-idx3-ubyte.gz")
   labels = str(data.MNIST_T10K_DIR / "t10k-labels-idx1-ubyte.gz")
-  x, y = common.load_dataset(f"idx:{images},{labels}")
+  x, y = tasks.load_dataset(f"idx:{images},{labels}")
   x0, y0 = data.load_mnist_t10k()
   np.testing.assert_array_equal(x, x0)
   np.testing.assert_array_equal(y, y0)
@@ -189,18 +189,18 @@ def test_experiments_read_a_users_own_digit_set_from_idx_or_npz(tmp_path):
   config.log_every = config.eval_every = config.checkpoint_every = 2
   results = methods.train_and_evaluate(config, str(tmp_path / "run"))
   assert 0.0 < results["rows"][0]["tie_aware_ap"] <= 1.0
-  protocol = common.load_protocol(config)
+  protocol = tasks.load_protocol(config)
   np.testing.assert_array_equal(protocol.labels, digits_y)
   for bad in ("idx:only_one_file", "idx:,", "npz:", "csv:data.csv"):
     with pytest.raises(ValueError, match="config.dataset"):
-      common.load_dataset(bad)
+      tasks.load_dataset(bad)
 
 
 def test_pad_malloc_heaps_sets_glibc_top_pad():
   _repo_on_path()
   import platform  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import process  # pylint: disable=g-import-not-at-top
   if platform.libc_ver()[0] != "glibc":
     pytest.skip(f"mallopt(M_TOP_PAD) is glibc's; this C library is {platform.libc_ver()[0] or 'unknown'}")
-  assert common.pad_malloc_heaps() is True
-  assert common.pad_malloc_heaps(128 << 10) is True  # glibc's default again
+  assert process.pad_malloc_heaps() is True
+  assert process.pad_malloc_heaps(128 << 10) is True  # glibc's default again

@@ -64,7 +64,7 @@ def test_lookup_matches_brute_force(num_bits, filter_bits, n, pool):
     rows = _ref_radius(q, x, r)
     assert r == 0 or sum(len(i) for _, i in rows) > 0
     for method in ("enumerate", "scan", "auto"):
-      _assert_ragged_equal(index.lookup(idx, q, radius=r, method=method), rows)
+      _assert_ragged_equal(index.lookup(idx, q, r, method=method), rows)
 
 
 @pytest.mark.parametrize("num_bits", [8, 16, 20, 32])
@@ -73,7 +73,7 @@ def test_lookup_equals_radius_search(num_bits):
   x, q = _data(rng, num_bits, 5000, 64, 700)
   idx = index.build_inverted_index(jnp.asarray(x), num_bits=num_bits)  # jax arrays are accepted too
   for r in range(4):
-    got = index.lookup(idx, jnp.asarray(q), radius=r)
+    got = index.lookup(idx, jnp.asarray(q), r)
     want = search.radius_search(q, x, r)
     for a, b in zip(got, want):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -85,10 +85,10 @@ def test_every_code_and_large_radius():
   x = rng.integers(0, 64, 500).astype(np.uint32)[:, None]
   q = np.arange(64, dtype=np.uint32)[:, None]
   idx = index.build_inverted_index(x, num_bits=6)
-  for r in (4, 6, 9):
+  for r in (4, 6, 9, np.arange(64) % 8):  # the last: one radius per query
     rows = _ref_radius(q, x, r)
     for method in ("enumerate", "scan"):
-      _assert_ragged_equal(index.lookup(idx, q, radius=r, method=method), rows)
+      _assert_ragged_equal(index.lookup(idx, q, r, method=method), rows)
   assert all(len(i) == 500 for _, i in _ref_radius(q, x, 6))
 
 
@@ -127,10 +127,10 @@ def test_choose_method_cost_model():
 
 def test_enumerate_refuses_huge_ball():
   idx = index.build_inverted_index(np.arange(10, dtype=np.uint32)[:, None], num_bits=32)
-  with pytest.raises(ValueError, match="radius"):
-    index.lookup(idx, np.zeros((1, 1), np.uint32), radius=12, method="enumerate")
+  with pytest.raises(ValueError, match="^r: .*MAX_MASKS"):
+    index.lookup(idx, np.zeros((1, 1), np.uint32), 12, method="enumerate")
   # The scan gives the answer instead (everything within 12 bits of 0 here).
-  res = index.lookup(idx, np.zeros((1, 1), np.uint32), radius=12, method="scan")
+  res = index.lookup(idx, np.zeros((1, 1), np.uint32), 12, method="scan")
   assert np.asarray(res.indices).tolist() == [0, 1, 2, 4, 8, 3, 5, 6, 9, 7]
 
 
@@ -149,15 +149,16 @@ def test_bad_inputs():
       ("db_words", lambda: index.build_inverted_index(x, num_bits=2)),  # bits above num_bits
       ("filter_bits", lambda: index.build_inverted_index(x, num_bits=4, filter_bits=5)),
       ("filter_bits", lambda: index.build_inverted_index(x, num_bits=4, filter_bits=0)),
-      ("index", lambda: index.lookup((x, 4), q, radius=1)),
-      ("query_words", lambda: index.lookup(idx, q.astype(np.int64), radius=1)),
-      ("query_words", lambda: index.lookup(idx, np.zeros((2, 2), np.uint32), radius=1)),
-      ("query_words", lambda: index.lookup(idx, np.array([[16]], np.uint32), radius=1)),
-      ("query_words", lambda: index.lookup(idx, q[:0], radius=1)),
-      ("radius", lambda: index.lookup(idx, q, radius=-1)),
-      ("radius", lambda: index.lookup(idx, q, radius=1.0)),
-      ("radius", lambda: index.lookup(idx, q, radius=True)),
-      ("method", lambda: index.lookup(idx, q, radius=1, method="faiss")),
+      ("index", lambda: index.lookup((x, 4), q, 1)),
+      ("query_words", lambda: index.lookup(idx, q.astype(np.int64), 1)),
+      ("query_words", lambda: index.lookup(idx, np.zeros((2, 2), np.uint32), 1)),
+      ("query_words", lambda: index.lookup(idx, np.array([[16]], np.uint32), 1)),
+      ("query_words", lambda: index.lookup(idx, q[:0], 1)),
+      ("^r: ", lambda: index.lookup(idx, q, -1)),
+      ("^r: ", lambda: index.lookup(idx, q, 1.0)),
+      ("^r: ", lambda: index.lookup(idx, q, True)),
+      ("^r: ", lambda: index.lookup(idx, q, np.ones(q.shape[0] + 1, np.int64))),
+      ("method", lambda: index.lookup(idx, q, 1, method="faiss")),
       ("radius", lambda: index.choose_method(idx, -2)),
       ("radius", lambda: index.num_masks(4, -1)),
   ]

@@ -57,11 +57,13 @@ def test_save_over_an_index_replaces_it_and_removes_the_old_data(tmp_path):
   rng = np.random.default_rng(1)
   a, b = index.CodeDatabase(_codes(rng, 50, 64), 64), index.CodeDatabase(_codes(rng, 80, 40), 40)
   path = tmp_path / "db"
-  index.save(a, path)
-  index.save(b, path)
-  _same(index.load(path), b)
-  assert sorted(p.name for p in path.iterdir() if p.name.startswith("data-")) == \
-      [json.loads((path / "manifest.json").read_text())["data"]]
+  datas = []
+  for obj in (a, b, a):
+    index.save(obj, path)
+    _same(index.load(path), obj)
+    datas.append(json.loads((path / "manifest.json").read_text())["data"])
+  # The current data folder and the previous one (a reader may still read it) stay; older ones go.
+  assert sorted(p.name for p in path.iterdir()) == sorted([".lock", "manifest.json", *datas[1:]])
   with pytest.raises(ValueError, match="not a saved index"):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
@@ -110,7 +112,7 @@ def test_truncated_altered_or_missing_files_are_refused(tmp_path):
     expect(match)
   with open(mfile, "w") as f:
     f.write(text[:40])
-  expect("manifest.json: truncated or altered")
+  expect("manifest.json: not valid JSON")
   os.remove(mfile)
   expect("manifest.json: missing")
   with pytest.raises(ValueError, match="does not exist"):
@@ -148,7 +150,8 @@ def test_a_crash_during_save_leaves_the_old_index(tmp_path, monkeypatch):
     _same(index.load(path), idx)  # the old index, intact
   index.save(new, path)  # the next save completes and clears what the crashes left
   _same(index.load(path), new)
-  assert sorted(os.listdir(path))[1:] == ["manifest.json"] and len(os.listdir(path)) == 2
+  listed = sorted(os.listdir(path))
+  assert len(listed) == 4 and listed[0] == ".lock" and listed[-1] == "manifest.json"  # + this save's, previous data
 
 
 _CHILD = """

@@ -73,7 +73,7 @@ def test_malformed_files_name_file_and_line(tmp_path, text, match):
 
 def test_feature_index_and_label_range_name_the_line(tmp_path):
   path = _write(tmp_path, "f.txt", "1 qid:1 1:1\n\n2 qid:1 4:1\n")
-  with pytest.raises(ValueError, match=r"num_features: .*f.txt' line 3 uses feature index 4, more than num_features=3"):
+  with pytest.raises(ValueError, match=r"num_features: .*f.txt' line 3: feature index 4, more than num_features=3"):
     data.load_svmlight_ranking(path, num_features=3)
   assert data.load_svmlight_ranking(path, num_features=4, max_label=2).affinity.tolist() == [1, 2]
   with pytest.raises(ValueError, match=r"line 3: relevance label 2, expected integers in \[0, 1\]"):
@@ -107,7 +107,7 @@ def test_fold_errors(tmp_path):
   (tmp_path / "S4.txt").unlink()
   with pytest.raises(ValueError, match=r"folder: fold 1 .* needs .*S4.txt', which is missing"):
     data.load_letor_fold(tmp_path, fold=1, num_features=2)
-  with pytest.raises(ValueError, match="fold: expected 1 .. 5, got 6"):
+  with pytest.raises(ValueError, match=r"fold: expected at most 5 \(the folds are 1 .. 5\), got 6"):
     data.load_letor_fold(tmp_path, fold=6, num_features=2)
   other = tmp_path / "dup"
   other.mkdir()

@@ -56,6 +56,10 @@ def test_logit_shapes(name, hidden):
     assert words.shape == lead + (2,) and words.dtype == jnp.uint32
 
 
+# apply promises float32 accuracy on every backend (its products run at Precision.HIGHEST, not a GPU's TF32),
+# so the float32 logits match a float64 reference to float32 rounding: rtol=1e-5 below.
+
+
 def test_linear_matches_numpy():
   m = mappings.make_mapping("linear", num_bits=9)
   params = mappings.init(jax.random.key(3), m, _features(2, 6))
@@ -234,12 +238,11 @@ def test_encode_matches_hand_packing(num_bits):
   assert 0 < (logits > 0).mean() < 1
   np.testing.assert_array_equal(np.asarray(codes.pack_bits(codes.binarize(mappings.apply(m, params, x)))),
                                 expected)
-  for batch_size in (7, 1000):  # chunked with a padded last chunk, and in one call
-    words = mappings.encode(m, params, x, batch_size=batch_size)
-    np.testing.assert_array_equal(np.asarray(words), expected)
-    # Leading dimensions are kept.
-    w3 = mappings.encode(m, params, x.reshape(5, 10, 4), batch_size=batch_size)
-    np.testing.assert_array_equal(np.asarray(w3), expected.reshape(5, 10, -1))
+  words = mappings.encode(m, params, x)
+  np.testing.assert_array_equal(np.asarray(words), expected)
+  # Leading dimensions are kept.
+  w3 = mappings.encode(m, params, x.reshape(5, 10, 4))
+  np.testing.assert_array_equal(np.asarray(w3), expected.reshape(5, 10, -1))
 
 
 def test_encode_empty_and_jax_input():
@@ -247,8 +250,42 @@ def test_encode_empty_and_jax_input():
   params = mappings.init(jax.random.key(0), m, _features(1, 3))
   assert mappings.encode(m, params, np.zeros((0, 3), np.float32)).shape == (0, 2)
   x = _features(9, 3)
-  np.testing.assert_array_equal(np.asarray(mappings.encode(m, params, jnp.asarray(x), batch_size=4)),
+  np.testing.assert_array_equal(np.asarray(mappings.encode(m, params, jnp.asarray(x))),
                                 np.asarray(mappings.encode(m, params, x)))
+  traced = jax.jit(lambda f: mappings.encode(m, params, f))(jnp.asarray(x))
+  np.testing.assert_array_equal(np.asarray(traced), np.asarray(mappings.encode(m, params, x)))
+
+
+def test_codes_do_not_depend_on_the_batch():
+  # Every encode path gives the same words for a row one at a time, in chunks of 7 or 15, and in one call of
+  # every row (two blocks, the last padded): the projections run in fixed blocks at full float32 precision.
+  from hashjax import _encode, baselines, models  # pylint: disable=import-outside-toplevel
+  from hashjax.colgen import features as colgen_features  # pylint: disable=import-outside-toplevel
+  x = _features(_encode.BLOCK_ROWS + 9, 12, seed=7)
+  lin = mappings.make_mapping("linear", num_bits=48, mean=x.mean(0))
+  mlp = mappings.make_mapping("mlp", num_bits=15, hidden=(16,))
+  lin_params, mlp_params = mappings.init(jax.random.key(1), lin, x), mappings.init(jax.random.key(2), mlp, x)
+  itq = baselines.fit("itq", x, num_bits=8, key=jax.random.key(3))
+  cg = colgen_features.fit_feature_map(x, kind="rbf", num_anchors=10, seed=4)
+  cg = cg._replace(projection=np.random.default_rng(5).normal(size=(10, 6)), bias=np.zeros(6))
+  encoders = {
+      "linear": lambda f: mappings.encode(lin, lin_params, f),
+      "mlp": lambda f: mappings.encode(mlp, mlp_params, f),
+      "itq": lambda f: codes.pack_bits(baselines.encode("itq", itq, f)),
+      "colgen": lambda f: codes.pack_bits(colgen_features.hash_bits(cg, jnp.asarray(f))),
+      "colgen on the host": lambda f: colgen_features.hash_bits(cg, f),
+      "linear model": models.from_mapping(lin, lin_params, train_features=x).encode,
+      "mlp model": models.from_mapping(mlp, mlp_params, train_features=x).encode,
+      "itq model": models.from_baseline("itq", itq, train_features=x).encode,
+      "colgen model": models.from_colgen(cg, np.ones(6), train_features=x).encode,
+  }
+  rows = np.r_[0:12, len(x) - 9:len(x)]  # rows of the first block and of the padded last one
+  for name, encode in encoders.items():
+    whole = np.asarray(encode(x))
+    assert len(np.unique(whole, axis=0)) > 1, name
+    for size in (1, 7, 15):
+      parts = [np.asarray(encode(x[rows[i:i + size]])) for i in range(0, len(rows), size)]
+      np.testing.assert_array_equal(np.concatenate(parts), whole[rows], err_msg=f"{name}, batches of {size}")
 
 
 # ----------------------------------------------------------------------------
@@ -330,8 +367,6 @@ def test_bad_call_inputs():
     mappings.apply(m, params, np.float32(1.0))
   with pytest.raises(ValueError, match="params"):
     mappings.apply(m, {"w": jnp.ones((3, 4))}, x)
-  with pytest.raises(ValueError, match="batch_size"):
-    mappings.encode(m, params, x, batch_size=0)
   with pytest.raises(ValueError, match="features"):
     mappings.feature_stats(np.zeros((0, 3)))
   with pytest.raises(ValueError, match="min_scale"):

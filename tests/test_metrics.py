@@ -406,6 +406,24 @@ def test_radius_metrics_and_curve_match_loops(path, x64):
   assert prec.dtype == rec.dtype == prec_curve.dtype == (np.float64 if x64 else np.float32) and ret.dtype == np.int32
 
 
+def test_one_vote_rule_for_knn_classify_and_the_majority_score():
+  from hashjax import objectives  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(5)
+  votes = rng.integers(0, 3, size=(40, 4))
+  votes[0] = 0
+  winners = np.asarray(metrics.vote_winners(votes))
+  predicted = np.asarray(metrics.knn_classify_from_histogram(votes[:, None, :], k=1))  # one bin: these votes
+  expected = np.asarray(objectives.majority_from_votes(votes, votes[:, 1]))  # the query's class is 1
+  strict = np.asarray(objectives.majority_from_votes(votes, votes[:, 1], ties="strict"))
+  for q in range(len(votes)):
+    top = max(votes[q].tolist())
+    want = [c for c in range(4) if top > 0 and votes[q, c] == top]
+    assert np.flatnonzero(winners[q]).tolist() == want
+    assert predicted[q] == (want[0] if want else -1)
+    assert expected[q] == pytest.approx(1.0 / len(want) if 1 in want else 0.0)
+    assert strict[q] == float(want == [1])
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("threshold", ["relative", "absolute"])
 def test_knn_classify_matches_loop(threshold, path):

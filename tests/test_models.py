@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 import warnings
 
@@ -38,6 +39,33 @@ def _check_words(words, logits, *, margin=1e-4):
   np.testing.assert_array_equal(np.asarray(words)[clear], _pack_by_hand(logits > 0)[clear])
 
 
+def _saved_arrays(path):
+  """``{name: array}`` of a saved model, read by hand: model.json lists each array's .npy file."""
+  with open(os.path.join(path, "model.json")) as f:
+    return {e["name"]: np.load(os.path.join(path, e["file"])) for e in json.load(f)["arrays"]}
+
+
+def _to_old_layout(path):
+  """Rewrites the saved model at ``path`` as format versions 1 and 2 stored it: model.json (each array's name,
+  dtype and shape, no checksums) and arrays.npz, directly in the directory."""
+  arrays = _saved_arrays(path)
+  with open(os.path.join(path, "model.json")) as f:
+    meta = json.load(f)
+  for name in os.listdir(path):
+    if name.startswith("data-"):
+      shutil.rmtree(os.path.join(path, name))
+  os.remove(os.path.join(path, ".lock"))
+  meta = {k: v for k, v in meta.items() if k not in ("data", "checksum")}
+  meta["version"] = 2 if meta["kind"] == "colgen" else 1
+  meta["arrays"] = [{"name": k, "dtype": v.dtype.name, "shape": list(v.shape)} for k, v in arrays.items()]
+  with open(os.path.join(path, "arrays.npz"), "wb") as f:
+    np.savez(f, **arrays)
+  with open(os.path.join(path, "model.json"), "w") as f:
+    json.dump(meta, f)
+  assert sorted(os.listdir(path)) == ["arrays.npz", "model.json"]
+  return meta
+
+
 def _linear_model(x, *, num_bits=40, standardize=True):
   mean, scale = mappings.feature_stats(x)
   mapping = mappings.make_mapping("linear", num_bits=num_bits, mean=mean, scale=scale if standardize else None)
@@ -49,14 +77,14 @@ def test_linear_model_round_trips_and_encodes_like_numpy(digits, tmp_path):
   x, _ = digits
   model = _linear_model(x)
   path = model.save(tmp_path / "model")
-  assert sorted(os.listdir(path)) == ["arrays.npz", "model.json"]
   loaded = hashjax.load_model(tmp_path)  # a workdir holding model/
   assert (loaded.kind, loaded.num_bits, loaded.dim, loaded.num_words) == ("linear", 40, 64, 2)
   assert loaded.feature_range == (0.0, 1.0)
   assert loaded.config == {"seed": 1, "hidden": [3]}  # the JSON form: tuples come back as lists
-  with np.load(os.path.join(path, "arrays.npz")) as arrays:
-    mean, scale = arrays["preprocess/mean"], arrays["preprocess/scale"]
-    kernel, bias = arrays["params/kernel"], arrays["params/bias"]
+  arrays = _saved_arrays(path)
+  assert sorted(arrays) == ["params/bias", "params/kernel", "preprocess/mean", "preprocess/scale"]
+  mean, scale = arrays["preprocess/mean"], arrays["preprocess/scale"]
+  kernel, bias = arrays["params/kernel"], arrays["params/bias"]
   np.testing.assert_array_equal(kernel, model.params["kernel"])
   np.testing.assert_array_equal(mean, x.astype(np.float64).mean(0).astype(np.float32))
   new = x[::7]
@@ -113,7 +141,7 @@ def test_every_baseline_round_trips(digits, tmp_path):
 def test_wrong_feature_width_is_an_error_naming_features(digits):
   x, _ = digits
   model = _linear_model(x)
-  with pytest.raises(ValueError, match=r"features: expected 64 feature columns .* got shape \(5, 10\)"):
+  with pytest.raises(ValueError, match=r"features: expected 64 columns .* got shape \(5, 10\)"):
     model.encode(x[:5, :10])
   with pytest.raises(ValueError, match="features"):
     model.encode(x[:5].tolist())
@@ -155,12 +183,13 @@ def test_models_are_immutable_and_constructors_check_their_input(digits):
     models.from_baseline("cnn", None, train_features=x)
 
 
-def test_corrupt_files_are_named_in_the_error(digits, tmp_path):
+def test_old_layout_models_load_and_their_corrupt_files_are_named(digits, tmp_path):
   x, _ = digits
-  path = _linear_model(x).save(tmp_path / "m")
+  model = _linear_model(x)
+  path = model.save(tmp_path / "m")
+  meta = _to_old_layout(path)  # as format version 1 wrote it
+  np.testing.assert_array_equal(models.load_model(path).encode(x[:20]), model.encode(x[:20]))
   meta_file, arrays_file = os.path.join(path, "model.json"), os.path.join(path, "arrays.npz")
-  with open(meta_file) as f:
-    meta = json.load(f)
   with open(arrays_file, "rb") as f:
     blob = f.read()
 
@@ -173,7 +202,7 @@ def test_corrupt_files_are_named_in_the_error(digits, tmp_path):
   expect(f"{meta_file}: not valid JSON")
   with open(meta_file, "w") as f:
     json.dump({**meta, "version": 99}, f)
-  expect(f"{meta_file}: expected format version")
+  expect(f"{meta_file}: expected format 'hashjax-model' version 1..3 .*got format 'hashjax-model' version 99")
   with open(meta_file, "w") as f:
     json.dump({**meta, "format": "other"}, f)
   expect(f"{meta_file}: expected format 'hashjax-model'")
@@ -194,8 +223,21 @@ def test_corrupt_files_are_named_in_the_error(digits, tmp_path):
   with open(arrays_file, "wb") as f:
     np.savez(f, **{"params/kernel": np.zeros((64, 41), np.float32), "params/bias": np.zeros(40, np.float32)})
   expect(f"{arrays_file}: array 'params/kernel': expected dtype float32 and shape \\(64, 40\\)")
+  kernel = np.zeros((64, 40), np.float32)
+  kernel[3, 4] = np.inf
+  with open(arrays_file, "wb") as f:
+    np.savez(f, **{"params/kernel": kernel, "params/bias": np.zeros(40, np.float32),
+                   "preprocess/mean": np.zeros(64, np.float32), "preprocess/scale": np.ones(64, np.float32)})
+  expect(f"{arrays_file}: array 'params/kernel': expected finite values, got 1 NaN/inf")
   os.remove(arrays_file)
   expect(f"{arrays_file}: missing")
+  with open(arrays_file, "wb") as f:
+    f.write(blob)
+  model.save(path)  # a save over an old-layout model replaces it; arrays.npz goes with the next save, once
+  assert "arrays.npz" in os.listdir(path)  # no reader of the old model.json can need it any more
+  model.save(path)
+  assert sorted(n[:5] for n in os.listdir(path)) == [".lock", "data-", "data-", "model"]
+  np.testing.assert_array_equal(models.load_model(path).encode(x[:20]), model.encode(x[:20]))
 
 
 def test_saving_is_atomic_and_leaves_no_temporary_directory(digits, tmp_path, monkeypatch):
@@ -206,10 +248,10 @@ def test_saving_is_atomic_and_leaves_no_temporary_directory(digits, tmp_path, mo
   assert os.listdir(tmp_path) == ["model"]
   assert models.load_model(tmp_path).num_bits == 16
 
-  def broken_savez(*args, **kwargs):
+  def broken_write(*args, **kwargs):
     raise OSError("disk full")
 
-  monkeypatch.setattr(np, "savez", broken_savez)
+  monkeypatch.setattr(np.lib.format, "write_array", broken_write)
   with pytest.raises(OSError, match="disk full"):
     first.save(tmp_path / "model")
   monkeypatch.undo()
@@ -217,7 +259,7 @@ def test_saving_is_atomic_and_leaves_no_temporary_directory(digits, tmp_path, mo
   assert models.load_model(tmp_path).num_bits == 16  # the previous model, intact
   (tmp_path / "run").mkdir()
   (tmp_path / "run" / "results.json").write_text("{}")
-  with pytest.raises(ValueError, match="non-empty directory without model.json; refusing"):
+  with pytest.raises(ValueError, match=r"run: holds files that are not a saved model \(\['results.json'\]\); refusing"):
     first.save(tmp_path / "run")
   assert os.listdir(tmp_path / "run") == ["results.json"]
 
@@ -264,7 +306,7 @@ def _nulls(tree, where="results"):
 def test_a_training_run_writes_the_model_it_evaluated(tmp_path):
   _repo_on_path()
   from configs import lambdarank_knn  # pylint: disable=g-import-not-at-top
-  from experiments import common, methods  # pylint: disable=g-import-not-at-top
+  from experiments import fitting, methods, tasks  # pylint: disable=g-import-not-at-top
   from experiments.methods import nair  # pylint: disable=g-import-not-at-top
   config = lambdarank_knn.get_config("runlocal,method=ranknet")
   config.num_steps, config.log_every, config.eval_every, config.checkpoint_every = 4, 2, 0, 0
@@ -276,8 +318,8 @@ def test_a_training_run_writes_the_model_it_evaluated(tmp_path):
   model = hashjax.load_model(tmp_path)
   assert (model.kind, model.num_bits, model.dim, model.settings["init"]) == ("linear", config.bits, 64, "nair")
   assert model.config == json.loads(json.dumps(results["config"])) and model.config["doc_pool"] == "all"
-  task = common.make_task(config)
-  mapping, _ = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, _ = fitting.make_mapping(config, task)
   assert model.mapping == mapping  # the same preprocessing constants
   query_words = model.encode(task.features[task.query])
   db_words = model.encode(task.features[task.database])
@@ -290,23 +332,23 @@ def test_a_training_run_writes_the_model_it_evaluated(tmp_path):
 def test_lambdarank_records_resolved_options_not_nulls():
   _repo_on_path()
   from configs import lambdarank_knn  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import reporting, tasks  # pylint: disable=g-import-not-at-top
   from experiments.methods import nair  # pylint: disable=g-import-not-at-top
   config = lambdarank_knn.get_config("runlocal,score=ap")
   assert config.doc_pool is None and config.top_bins is None  # placeholders the trainer resolves
-  task = common.make_task(config)
-  record = common.recorded_config(config, nair.resolved_options(config, task))
+  task = tasks.make_task(config)
+  record = reporting.recorded_config(config, nair.resolved_options(config, task))
   assert _nulls(record) == []
   assert record["doc_pool"] == "all" and record["top_bins"] == "any"
   config.eval_every = config.checkpoint_every = None  # only at the start and the end
-  record = common.recorded_config(config, nair.resolved_options(config, task))
+  record = reporting.recorded_config(config, nair.resolved_options(config, task))
   assert (record["eval_every"], record["checkpoint_every"]) == (0, 0) and _nulls(record) == []
   config.method = "ranknet"
-  assert common.recorded_config(config, nair.resolved_options(config, task))["top_bins"] == "unused"
+  assert reporting.recorded_config(config, nair.resolved_options(config, task))["top_bins"] == "unused"
   config = lambdarank_knn.get_config("runlocal,score=retrieval")
   config.affinity, config.num_neighbors = "neighbors", 10
-  task = common.make_task(config)
-  record = common.recorded_config(config, nair.resolved_options(config, task))
+  task = tasks.make_task(config)
+  record = reporting.recorded_config(config, nair.resolved_options(config, task))
   expected = round(10 * (len(task.train) - 1) / len(task.database))  # the "scaled" rule, by hand
   assert record["train_neighbors"] == expected == task.train_neighbors
   assert task.train_relevance.sum(axis=1).tolist() == [expected] * len(task.train)
@@ -315,7 +357,7 @@ def test_lambdarank_records_resolved_options_not_nulls():
 def test_evaluate_writes_one_model_per_baseline_and_length(tmp_path):
   _repo_on_path()
   from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
-  from experiments import common, evaluate  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate, tasks  # pylint: disable=g-import-not-at-top
   config = baselines_config.get_config("runlocal")
   config.methods, config.bits = ("itq",), (16,)
   rows = evaluate.evaluate(config, str(tmp_path))
@@ -324,7 +366,7 @@ def test_evaluate_writes_one_model_per_baseline_and_length(tmp_path):
     assert _nulls(json.load(f)) == []
   model = hashjax.load_model(tmp_path)  # the only model under models/
   assert (model.kind, model.num_bits) == ("itq", 16) and model.config["methods"] == ["itq"]
-  protocol = common.load_protocol(config)
+  protocol = tasks.load_protocol(config)
   split = protocol.split
   result = hashjax.evaluate_codes(model.encode(protocol.features[split.query]),
                                   model.encode(protocol.features[split.database]),

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import lambdarank_knn, lambdarank_retrieval  # noqa: E402
-from experiments import common  # noqa: E402
+from experiments import fitting, tasks  # noqa: E402
 from experiments.methods import nair  # noqa: E402
 from hashjax import codes, mappings  # noqa: E402
 from hashjax import train as train_lib  # noqa: E402
@@ -27,11 +27,11 @@ def _words(mapping, params, features):
 
 def _train(config):
   """Trains through the lib's pieces and hashjax.train.train; returns (task, mapping, init, trained, history)."""
-  task = common.make_task(config)
-  mapping, params0 = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params0 = fitting.make_mapping(config, task)
   params, history = train_lib.train(
       params=params0, loss_fn=nair.make_objective(config, mapping, task),
-      optimizer=common.make_optimizer(config), batch_fn=nair.make_batch_fn(config, task),
+      optimizer=fitting.make_optimizer(config), batch_fn=nair.make_batch_fn(config, task),
       num_steps=config.num_steps, log_every=10, eval_at_start=False)
   return task, mapping, params0, params, history
 
@@ -69,21 +69,21 @@ def test_runlocal_retrieval_trains_and_beats_untrained():
 def test_euclidean_neighbors_matches_sorting():
   rng = np.random.default_rng(0)
   q, db = rng.normal(size=(7, 5)), rng.normal(size=(40, 5))
-  rel = common.euclidean_neighbors(q, db, num_neighbors=6)
+  rel = tasks.euclidean_neighbors(q, db, num_neighbors=6)
   for i in range(7):
     order = np.argsort([np.sum((q[i] - y) ** 2) for y in db])
     assert set(np.flatnonzero(rel[i])) == set(order[:6].tolist())
-  rel = common.euclidean_neighbors(db, db, num_neighbors=3, exclude_self=True)
+  rel = tasks.euclidean_neighbors(db, db, num_neighbors=3, exclude_self=True)
   for i in range(40):
     order = [j for j in np.argsort([np.sum((db[i] - y) ** 2) for y in db]) if j != i]
     assert set(np.flatnonzero(rel[i])) == set(order[:3])
   with pytest.raises(ValueError, match="num_neighbors"):
-    common.euclidean_neighbors(q, db, num_neighbors=41)
+    tasks.euclidean_neighbors(q, db, num_neighbors=41)
 
 
 def test_batch_fn_is_pure_and_matches_labels():
   config = lambdarank_knn.get_config("runlocal,score=knn_majority")
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   batch_fn = nair.make_batch_fn(config, task)
   a, b, c = batch_fn(3), batch_fn(3), batch_fn(4)
   for key in ("queries", "docs", "relevance", "affinity"):
@@ -102,7 +102,7 @@ def test_batch_fn_is_pure_and_matches_labels():
 
 def test_retrieval_relevance_is_euclidean_neighbours():
   config = lambdarank_retrieval.get_config("runlocal")
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   x = task.features
   for i in (0, 5, len(task.query) - 1):
     d = np.sum((x[task.database] - x[task.query[i]]) ** 2, axis=1)
@@ -135,7 +135,7 @@ def _knn_error_reference(distances, db_labels, query_labels, k):
 def test_evaluate_matches_brute_force():
   config = lambdarank_knn.get_config("runlocal")
   config.bits = 8
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   rng = np.random.default_rng(1)
   qb = rng.integers(0, 2, (len(task.query), 8))
   db = rng.integers(0, 2, (len(task.database), 8))
@@ -154,7 +154,7 @@ def test_evaluate_matches_brute_force():
 
 def test_exact_l2_row_matches_brute_force():
   config = lambdarank_knn.get_config("runlocal")
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   x, ql, dl = task.features, task.labels[task.query], task.labels[task.database]
   wrong = 0
   for i, q in enumerate(task.query):
@@ -168,18 +168,18 @@ def test_exact_l2_row_matches_brute_force():
 def test_bad_config_names_the_field(field, value):
   config = lambdarank_knn.get_config("runlocal")
   config[field] = value
-  task = common.make_task(config) if field != "affinity" else None
+  task = tasks.make_task(config) if field != "affinity" else None
   with pytest.raises(ValueError, match=field):
     if field == "affinity":
-      common.make_task(config)
+      tasks.make_task(config)
     else:
-      mapping, _ = common.make_mapping(config, task)
+      mapping, _ = fitting.make_mapping(config, task)
       nair.make_objective(config, mapping, task)
 
 
 def test_bad_batch_sizes_name_the_field():
   config = lambdarank_knn.get_config("runlocal")
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   config.docs_per_query = len(task.train)
   with pytest.raises(ValueError, match="docs_per_query"):
     nair.make_batch_fn(config, task)
@@ -200,8 +200,8 @@ def test_every_score_gives_a_finite_loss_and_gradient(score):
   config = lambdarank_knn.get_config(f"runlocal,score={score}")
   config.queries_per_batch = 8
   config.docs_per_query = 20
-  task = common.make_task(config)
-  mapping, params = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params = fitting.make_mapping(config, task)
   loss_fn = nair.make_objective(config, mapping, task)
   (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, nair.make_batch_fn(config, task)(0), 0)
   assert np.isfinite(float(loss)) and float(loss) >= 0
@@ -212,7 +212,7 @@ def test_every_score_gives_a_finite_loss_and_gradient(score):
 def test_doc_pool_batches_draw_documents_from_the_pool():
   config = lambdarank_knn.get_config("runlocal")
   config.doc_pool = 120
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   batch_fn = nair.make_batch_fn(config, task)
   a, b = batch_fn(2), batch_fn(2)
   for key in ("items", "queries", "docs", "relevance"):
@@ -233,8 +233,8 @@ def test_doc_pool_loss_equals_the_loss_on_all_features():
   """Mapping only the pooled items gives the loss of mapping everything and indexing the same items."""
   config = lambdarank_knn.get_config("runlocal")
   config.doc_pool = 100
-  task = common.make_task(config)
-  mapping, params = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params = fitting.make_mapping(config, task)
   batch = nair.make_batch_fn(config, task)(0)
   loss_fn = nair.make_objective(config, mapping, task)
   full = {"features": batch["features"], "queries": batch["items"][batch["queries"]],
@@ -264,7 +264,7 @@ def test_step_size_by_method_and_length():
     assert (config.learning_rate, config.lr_schedule, config.warmup_steps, config.num_steps) == \
         (lr, kind, warmup, num_steps)
     schedule = train_lib.learning_rate_schedule(lr, num_steps=num_steps, kind=kind, warmup_steps=warmup)
-    opt = common.make_optimizer(config)
+    opt = fitting.make_optimizer(config)
     params = {"w": np.ones(2, np.float32)}
     state = opt.init(params)
     trace = 0.0  # SGD momentum on a constant gradient of 1: trace_t = 1 + m trace_{t-1}
@@ -276,6 +276,6 @@ def test_step_size_by_method_and_length():
       assert float(schedule(0)) == lr
   config = lambdarank_knn.get_config("method=ranknet,bits=16")
   config.learning_rate = 0.5
-  updates, _ = common.make_optimizer(config).update({"w": np.ones(2)}, common.make_optimizer(config).init(
+  updates, _ = fitting.make_optimizer(config).update({"w": np.ones(2)}, fitting.make_optimizer(config).init(
       {"w": np.ones(2)}), {"w": np.ones(2)})
   np.testing.assert_allclose(np.asarray(updates["w"]), -0.5 * np.ones(2), rtol=1e-6)

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import lambdarank_knn, lambdarank_retrieval  # noqa: E402
-from experiments import common, methods  # noqa: E402
+from experiments import augment, fitting, methods, tasks  # noqa: E402
 from experiments.methods import nair  # noqa: E402
 from hashjax import train as train_lib  # noqa: E402
 from test_nair_experiment import _eval, _train  # noqa: E402  (tests/ is on the path, as for brute_force)
@@ -29,7 +29,7 @@ def _config(arg="runlocal", **overrides):
 
 def test_validation_heldout_database_holds_items_never_trained_on():
   config = _config(eval_split="validation_heldout")
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   q, h = config.val_per_class, config.val_heldout_per_class
   t = config.train_per_class - q - h
   held_out = np.setdiff1d(task.database, task.train)
@@ -39,7 +39,7 @@ def test_validation_heldout_database_holds_items_never_trained_on():
     assert len(np.unique(indices)) == len(indices)
     np.testing.assert_array_equal(np.bincount(task.labels[indices], minlength=task.num_classes), per_class)
   # The same queries as the plain validation split, whose database is all trained on.
-  plain = common.make_task(_config(eval_split="validation"))
+  plain = tasks.make_task(_config(eval_split="validation"))
   np.testing.assert_array_equal(plain.query, task.query)
   np.testing.assert_array_equal(plain.database, task.database)
   np.testing.assert_array_equal(plain.train, plain.database)
@@ -53,7 +53,7 @@ def test_validation_heldout_database_holds_items_never_trained_on():
 @pytest.mark.parametrize("pool", [None, 200])
 def test_shifted_batches_are_a_pure_function_of_the_step(pool):
   config = _config(eval_split="validation_heldout", augment_shift=1, doc_pool=pool)
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   batch_fn = nair.make_batch_fn(config, task)
   a, b, c = batch_fn(3), batch_fn(3), batch_fn(4)
   for key in a:
@@ -68,7 +68,7 @@ def test_shifted_batches_are_a_pure_function_of_the_step(pool):
   assert a["shifts"].shape == (len(task.train), 2) and np.abs(a["shifts"]).max() == 1
   assert len(np.unique(a["shifts"], axis=0)) > 1
   # The loss maps the shifted images: the same loss as on images shifted one at a time by a loop.
-  mapping, params = common.make_mapping(config, task)
+  mapping, params = fitting.make_mapping(config, task)
   params = jax.tree_util.tree_map(lambda p: p * 300.0, params)  # far from zero: shifts change the loss
   x = task.features[task.train]
   side = 8
@@ -91,12 +91,12 @@ def test_shifted_training_resumes_exactly(tmp_path):
   """Shifts drawn from (seed, step): stopping and resuming ends with the same parameters."""
   config = _config("runlocal,method=ranknet", eval_split="validation_heldout", augment_shift=1, num_steps=12,
                    lr_schedule="cosine", warmup_steps=2)
-  task = common.make_task(config)
-  mapping, params0 = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params0 = fitting.make_mapping(config, task)
 
   def run(num_steps, workdir):
     return train_lib.train(params=params0, loss_fn=nair.make_objective(config, mapping, task),
-                           optimizer=common.make_optimizer(config),
+                           optimizer=fitting.make_optimizer(config),
                            batch_fn=nair.make_batch_fn(config, task), num_steps=num_steps,
                            workdir=workdir, checkpoint_every=6, log_every=6, eval_at_start=False)[0]
 
@@ -110,7 +110,7 @@ def test_shifted_training_resumes_exactly(tmp_path):
 @pytest.mark.parametrize("value", [-1, 1.5, True])
 def test_bad_augment_shift_names_the_field(value):
   config = _config(augment_shift=0)
-  task = common.make_task(config)
+  task = tasks.make_task(config)
   config = ml_collections.ConfigDict(config.to_dict())  # untyped copy: take any value
   config.augment_shift = None
   config.augment_shift = value
@@ -158,7 +158,7 @@ def test_no_periodic_evaluation_and_results_json(tmp_path):
 def test_cosine_schedule_warms_up_and_decays():
   config = _config(method="ranknet", learning_rate=2.0, num_steps=10, lr_schedule="cosine", warmup_steps=2,
                    momentum=0.0)
-  opt = common.make_optimizer(config)
+  opt = fitting.make_optimizer(config)
   schedule = train_lib.learning_rate_schedule(2.0, num_steps=10, kind="cosine", warmup_steps=2)
   params = {"w": np.ones(2, np.float32)}
   state = opt.init(params)
@@ -168,7 +168,7 @@ def test_cosine_schedule_warms_up_and_decays():
                                atol=1e-7)
   config.lr_schedule = "linear"
   with pytest.raises(ValueError, match="lr_schedule"):
-    common.make_optimizer(config)
+    fitting.make_optimizer(config)
 
 
 @pytest.mark.parametrize("method", ["ranknet", "lambdarank"])
@@ -182,11 +182,11 @@ def test_runlocal_heldout_trains_and_beats_untrained(method):
 
 @pytest.mark.parametrize("s", [1, 2])
 def test_shift_images_matches_a_loop_over_images(s):
-  """common.shift_images (a padded window per image, jitted) against one image at a time."""
+  """augment.shift_images (a padded window per image, jitted) against one image at a time."""
   rng = np.random.default_rng(s)
   x = rng.normal(size=(300, 49)).astype(np.float32)
   shifts = rng.integers(-s, s + 1, size=(300, 2))
-  out = np.asarray(common.shift_images(x, shifts))
+  out = np.asarray(augment.shift_images(x, shifts))
   for i, (dy, dx) in enumerate(shifts):
     expected = np.zeros((7, 7), np.float32)
     for r in range(7):
@@ -202,7 +202,7 @@ def test_warmup_is_the_configs_and_must_be_shorter_than_the_run():
   config.momentum = 0.0  # each update is then the step size times the gradient
   for num_steps, warmup in ((1, 0), (20, 2), (50, 5), (51, 5), (3000, 50)):
     config.num_steps, config.warmup_steps = num_steps, warmup
-    opt = common.make_optimizer(config)
+    opt = fitting.make_optimizer(config)
     params = {"w": np.ones(1, np.float32)}
     state = opt.init(params)
     schedule = train_lib.learning_rate_schedule(config.learning_rate, num_steps=num_steps, kind="cosine",
@@ -212,15 +212,15 @@ def test_warmup_is_the_configs_and_must_be_shorter_than_the_run():
       np.testing.assert_allclose(np.asarray(updates["w"]), -float(schedule(step)), rtol=1e-6, atol=1e-9)
   config.num_steps, config.warmup_steps = 20, 50
   with pytest.raises(ValueError, match="warmup_steps"):
-    common.make_optimizer(config)
+    fitting.make_optimizer(config)
 
 
 def test_shift_images_rejects_or_clips_offsets_beyond_max_shift():
   x = np.arange(25, dtype=np.float32).reshape(1, 25)
   with pytest.raises(ValueError, match="max_shift"):
-    common.shift_images(x, np.array([[2, 0]]), max_shift=1)
+    augment.shift_images(x, np.array([[2, 0]]), max_shift=1)
   # Traced offsets are clipped to the bound (a shift of 3 acts as 1, in the same direction).
-  traced = jax.jit(lambda s: common.shift_images(x, s, max_shift=1))
+  traced = jax.jit(lambda s: augment.shift_images(x, s, max_shift=1))
   for d in (2, 3, -2, -3):
     np.testing.assert_array_equal(np.asarray(traced(np.array([[d, 0]]))),
-                                  np.asarray(common.shift_images(x, np.array([[np.sign(d), 0]]))))
+                                  np.asarray(augment.shift_images(x, np.array([[np.sign(d), 0]]))))

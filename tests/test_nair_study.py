@@ -37,9 +37,9 @@ def test_mean_sd_is_the_sample_standard_deviation():
 
 
 def test_protocols_fit_the_datasets():
-  from experiments import common
+  from experiments import tasks
   for name, sizes in nair_study.PROTOCOLS.items():
-    _, labels = common.load_dataset(name)
+    _, labels = tasks.load_dataset(name)
     smallest = np.bincount(labels).min()
     assert sizes["queries_per_class"] + sizes["train_per_class"] < smallest
     assert sizes["val_per_class"] < sizes["train_per_class"]

@@ -106,7 +106,7 @@ def test_knn_over_several_query_batches_matches_brute_force(monkeypatch):
   ref_d, ref_i = _ref_knn(q, x, 24)
   np.testing.assert_array_equal(np.asarray(dist), ref_d)
   np.testing.assert_array_equal(np.asarray(ids), ref_i)
-  res = search.knn(q, x, 24, return_ties=True, chunk_size=2048)
+  res = search.knn_with_ties(q, x, 24, chunk_size=2048)
   _assert_ragged_equal(res, _ref_radius(q, x, ref_d[:, -1]))
 
 
@@ -180,12 +180,12 @@ def test_knn_under_jit_matches_brute_force(num_db, k, plan):
 @pytest.mark.parametrize("num_bits,k,num_db,plan", [
     (32, 24, 20000, "hierarchical"), (128, 5, 20000, "hierarchical"), (1, 3, 20000, "hierarchical"),
     (64, 100, 3000, "all")])
-def test_knn_return_ties_gives_whole_tie_groups(num_bits, k, num_db, plan):
+def test_knn_with_ties_gives_whole_tie_groups(num_bits, k, num_db, plan):
   rng = np.random.default_rng(num_bits + k)
   x = _codes(rng, num_db, num_bits, pool=None if num_bits == 1 else 25)
   q = _codes(rng, 37, num_bits, pool=25)
   assert search._plan(num_db, x.shape[1], k, 2048) == plan
-  res = search.knn(q, x, k, return_ties=True, chunk_size=2048)
+  res = search.knn_with_ties(q, x, k, chunk_size=2048)
   assert isinstance(res, search.RaggedNeighbors)
   ref_d, _ = _ref_knn(q, x, k)
   _assert_ragged_equal(res, _ref_radius(q, x, ref_d[:, -1]))
@@ -287,11 +287,9 @@ def test_bad_chunk_size_raises(chunk_size):
     search.radius_search(_Q, _X, 1, chunk_size=chunk_size)
 
 
-def test_bad_return_ties_and_tracing_raise():
-  with pytest.raises(ValueError, match="return_ties"):
-    search.knn(_Q, _X, 1, return_ties=1)
-  with pytest.raises(ValueError, match="return_ties"):
-    jax.jit(lambda a, b: search.knn(a, b, 1, return_ties=True))(_Q, _X)
+def test_tracing_raises_where_results_vary_in_length():
+  with pytest.raises(ValueError, match="query_words"):
+    jax.jit(lambda a, b: search.knn_with_ties(a, b, 1).offsets)(_Q, _X)
   with pytest.raises(ValueError, match="db_words"):
     jax.jit(lambda a, b: search.radius_search(a, b, 1).offsets)(_Q, _X)
 
@@ -428,7 +426,7 @@ def test_weighted_distances_equal_weighted_hamming_distance_bit_for_bit(monkeypa
   x = _codes(rng, 5000, 64)
   q = _codes(rng, 7, 64)
   w = _weights(rng, 64, "uniform")
-  whd = np.asarray(codes.weighted_hamming_distance(_unpack(q, 64), _unpack(x, 64), w))
+  whd = np.asarray(codes.weighted_hamming_distance(q, x, w))
   for prune in (None, 1000):
     monkeypatch.setattr(search, "PRUNE_MIN_ITEMS", prune or 1 << 40)
     dist, ids = search.knn(q, x, 50, weights=w)
@@ -455,7 +453,7 @@ def _assert_weighted_ragged_equal(res, rows):
     np.testing.assert_array_equal(np.asarray(res.indices)[offsets[j]:offsets[j + 1]], ref_i, err_msg=f"query {j}")
 
 
-def test_weighted_radius_search_and_return_ties_match_brute_force():
+def test_weighted_radius_search_and_knn_with_ties_match_brute_force():
   rng = np.random.default_rng(31)
   x = _codes(rng, 6000, 64, pool=300)
   q = np.concatenate([_codes(rng, 10, 64, pool=300), _codes(rng, 3, 64)])
@@ -467,7 +465,7 @@ def test_weighted_radius_search_and_return_ties_match_brute_force():
   radii[-1] = 1e6  # every item
   _assert_weighted_ragged_equal(search.radius_search(q, x, radii, weights=w), _ref_wradius(q, x, w, radii))
   w = _weights(rng, 64, "uniform")
-  res = search.knn(q, x, 20, weights=w, return_ties=True)
+  res = search.knn_with_ties(q, x, 20, weights=w)
   _assert_weighted_ragged_equal(res, _ref_wradius(q, x, w, _ref_wknn(q, x, w, 20)[0][:, -1]))
 
 
@@ -484,7 +482,7 @@ def test_tie_break_matches_brute_force(num_bits, pool, k):
   x = _codes(rng, 3000, num_bits, pool=pool)
   q = np.concatenate([_codes(rng, 8, num_bits, pool=pool), x[:3]])
   w = _weights(rng, num_bits, "uniform")
-  res = search.knn(q, x, k, weights=w, tie_break=True, chunk_size=1024)
+  res = search.knn_tie_break(q, x, k, weights=w, chunk_size=1024)
   assert isinstance(res, search.TieBreakNeighbors)
   assert res.hamming.dtype == np.int32 and res.weighted.dtype == np.float32 and res.indices.dtype == np.int32
   for got, want in zip(res, _ref_tie_break(q, x, w, k)):
@@ -496,7 +494,7 @@ def test_tie_break_under_jit():
   x = _codes(rng, 3000, 16)
   q = _codes(rng, 5, 16)
   w = _weights(rng, 16, "integer")
-  res = jax.jit(lambda a, b, c: search.knn(a, b, 25, weights=c, tie_break=True))(q, x, w)
+  res = jax.jit(lambda a, b, c: search.knn_tie_break(a, b, 25, weights=c))(q, x, w)
   for got, want in zip(res, _ref_tie_break(q, x, w, 25)):
     np.testing.assert_array_equal(np.asarray(got), want)
 
@@ -536,9 +534,9 @@ _W3 = np.ones(3, np.float32)
     (lambda: search.knn(_Q, _X + 8, 1, weights=_W3), "db_words"),
     (lambda: search.knn(_Q, np.zeros((5, 2), np.uint32), 1, weights=_W3), "db_words"),
     (lambda: search.knn(_Q, _X, 6, weights=_W3), "k"),
-    (lambda: search.knn(_Q, _X, 1, tie_break=True), "tie_break"),
-    (lambda: search.knn(_Q, _X, 1, weights=_W3, tie_break=True, return_ties=True), "tie_break"),
-    (lambda: search.knn(_Q, _X, 1, weights=_W3, tie_break=1), "tie_break"),
+    (lambda: search.knn_tie_break(_Q, _X, 1, weights=None), "weights"),
+    (lambda: search.knn_tie_break(_Q, _X, 6, weights=_W3), "k"),
+    (lambda: search.knn_with_ties(_Q, _X, 1, weights=-_W3), "weights"),
     (lambda: search.radius_search(_Q, _X, -0.5, weights=_W3), "r"),
     (lambda: search.radius_search(_Q, _X, np.array([1.0, np.nan]), weights=_W3), "r"),
     (lambda: search.radius_search(_Q, _X, np.array([1.0, 2.0, 3.0]), weights=_W3), "r"),

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from brute_force import ref_distances, ref_radius
+from brute_force import bound_ap_direct, eq3_direct, eq4_direct, precision_at_k_direct, ref_distances, ref_radius
 from hashjax import sharding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,7 @@ import jax
 import optax
 from hashjax import codes, evaluate, histograms, mappings, search, sharding
 from hashjax import train as train_lib
-from experiments import common
+from experiments import fitting, tasks
 from experiments.methods import nair, talr
 from configs import lambdarank_knn, talr_ap
 
@@ -57,11 +57,10 @@ out["qlab"], out["xlab"], out["aff"] = qlab, xlab, aff
 out["hist_labels"] = np.asarray(sharding.hamming_histogram(q, xs, num_bits=num_bits, query_labels=qlab,
                                                            db_labels=xlab, num_db=n))
 out["hist_aff"] = np.asarray(sharding.hamming_histogram(q, xs, aff, num_bits=num_bits, num_db=n))
-# evaluate_codes on a database split over the 8 devices (200 rows, no padding) and on one device.
-x200 = x[:200]
-for tag, db in (("sharded", sharding.shard_rows(x200, mesh)), ("single", x200)):
-  table = evaluate.evaluate_codes(q, db, num_bits=num_bits, query_labels=qlab, db_labels=xlab[:200], radius=3, k=20)
-  out[f"eval_{tag}"] = np.array(json.dumps(table))
+# evaluate_codes on a database split over the 8 devices (200 rows, no padding).
+table = evaluate.evaluate_codes(q, sharding.shard_rows(x[:200], mesh), num_bits=num_bits, query_labels=qlab,
+                                db_labels=xlab[:200], radius=3, k=20)
+out["eval_sharded"] = np.array(json.dumps(table))
 
 def error(name, fn):
   try:
@@ -77,10 +76,10 @@ error("num_db", lambda: sharding.knn(q, xs, 3, num_db=xs.shape[0] + 1))
 
 # Data-parallel training through the experiments' objectives and batches, 2 steps on 8 devices and on one.
 def run(config, module, replicated, mesh):
-  task = common.make_task(config)
-  mapping, params = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params = fitting.make_mapping(config, task)
   params, history = train_lib.train(params=params, loss_fn=module.make_objective(config, mapping, task),
-                                    optimizer=common.make_optimizer(config),
+                                    optimizer=fitting.make_optimizer(config),
                                     batch_fn=module.make_batch_fn(config, task), num_steps=2, log_every=1,
                                     mesh=mesh, replicated=replicated if mesh is not None else ())
   return params, [h["loss"] for h in history]
@@ -162,11 +161,29 @@ def test_histograms_are_sums_over_shards(results):
   np.testing.assert_array_equal(out["hist_aff"], ref_aff)
 
 
-def test_evaluate_codes_on_a_sharded_database_gives_the_single_device_table(results):
+def test_evaluate_codes_on_a_sharded_database_matches_brute_force(results):
   out, _ = results
-  sharded, single = json.loads(str(out["eval_sharded"])), json.loads(str(out["eval_single"]))
-  assert sharded == single
-  assert sharded["num_db"] == 200 and 0 < sharded["tie_aware_ap"] < 1
+  table = json.loads(str(out["eval_sharded"]))
+  d = ref_distances(out["q"], out["x"][:200])
+  rel = (out["qlab"][:, None] == out["xlab"][None, :200]).astype(int)
+  per_query = {name: [] for name in ("tie_aware_ap", "tie_aware_ndcg", "optimistic_ap", "pessimistic_ap",
+                                     "tie_aware_precision_at_k", "precision_at_radius", "recall_at_radius")}
+  for j in range(d.shape[0]):
+    hist = np.zeros((41, 2), int)
+    for i in range(200):  # counting loop: items by (distance, relevance)
+      hist[d[j, i], rel[j, i]] += 1
+    hit = d[j] <= 3
+    for name, value in (("tie_aware_ap", eq3_direct(hist)), ("tie_aware_ndcg", eq4_direct(hist)),
+                        ("optimistic_ap", bound_ap_direct(hist, True)),
+                        ("pessimistic_ap", bound_ap_direct(hist, False)),
+                        ("tie_aware_precision_at_k", precision_at_k_direct(hist, 20)),
+                        ("precision_at_radius", rel[j, hit].mean() if hit.any() else 0.0),
+                        ("recall_at_radius", rel[j, hit].sum() / rel[j].sum() if rel[j].any() else np.nan)):
+      per_query[name].append(value)
+  for name, values in per_query.items():
+    assert table[name] == pytest.approx(np.nanmean(values), rel=1e-5), name
+  assert table["num_empty_at_radius"] == int(((d <= 3).sum(1) == 0).sum())
+  assert table["num_db"] == 200 and 0 < table["tie_aware_ap"] < 1
 
 
 @pytest.mark.parametrize("name", ["talr", "lambdarank"])
@@ -185,7 +202,7 @@ def test_mesh_size_errors_name_the_argument(results):
   assert errors["shard_batch"].startswith("batch['features']: expected a leading axis divisible by the mesh's 8")
   assert "got 12 rows" in errors["shard_batch"]
   assert errors["knn_unsharded"].startswith("db_words: expected a jax.Array laid out with a NamedSharding")
-  assert errors["knn_k"].startswith("k: expected k <= num_db = 203")
+  assert errors["knn_k"].startswith("k: expected k <= the 203 items of db_words[:num_db]")
   assert errors["num_db"].startswith("num_db: expected at most len(db_words) = 208")
   assert errors["train_batch"].startswith("batch['affinity']: expected a leading axis divisible by the mesh's 8")
   assert "got 100 rows" in errors["train_batch"]

@@ -268,10 +268,10 @@ _JITTED = {}
 
 
 def _jitted_swaps(name, score_fn, deltas_fn, d, a, method):
-  """The swap matrix by ``method`` ("closed": the named closed form; "auto"/"generic": ``swap_deltas``),
+  """The swap matrix by ``method`` ("closed": the named closed form; "generic": ``swap_deltas``),
   jitted once per named score and method (the seeds reuse it)."""
   if (name, method) not in _JITTED:
-    fn = deltas_fn if method == "closed" else (lambda d_, a_: obj.swap_deltas(score_fn, d_, a_, method=method))
+    fn = deltas_fn if method == "closed" else (lambda d_, a_: obj.swap_deltas(score_fn, d_, a_))
     _JITTED[name, method] = jax.jit(fn)
   return np.asarray(_JITTED[name, method](d, a))
 
@@ -325,9 +325,9 @@ def _random_affinities(rng):
   }
 
 
-@pytest.mark.parametrize("method", ["closed", "auto", "generic"])
+@pytest.mark.parametrize("method", ["closed", "generic"])
 def test_swap_deltas_every_shipped_score(method):
-  # "closed": the shipped scores' named closed forms; "auto" / "generic": swap_deltas, vmap over swapped rankings.
+  # "closed": the shipped scores' named closed forms; "generic": swap_deltas, vmap over swapped rankings.
   nonzero = Counter()
   for seed in range(3):
     rng = np.random.default_rng(100 + seed)
@@ -611,8 +611,6 @@ def test_bad_inputs_swap():
     obj.swap_deltas(s, d, np.array([1, 0]))
   with pytest.raises(ValueError, match="score_fn"):
     obj.swap_deltas(lambda x, y: x.astype(float), d, a)  # not a scalar
-  with pytest.raises(ValueError, match="method"):
-    obj.swap_deltas(s, d, a, method="table")
   with pytest.raises(ValueError, match="k"):  # the score checks its options
     obj.swap_deltas(functools.partial(obj.knn_count_score, k=0), d, a)
   with pytest.raises(ValueError, match="affinity"):

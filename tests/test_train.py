@@ -267,8 +267,9 @@ def test_resume_after_hard_kill_in_a_subprocess(tmp_path):
   work = str(tmp_path / "run")
   here = os.path.dirname(os.path.abspath(__file__))
   code = _CHILD.format(tests=here, root=os.path.dirname(here), work=work)
+  # The child trains on this process's backend: bitwise equality is asked of the same arithmetic.
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300,
-                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                        env={**os.environ, "JAX_PLATFORMS": jax.default_backend()})
   assert proc.returncode == 3, proc.stderr.decode()[-2000:]
   calls = []
   params, history = _run(work, 30, batch_fn=_crashing(-1, calls))

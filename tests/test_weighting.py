@@ -86,15 +86,15 @@ def test_egd_and_pgd_reach_scipys_optimum_within_their_certified_tolerance(solve
   tuples = weighting.sample_tuples(labels, num_tuples=200, seed=1)
   lam, mu = 1.0, 0.5
   want_w, want_f = _scipy_optimum(bits, tuples, lam, mu)
-  w, info = weighting.fit(bits, labels, solver=solver, tuples=tuples, lam=lam, mu=mu, tol=tol, max_iters=3000,
-                          return_info=True)
-  assert info["converged"]
+  result = weighting.fit_batch(bits, labels, method=solver, tuples=tuples, lam=lam, mu=mu, tol=tol, max_iters=3000)
+  w = result.weights
+  assert result.converged
   assert w.dtype == np.float32 and w.shape == (10,) and np.all(w >= 0)
   # The stopping rule certifies |w - w*| <= tol |w|.
   assert np.linalg.norm(w - want_w) <= tol * np.linalg.norm(w)
   assert weighting.objective(w, bits, tuples, lam=lam, mu=mu) == pytest.approx(want_f, rel=1e-5)
-  log = np.asarray(info["objective"])
-  assert len(log) == info["iterations"] + 1 and np.all(np.diff(log) <= 0)
+  log = result.objective
+  assert len(log) == result.iterations + 1 and np.all(np.diff(log) <= 0)
   assert log[-1] == pytest.approx(want_f, rel=1e-5)
 
 
@@ -104,7 +104,7 @@ def test_closed_form_is_the_clipped_mean_difference():
   x, _ = _differences_loop(bits, tuples)
   want = np.maximum(0.0, x.mean(axis=0))
   assert (want == 0).any()  # the test covers the clipping
-  np.testing.assert_allclose(weighting.fit(bits, labels, solver="closed_form", tuples=tuples), want, atol=1e-6)
+  np.testing.assert_allclose(weighting.closed_form(bits, labels, tuples=tuples), want, atol=1e-6)
 
 
 def test_large_lambda_limit_is_twice_the_closed_form_over_lambda():
@@ -112,32 +112,91 @@ def test_large_lambda_limit_is_twice_the_closed_form_over_lambda():
   # so lam w -> 2 max(0, mean x) with an error O(1/lam).
   bits, labels = _problem()
   tuples = weighting.sample_tuples(labels, num_tuples=200, seed=2)
-  closed = weighting.fit(bits, labels, solver="closed_form", tuples=tuples)
+  closed = weighting.closed_form(bits, labels, tuples=tuples)
   errors = []
   for lam in [1e1, 1e2, 1e3]:
-    pgd = weighting.fit(bits, labels, solver="pgd", tuples=tuples, lam=lam, mu=0.5, tol=1e-4, max_iters=3000)
+    pgd = weighting.fit_batch(bits, labels, method="pgd", tuples=tuples, lam=lam, mu=0.5, tol=1e-4,
+                              max_iters=3000).weights
     errors.append(np.abs(lam * pgd / 2 - closed).max())
-    egd, info = weighting.fit(bits, labels, solver="egd", tuples=tuples, lam=lam, mu=0.5, tol=1e-3, max_iters=3000,
-                              return_info=True)
-    assert info["converged"] and np.linalg.norm(egd - pgd) <= 1.1e-3 * np.linalg.norm(pgd)
+    egd = weighting.fit_batch(bits, labels, method="egd", tuples=tuples, lam=lam, mu=0.5, tol=1e-3, max_iters=3000)
+    assert egd.converged and np.linalg.norm(egd.weights - pgd) <= 1.1e-3 * np.linalg.norm(pgd)
   assert errors[0] > 5 * errors[1] > 25 * errors[2]
   assert errors[2] < 3e-3 * closed.max()
 
 
-def test_online_is_nonnegative_and_improves_on_uniform_weights():
+def _batch_first_step(bits, tuples, method, lam, mu):
+  """The first accepted step of EGD / PGD written out in float64: the floored, scaled closed form, the first
+  step size, halved until the Armijo condition holds."""
+  x, c = _differences_loop(bits, tuples)
+  num = len(tuples)
+
+  def value(w):
+    hinge = np.maximum(0.0, 1.0 - x @ w)
+    return 0.5 * lam * w @ w + np.mean(hinge ** 2) + mu * np.mean((c @ w) ** 2)
+
+  mean = x.mean(axis=0)
+  w = np.maximum(mean, 0.01 * mean.max())
+  w = w / (w @ mean)
+  g = lam * w - (2.0 / num) * np.maximum(0.0, 1.0 - x @ w) @ x + (2.0 * mu / num) * (c @ w) @ c
+  eta = 0.25 * (1.0 if method == "egd" else w.max()) / np.abs(g).max()
+  while True:
+    new = w * np.exp(-eta * g) if method == "egd" else np.maximum(0.0, w - eta * g)
+    if value(new) - value(w) <= 1e-4 * g @ (new - w):
+      return w, new, value(w), value(new)
+    eta /= 2
+
+
+@pytest.mark.parametrize("method", ["egd", "pgd"])
+def test_batch_first_step_matches_a_numpy_step(method):
   bits, labels = _problem()
-  tuples = weighting.sample_tuples(labels, num_tuples=200, seed=4)
-  average, info = weighting.fit(bits, labels, solver="online", tuples=tuples, lam=1e-3, step=0.5, return_info=True)
-  last = weighting.fit(bits, labels, solver="online_last", tuples=tuples, lam=1e-3, step=0.5)
-  np.testing.assert_array_equal(info["last"], last)
-  np.testing.assert_array_equal(info["average"], average)
-  assert info["iterations"] == 20
-  assert info["objective"][0] == pytest.approx(weighting.objective(average, bits, tuples, lam=1e-3), rel=1e-6)
-  uniform = weighting.objective(np.ones(10), bits, tuples, lam=1e-3)
-  default_last = weighting.fit(bits, labels, solver="online_last", tuples=tuples, lam=1e-3)
-  for w, factor in ((average, 0.5), (last, 0.5), (default_last, 1.0)):  # the default last-iterate step is small
-    assert np.all(np.isfinite(w)) and np.all(w >= 0)
-    assert weighting.objective(w, bits, tuples, lam=1e-3) < factor * uniform
+  tuples = weighting.sample_tuples(labels, num_tuples=120, seed=6)
+  lam, mu = 0.1, 0.5
+  _, want_w, f0, f1 = _batch_first_step(bits, tuples, method, lam, mu)
+  result = weighting.fit_batch(bits, labels, method=method, tuples=tuples, lam=lam, mu=mu, tol=0.0, max_iters=1)
+  assert result.iterations == 1
+  np.testing.assert_allclose(result.weights, want_w, rtol=2e-5, atol=1e-7)
+  np.testing.assert_allclose(result.objective, [f0, f1], rtol=1e-5)
+
+
+def _online_loop(bits, tuples, lam, mu, step, batch_size, inner_steps):
+  """The online pass written out in float64, one mini-batch and one exponentiated step at a time."""
+  x_all, c_all = _differences_loop(bits, tuples)
+  w = np.ones(bits.shape[1])
+  total = np.zeros_like(w)
+  for start in range(0, len(tuples), batch_size):
+    x, c = x_all[start:start + batch_size], c_all[start:start + batch_size]
+    count = len(x)
+    smooth = 1.0 + step * (lam + 2.0 * (np.sum(x * x) + mu * np.sum(c * c)) / count)
+    v = w.copy()
+    for _ in range(inner_steps):
+      grad = (v - w) + step * (lam * v - (2.0 / count) * np.maximum(0.0, 1.0 - x @ v) @ x
+                               + (2.0 * mu / count) * (c @ v) @ c)
+      v = v * np.exp(-grad / (smooth * v.max()))
+    w = v
+    total += w
+  return total / -(-len(tuples) // batch_size), w
+
+
+def test_online_matches_a_numpy_loop_over_batches():
+  bits, labels = _problem()
+  tuples = weighting.sample_tuples(labels, num_tuples=33, seed=4)  # 5 batches of 7, the last one of 5
+  lam, mu, step = 0.05, 0.3, 0.5
+  want_average, want_last = _online_loop(bits, tuples, lam, mu, step, 7, 2)
+  result = weighting.fit_online(bits, labels, tuples=tuples, lam=lam, mu=mu, step=step, batch_size=7, inner_steps=2)
+  assert result.batches == 5
+  np.testing.assert_allclose(result.last, want_last, rtol=1e-5)
+  np.testing.assert_allclose(result.average, want_average, rtol=1e-5)
+
+
+def test_fit_runs_each_solver_with_its_defaults():
+  bits, labels = _problem()
+  tuples = weighting.sample_tuples(labels, num_tuples=weighting.DEFAULT_NUM_TUPLES, seed=2)
+  q, s, d = (bits[tuples[:, i]] for i in (0, 1, 3))
+  want = np.maximum(0.0, np.mean((q != d).astype(float) - (q != s), axis=0))
+  np.testing.assert_allclose(weighting.fit(bits, labels, solver="closed_form", seed=2), want, atol=1e-6)
+  np.testing.assert_array_equal(
+      weighting.fit(bits, labels, solver="online_last", seed=2),
+      weighting.fit_online(bits, labels, seed=2, step=weighting.DEFAULT_LAST_STEP).last)
 
 
 def test_online_is_passive_when_every_margin_holds():
@@ -146,7 +205,7 @@ def test_online_is_passive_when_every_margin_holds():
   labels = np.repeat(np.arange(3), 20)
   bits = np.zeros((60, 10), np.uint8)
   bits[np.arange(60), labels] = 1
-  w = weighting.fit(bits, labels, solver="online_last", num_tuples=200, lam=0.0, mu=0.0)
+  w = weighting.fit_online(bits, labels, num_tuples=200, lam=0.0, mu=0.0).last
   np.testing.assert_array_equal(w, np.ones(10, np.float32))
 
 
@@ -190,16 +249,16 @@ def test_seeds_reproduce():
   np.testing.assert_array_equal(a, weighting.sample_tuples(labels, num_tuples=200, seed=7))
   np.testing.assert_array_equal(a, weighting.sample_tuples(labels, num_tuples=200, seed=np.random.default_rng(7)))
   assert not np.array_equal(a, weighting.sample_tuples(labels, num_tuples=200, seed=8))
-  for solver in ("egd", "online"):
-    w = weighting.fit(bits, labels, solver=solver, num_tuples=200, seed=7, max_iters=3000)
-    np.testing.assert_array_equal(w, weighting.fit(bits, labels, solver=solver, num_tuples=200, seed=7,
-                                                   max_iters=3000))
-    np.testing.assert_array_equal(w, weighting.fit(bits, labels, solver=solver, tuples=a, max_iters=3000))
+  for fit in (lambda **kw: weighting.fit_batch(bits, labels, max_iters=3000, **kw).weights,
+              lambda **kw: weighting.fit_online(bits, labels, **kw).average):
+    w = fit(num_tuples=200, seed=7)
+    np.testing.assert_array_equal(w, fit(num_tuples=200, seed=7))
+    np.testing.assert_array_equal(w, fit(tuples=a))
 
 
 def test_bit_conventions_agree():
   bits, labels = _problem()
-  fit = lambda b: weighting.fit(b, labels, solver="pgd", num_tuples=200, max_iters=3000)
+  fit = lambda b: weighting.fit_batch(b, labels, method="pgd", num_tuples=200, max_iters=3000).weights
   want = fit(bits)
   np.testing.assert_array_equal(fit(2 * bits.astype(np.int8) - 1), want)
   np.testing.assert_array_equal(fit(bits.astype(bool)), want)
@@ -214,7 +273,7 @@ def test_whrank_is_the_ratio_of_all_pairs_to_same_class_spread():
   proj[:, 6] = 0.25  # constant: no spread at all
   bits = (proj > 0).astype(np.uint8)
   tuples = weighting.sample_tuples(labels, num_tuples=500, seed=0)
-  w = weighting.fit(bits, labels, solver="whrank", projections=proj.astype(np.float32), tuples=tuples)
+  w = weighting.whrank(proj.astype(np.float32), labels, tuples=tuples)
   for k in range(5):
     same = np.sqrt(np.mean([(proj[q, k] - proj[s, k]) ** 2 for q, s, _, _ in tuples]))
     every = np.sqrt(np.mean([(proj[i, k] - proj[j, k]) ** 2 for i in range(100) for j in range(100)]))
@@ -235,20 +294,24 @@ def test_bad_input_is_refused_naming_the_argument():
       ("labels", lambda: weighting.fit(bits, labels.astype(np.float32))),
       ("labels", lambda: weighting.fit(bits, np.zeros(60, np.int64))),
       ("labels", lambda: weighting.fit(bits[:4], np.array([0, 0, 1, 1]))),
-      ("num_tuples", lambda: weighting.fit(bits, labels, num_tuples=10 ** 9)),
-      ("num_tuples", lambda: weighting.fit(bits, labels, num_tuples=0)),
+      ("num_tuples", lambda: weighting.closed_form(bits, labels, num_tuples=10 ** 9)),
+      ("num_tuples", lambda: weighting.fit_online(bits, labels, num_tuples=0)),
       ("solver", lambda: weighting.fit(bits, labels, solver="newton")),
-      ("lam", lambda: weighting.fit(bits, labels, lam=-1.0)),
-      ("mu", lambda: weighting.fit(bits, labels, mu=float("nan"))),
-      ("step", lambda: weighting.fit(bits, labels, solver="online", step=0.0)),
-      ("batch_size", lambda: weighting.fit(bits, labels, solver="online", batch_size=0)),
+      ("solver", lambda: weighting.fit(bits, labels, solver="whrank")),
+      ("method", lambda: weighting.fit_batch(bits, labels, method="online")),
+      ("lam", lambda: weighting.fit_batch(bits, labels, lam=-1.0)),
+      ("mu", lambda: weighting.fit_online(bits, labels, mu=float("nan"))),
+      ("max_iters", lambda: weighting.fit_batch(bits, labels, max_iters=0)),
+      ("step", lambda: weighting.fit_online(bits, labels, step=0.0)),
+      ("batch_size", lambda: weighting.fit_online(bits, labels, batch_size=0)),
       ("seed", lambda: weighting.fit(bits, labels, seed=-1)),
-      ("projections", lambda: weighting.fit(bits, labels, solver="whrank")),
-      ("projections", lambda: weighting.fit(bits, labels, solver="whrank", projections=np.zeros((60, 9)))),
-      ("projections", lambda: weighting.fit(bits, labels, projections=np.zeros((60, 10)))),
-      ("tuples", lambda: weighting.fit(bits, labels, tuples=tuples[:, :3])),
-      ("tuples", lambda: weighting.fit(bits, labels, tuples=tuples + 60)),
-      ("tuples", lambda: weighting.fit(bits, labels, tuples=tuples[:, [0, 3, 2, 1]])),
+      ("seed", lambda: weighting.closed_form(bits, labels, seed=1.5)),
+      ("projections", lambda: weighting.whrank(np.zeros(60), labels)),
+      ("projections", lambda: weighting.whrank(np.full((60, 10), np.nan), labels)),
+      ("labels", lambda: weighting.whrank(np.zeros((59, 10)), labels)),
+      ("tuples", lambda: weighting.closed_form(bits, labels, tuples=tuples[:, :3])),
+      ("tuples", lambda: weighting.closed_form(bits, labels, tuples=tuples + 60)),
+      ("tuples", lambda: weighting.closed_form(bits, labels, tuples=tuples[:, [0, 3, 2, 1]])),
       ("weights", lambda: weighting.objective(-np.ones(10), bits, tuples)),
       ("weights", lambda: weighting.objective(np.full(10, np.nan), bits, tuples)),
       ("weights", lambda: weighting.objective(np.ones(9), bits, tuples)),

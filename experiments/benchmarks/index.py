@@ -83,10 +83,10 @@ def probe_costs(num_codes: int, repeats: int, seed: int) -> Dict[str, float]:
     pos = probes >> np.uint32(32 - (20 + mib.bit_length() - 1))
     out[f"take_{mib}MiB_ns"] = benchmarks.best_time(lambda: np.take(table, pos), repeats) / n * 1e9
   # The whole lookup by enumeration: filters, rank and the few results (most probes miss).
-  lookup_s = benchmarks.best_time(lambda: index.lookup(idx, queries[:, None], radius=2, method="enumerate"), repeats)
+  lookup_s = benchmarks.best_time(lambda: index.lookup(idx, queries[:, None], 2, method="enumerate"), repeats)
   out["index_probe_ns"] = lookup_s / n * 1e9
   few = db[:max(1, (1 << 19) // num_codes + 1)]
-  scan_s = benchmarks.best_time(lambda: index.lookup(idx, few, radius=2, method="scan"), repeats)
+  scan_s = benchmarks.best_time(lambda: index.lookup(idx, few, 2, method="scan"), repeats)
   out["scan_ns_per_code"] = scan_s / (few.shape[0] * idx.codes.shape[0]) * 1e9
   return out
 
@@ -146,7 +146,7 @@ def radius_benchmark(*, data: str, num_db: int, num_queries: int, bits: List[int
     build_s = time.perf_counter() - t
     for r in radii:
       def run_index():
-        return jax.block_until_ready(index.lookup(idx, q, radius=r))
+        return jax.block_until_ready(index.lookup(idx, q, r))
 
       def run_scan():
         return jax.block_until_ready(search.radius_search(q, db, r))

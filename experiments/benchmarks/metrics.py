@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import common
+from experiments import process
 from hashjax import codes
 from hashjax import evaluate
 from hashjax import histograms
@@ -346,9 +346,9 @@ def compile_times(data):
   formulas, which run on the host for concrete histograms. The formulas'
   traced path (what a caller's ``jax.jit`` compiles them into) is timed on its
   own, at five new shapes. Python's full garbage collections are kept out of
-  the figures (:func:`experiments.common.freeze_gc`).
+  the figures (:func:`experiments.process.freeze_gc`).
   """
-  common.freeze_gc()
+  process.freeze_gc()
   events = _CompileEvents()
   num_q = data["dist"].shape[0] + 1  # fresh shapes: nothing cached
   hist = np.random.default_rng(0).integers(0, 100, size=(num_q, NUM_BITS + 1, 2)).astype(np.int32)

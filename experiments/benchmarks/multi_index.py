@@ -107,7 +107,7 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
   import faiss  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from hashjax import index, search  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import process  # pylint: disable=g-import-not-at-top
 
   faiss.omp_set_num_threads(threads)
   rows = []
@@ -116,7 +116,7 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
     db, q = _codes(generator, num_db, num_queries, num_bits, seed)
     print(f"\n[{generator}] N = {db.shape[0]}, Q = {q.shape[0]}, {num_bits} bits: codes made in "
           f"{time.perf_counter() - t:.1f} s", flush=True)
-    common.freeze_gc()
+    process.freeze_gc()
     t = time.perf_counter()
     mih = index.build_multi_index(db, num_bits=num_bits)
     build_s = time.perf_counter() - t

@@ -26,7 +26,7 @@ so a busy machine slows both alike; compare the ratios. ``compile_s`` is the
 wall time jax spent tracing, lowering and compiling during hashjax's first
 call (measured with ``jax.monitoring``), after a warm-up search at another
 code length has paid jax's once-per-process start (printed first; the garbage
-collector is then frozen, :func:`experiments.common.freeze_gc`); on a loaded
+collector is then frozen, :func:`experiments.process.freeze_gc`); on a loaded
 machine it stretches with the wait for a core, so ``first_cpu_s`` gives the
 CPU time the first call spent beyond the fastest later call (compilation plus
 one-off work), which waiting does not inflate. ``N-777`` is the compile time
@@ -119,7 +119,7 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from hashjax import search  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments import process  # pylint: disable=g-import-not-at-top
 
   faiss.omp_set_num_threads(threads)
   compile_seconds = [0.0]
@@ -141,7 +141,7 @@ def run_benchmark(*, num_db: int, num_queries: int, k: int, radius: int, bits: L
   jax.block_until_ready(search.radius_search(warm_q, warm_db, 1))
   print(f"process warm-up (knn and radius search at 160 bits, N = 5000): {time.perf_counter() - t:.3f} s, "
         f"of which compile {compile_seconds[0]:.3f} s", flush=True)
-  common.freeze_gc()  # full garbage collections would otherwise land inside some first calls
+  process.freeze_gc()  # full garbage collections would otherwise land inside some first calls
   rows = []
   for num_bits in bits:
     if num_bits % 32:

@@ -31,7 +31,7 @@ Part 2 (``--train``, default on): ``configs/lambdarank_knn.py`` as shipped
 (32 bits, MNIST-10k), timed by :mod:`hashjax.train` (training only, the
 evaluation hooks excluded) and as the wall time of the whole
 :func:`experiments.methods.train_and_evaluate`, with glibc's heap padding of
-``experiments.train`` (:func:`experiments.common.pad_malloc_heaps`).
+``experiments.train`` (:func:`experiments.process.pad_malloc_heaps`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from absl import app, flags
 import jax
 import numpy as np
 
-from experiments import common
+from experiments import process
 from hashjax import objectives
 
 _NUM_DOCS = flags.DEFINE_integer("num_docs", 100, "Documents per query N.")
@@ -216,7 +216,7 @@ def main(argv):
         + ("" if len(met) == len(fastest) else
            f"; over: {', '.join(f'{s} {ms:.2f} ms' for s, ms in fastest.items() if s not in met)}"))
   if _TRAIN.value and not small:
-    common.pad_malloc_heaps()
+    process.pad_malloc_heaps()
     t = bench_training()
     print(f"training run (configs/lambdarank_knn.py, 32 bits, {t['num_steps']:,} steps): "
           f"{t['train_s']:.1f} s of training, "

@@ -9,7 +9,7 @@
 ==========================  ==============================================  =========================
 
 Every trainer reads its task, mapping, optimizer and training run from
-:mod:`experiments.common` and writes ``<workdir>/results.json``
+:mod:`experiments.tasks`, :mod:`experiments.fitting` and :mod:`experiments.augment`, writes ``<workdir>/results.json``
 (``{"config", "rows", "summary", "history", "columns"}``) and checkpoints
 under ``<workdir>/checkpoints``; restarting the same run resumes from them.
 :func:`tune` trains a grid of configs on a validation split.
@@ -35,6 +35,8 @@ from hashjax import io
 
 #: ``config.method`` -> the module whose ``train_and_evaluate`` runs it.
 TRAINERS = {"talr": talr, "ranknet": nair, "lambdarank": nair}
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Trains, checkpoints and evaluates ``config``'s method; returns the results dict (also in results.json).
 
@@ -48,26 +50,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   return TRAINERS[config.method].train_and_evaluate(config, workdir)
 
 
-def _grid_value(key: str, text: str, kind: type):
-  text = text.strip()
-  if text == "None":
-    return None
-  if kind is bool:
-    if text.lower() not in ("true", "false"):
-      raise ConfigError(f"--grid: {key}={text}: expected True or False")
-    return text.lower() == "true"
-  if kind in (tuple, list):
-    raise ConfigError(f"--grid: {key}: a list field is not a grid axis (set it with --config.{key}=a,b)")
-  try:
-    return kind(text) if kind in (int, float, str) else checks.infer_value(text)
-  except ValueError:
-    raise ConfigError(f"--grid: {key}={text}: expected a value of type {kind.__name__}") from None
-
-
 def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, list]]:
   """``"lr=1e-3,1e-2;alpha=1"`` -> ``[("lr", [0.001, 0.01]), ("alpha", [1.0])]``, typed like the config.
 
-  ``None`` sets None; bools take True / False. Raises ConfigError for an
+  Values are typed as on the command line (:func:`experiments.methods.checks.parse_value`:
+  ``None`` sets None, bools take true/false, yes/no, 1/0). Raises ConfigError for an
   unknown field (naming close matches) or a value of the wrong type.
   """
   if not isinstance(grid, str):
@@ -83,7 +70,9 @@ def parse_grid(grid: str, config: ml_collections.ConfigDict) -> List[Tuple[str, 
     if not eq or not values.strip():
       raise ConfigError(f"--grid: expected '{key}=v1,v2', got {part!r}")
     kind = config.get_type(key)  # the declared type, also for None placeholders
-    axes.append((key, [_grid_value(key, v, kind) for v in values.split(",")]))
+    if kind in (tuple, list):
+      raise ConfigError(f"--grid: {key}: a list field is not a grid axis (set it with --config.{key}=a,b)")
+    axes.append((key, [checks.parse_value(v, config[key], kind, name=f"--grid: {key}") for v in values.split(",")]))
   if not axes:
     raise ConfigError(f"--grid: expected 'key=v1,v2;...', got {grid!r}")
   return axes

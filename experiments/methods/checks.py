@@ -1,11 +1,12 @@
-"""Checks of a config before any data is loaded: its fields, and whether the run fits in memory.
+"""Config values and checks of a config before any data is loaded: its fields, and whether the run fits in memory.
 
-:func:`check_config` checks a config (a trained method's or ``experiments.evaluate``'s): every choice
-against the library's own names, every number against its range, the fields that must agree;
-:func:`check_memory` refuses a run that cannot fit in memory, with :func:`estimate_memory`'s estimate
-(the arrays that grow with the code length, the batch and the model); :func:`check_run` does both.
-They raise :class:`ConfigError`, a one-line ``ValueError`` the launchers print as ``error: ...``
-(``experiments.cli``).
+:func:`parse_value` types a command-line value like the field it sets (``--config.<field>=<value>``,
+``--grid``); :func:`check_config` checks a config of any launcher (``experiments.train``, ``evaluate``,
+``tune``, ``colgen``, ``bit_weights``, ``localrank``): every choice against the library's own names, every
+number against its range, the fields that must agree; :func:`check_memory` refuses a run that cannot fit in
+memory, with :func:`estimate_memory`'s estimate (the arrays that grow with the code length, the batch and the
+model); :func:`check_run` does both. They raise :class:`ConfigError`, a one-line ``ValueError`` the launchers
+print as ``error: ...`` (``experiments.cli``).
 """
 
 from __future__ import annotations
@@ -18,33 +19,32 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import ml_collections
 import numpy as np
 
-from experiments import common
+from experiments import fitting, tasks
 from experiments.methods.nair import AFFINITIES as NAIR_AFFINITIES, SCORES as NAIR_SCORES
 from experiments.methods.talr import EVAL_KEYS as TALR_EVAL_KEYS, OBJECTIVES as TALR_OBJECTIVES
 from experiments.methods.talr import SETTINGS as TALR_SETTINGS
-from hashjax import _checks, baselines, data, mappings, relaxations
+from hashjax import _checks, baselines, data, localrank, mappings, relaxations, weighting
 from hashjax import train as train_lib
+from hashjax.colgen import cghash, features as colgen_features, inference as colgen_inference
 from hashjax.objectives import ranknet as ranknet_lib
 from hashjax.objectives import talr as talr_lib
 
-#: ``config.method``: the trained methods (``experiments.methods.TRAINERS`` runs each).
+#: ``config.method`` of ``experiments.train``: the trained methods (``experiments.methods.TRAINERS`` runs each).
 METHODS = ("talr", "ranknet", "lambdarank")
+#: ``config.method`` of ``experiments.colgen``.
+COLGEN_METHODS = ("cghash", "structhash")
+#: ``config.solvers`` of ``experiments.bit_weights``: :data:`hashjax.weighting.SOLVERS` and WhRank.
+BIT_WEIGHT_SOLVERS = weighting.SOLVERS + ("whrank",)
+#: ``config.select_by`` of ``experiments.localrank`` (``hashjax.ranking.query_metrics`` keys).
+LOCALRANK_METRICS = ("ap", "ndcg@1", "ndcg@5", "ndcg@10")
 #: ``config.target_metric``: what each method's periodic evaluation logs.
 TARGETS = {"talr": TALR_EVAL_KEYS, "nair": ("knn_error", "precision_at_radius")}
+#: Command-line words of a bool (any case).
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
 
 
 class ConfigError(ValueError):
   """A config that cannot run, told in one line naming the field (a launcher exits with status 2)."""
-
-
-def infer_value(text: str):
-  """A command-line value of a field without a declared type: an int, a float, True / False, else the text."""
-  for kind in (int, float):
-    try:
-      return kind(text)
-    except ValueError:
-      pass
-  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def format_value(value) -> str:
@@ -52,6 +52,83 @@ def format_value(value) -> str:
   if isinstance(value, (tuple, list)):
     return ",".join(format_value(v) for v in value) if value else "()"
   return str(value)
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _split_list(text: str) -> List[str]:
+  s = text.strip()
+  if len(s) >= 2 and s[0] + s[-1] in ("()", "[]"):
+    s = s[1:-1]
+  return [p.strip().strip("'\"") for p in s.split(",") if p.strip()]
+
+
+def _infer(text: str):
+  """A value of a field without a declared type: an int, a float, a bool word, else the text."""
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  if text.lower() in TRUE_WORDS + FALSE_WORDS:
+    return text.lower() in TRUE_WORDS
+  return text
+
+
+def parse_value(text: Optional[str], default, kind: type, *, name: str):
+  """``text`` typed like a field whose default is ``default`` and type ``kind``; ConfigError if it cannot be.
+
+  Tuples and lists take comma-separated elements typed like the default's
+  (``"16,32"`` -> ``(16, 32)``; brackets optional; ``""`` or ``()`` empty);
+  ``None`` sets None; bools take true/false, yes/no, 1/0 in any case; a bare
+  ``--config.<bool field>`` (``text`` None) is True. ``name`` starts the error.
+
+  >>> parse_value("16,32", (16, 32, 64), tuple, name="--config.bits")
+  (16, 32)
+  >>> parse_value("lsh, itq", ("lsh",), tuple, name="--config.methods")
+  ('lsh', 'itq')
+  >>> parse_value("No", True, bool, name="--config.plots")
+  False
+  """
+  if text is None:
+    if kind is bool:
+      return True
+    raise ConfigError(f"{name}: expected {name}=<value>, got no value")
+  s = text.strip()
+  if s == "None":
+    return None
+  if kind is bool:
+    if s.lower() in TRUE_WORDS + FALSE_WORDS:
+      return s.lower() in TRUE_WORDS
+    raise ConfigError(f"{name}={text}: expected true or false, got {text!r}")
+  if kind in (tuple, list):
+    parts = _split_list(s)
+    if not default:
+      return kind(_infer(p) for p in parts)
+    elem = type(default[0])
+    try:
+      return kind(parse_value(p, default[0], elem, name=name) for p in parts)
+    except ConfigError:
+      raise ConfigError(f"{name}={text}: expected comma-separated values of type {elem.__name__} (like the "
+                        f"default {format_value(default)}), got {text!r}") from None
+  if kind is int or kind is float:
+    try:
+      return kind(s)
+    except ValueError:
+      what = "an int" if kind is int else "a number"
+      raise ConfigError(f"{name}={text}: expected {what} (like the default {format_value(default)}), "
+                        f"got {text!r}") from None
+  if kind is str:
+    return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"" else s
+  if kind is type(None):
+    return _infer(s)
+  if isinstance(default, ml_collections.ConfigDict):
+    raise ConfigError(f"{name}: a group of fields; set them one by one as {name}.<field>=<value>")
+  try:
+    return kind(s)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f"{name}={text}: expected a {kind.__name__}, got {text!r} ({e})") from None
 
 
 # --------------------------------------------------------------------------- checks
@@ -94,17 +171,39 @@ def _names(options, *, nonempty: bool):
   return check
 
 
+def _ints(low: int):
+  def check(name, v):
+    if not isinstance(v, (tuple, list)) or not all(_checks.is_int(x) and x >= low for x in v):
+      raise _fail(name, f"a list of ints >= {low} (--{name}=1,2)", v)
+  return check
+
+
 def _hidden(name, v):
   if not isinstance(v, (tuple, list)) or not all(_checks.is_int(w) and w >= 1 for w in v):
     raise _fail(name, "a list of positive layer widths (--config.hidden=512,256)", v)
 
 
 def _bits(name, v):
-  if isinstance(v, (tuple, list)):  # experiments.evaluate: several code lengths
-    if not v or not all(_checks.is_int(b) and b >= 1 for b in v):
-      raise _fail(name, "a non-empty list of code lengths >= 1 (--config.bits=16,32)", v)
+  if isinstance(v, (tuple, list)):  # several code lengths (evaluate, colgen, bit_weights)
+    if not all(_checks.is_int(b) and b >= 1 for b in v):
+      raise _fail(name, "code lengths >= 1 (one, or a list: --config.bits=16,32)", v)
   else:
     _checks.check_int(name, v, low=1)
+
+
+def _folder(name, v):
+  if not isinstance(v, str) or not os.path.isdir(v):
+    where = f" (relative paths are read from the current directory {os.getcwd()})" if isinstance(
+        v, str) and not os.path.isabs(v) else ""
+    raise _fail(name, "an existing folder" + where, v)
+
+
+def _folders(name, v):
+  if not isinstance(v, (tuple, list)):
+    raise _fail(name, "a list of saved models (directories)", v)
+  for path in v:
+    if not isinstance(path, str) or not os.path.isdir(path):
+      raise ConfigError(f"{name}: expected saved models (directories), got {path!r}, which is not one")
 
 
 def _train_neighbors(name, v):
@@ -138,11 +237,12 @@ def _dataset(name, v):
 
 
 def _rules() -> Dict[str, Callable]:
+  """Field -> its rule: a field name means the same thing in every launcher's config."""
   return {
-      "method": _choice(METHODS), "dataset": _dataset, "seed": _int(0),
+      "method": _choice(METHODS + COLGEN_METHODS), "dataset": _dataset, "seed": _int(0),
       "queries_per_class": _int(1), "train_per_class": _int(1), "val_per_class": _int(1),
-      "val_heldout_per_class": _int(1), "eval_split": _choice(common.EVAL_SPLITS), "affinity": _choice(common.AFFINITIES),
-      "num_neighbors": _int(1), "train_neighbors": _train_neighbors,
+      "val_heldout_per_class": _int(1), "eval_split": _choice(tasks.EVAL_SPLITS),
+      "affinity": _choice(tasks.AFFINITIES), "num_neighbors": _int(1), "train_neighbors": _train_neighbors,
       "model": _choice(mappings.MAPPINGS), "hidden": _hidden, "init": _choice(mappings.INITS),
       "activation": _choice(mappings.ACTIVATIONS), "standardize": _bool, "bits": _bits,
       "objective": _choice(TALR_OBJECTIVES), "harmonic": _choice(relaxations.HARMONICS),
@@ -152,23 +252,55 @@ def _rules() -> Dict[str, Callable]:
       "score": _choice(NAIR_SCORES), "k": _int(1), "radius": _int(0), "top_bins": _int(1, True),
       "swap_bins": _int(1, True), "threshold": _choice(ranknet_lib.THRESHOLDS),
       "queries_per_batch": _int(1), "docs_per_query": _int(1), "doc_pool": _int(1, True),
-      "optimizer": _choice(common.OPTIMIZERS), "learning_rate": _num(0, low_open=True), "momentum": _num(0, 1, high_open=True),
-      "weight_decay": _num(0), "lr_schedule": _choice(train_lib.SCHEDULES), "warmup_steps": _int(0),
-      "lr_final_fraction": _num(0, 1), "augment_shift": _int(0), "input_noise": _num(0), "batch_per_class": _int(1),
-      "num_steps": _int(0), "log_every": _int(1), "eval_every": _int(0, True), "checkpoint_every": _int(0, True),
-      "target": _num(0), "precision_k": _int(1), "num_devices": _int(1), "exact_l2": _bool, "plots": _bool,
+      "optimizer": _choice(fitting.OPTIMIZERS), "learning_rate": _num(0, low_open=True),
+      "momentum": _num(0, 1, high_open=True), "weight_decay": _num(0), "lr_schedule": _choice(train_lib.SCHEDULES),
+      "warmup_steps": _int(0), "lr_final_fraction": _num(0, 1), "augment_shift": _int(0), "input_noise": _num(0),
+      "batch_per_class": _int(1), "num_steps": _int(0), "log_every": _int(1), "eval_every": _int(0, True),
+      "checkpoint_every": _int(0, True), "target": _num(0), "precision_k": _int(1), "num_devices": _int(1),
+      "exact_l2": _bool, "plots": _bool,
       "baselines": _names(baselines.BASELINES, nonempty=False), "methods": _names(baselines.BASELINES, nonempty=True),
+      "models": _folders,
+      # experiments.colgen
+      "regularizer": _choice(cghash.REGULARIZERS), "features": _choice(colgen_features.FEATURE_KINDS),
+      "C": _num(0, low_open=True), "num_relevant": _int(1), "num_irrelevant": _int(1), "num_anchors": _int(1),
+      "train_subset_per_class": _int(1), "num_starts": _int(1), "ndcg_k": _int(1), "max_cp_iterations": _int(1),
+      "max_iterations": _int(0), "max_dim": _int(0), "talr_steps": _int(0), "tolerance": _num(0),
+      "cp_tolerance": _num(0), "min_fraction": _num(0), "duplicate_tolerance": _num(0),
+      "sharpness": _num(0, low_open=True), "stagewise": _bool,
+      # experiments.bit_weights
+      "base_codes": _names(baselines.BASELINES, nonempty=False), "solvers": _names(BIT_WEIGHT_SOLVERS, nonempty=False),
+      "tie_break": _bool,
+      # experiments.localrank
+      "data_dir": _folder, "folds": _ints(1), "cluster_grid": _ints(1), "fixed_components": _ints(1),
+      "knn_neighbors": _ints(1), "dk_folds": _ints(1), "lsh_sweep": _ints(1), "num_features": _int(1),
+      "blas_threads": _int(1), "random_draws": _int(1), "lsh_bits": _int(1), "lsh_tables": _int(1),
+      "lsh_candidates": _int(1), "lsh_clusters": _int(1), "bootstrap_samples": _int(1), "knn_top": _int(1),
+      "max_label": _int(0), "knn_rank_feature": _int(0), "l2_grid": _positive_numbers,
+      "similarities": _names(localrank.SIMILARITIES, nonempty=True), "select_by": _choice(LOCALRANK_METRICS),
+      "variance_fraction": _num(0, 1, low_open=True), "ridge": _num(0, low_open=True),
   }
 
 
+def _positive_numbers(name, v):
+  if not isinstance(v, (tuple, list)) or not v or not all(
+      isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v):
+    raise _fail(name, "a non-empty list of numbers > 0", v)
+
+
 def run_kind(config: ml_collections.ConfigDict) -> Optional[str]:
-  """``"talr"``, ``"nair"`` (a trained method's config), ``"baselines"`` (``experiments.evaluate``'s) or None."""
+  """Whose config: ``"talr"``, ``"nair"`` (``experiments.train``), ``"colgen"``, ``"baselines"``
+  (``experiments.evaluate``), ``"bit_weights"``, ``"localrank"``, or None."""
   method = config.get("method")
   if method == "talr":
     return "talr"
   if method in ("ranknet", "lambdarank"):
     return "nair"
-  return "baselines" if "methods" in config else None
+  if method in COLGEN_METHODS:
+    return "colgen"
+  for field, kind in (("methods", "baselines"), ("solvers", "bit_weights"), ("similarities", "localrank")):
+    if field in config:
+      return kind
+  return None
 
 
 def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> None:
@@ -197,6 +329,32 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
     if c("batch_per_class") > left:
       raise ConfigError(f"config.batch_per_class: expected at most the {left} training items per class of "
                         f"config.eval_split={c('eval_split')!r}, got {c('batch_per_class')}")
+  if kind in ("baselines", "colgen") and not c("bits"):
+    raise _fail("config.bits", "at least one code length", c("bits"))
+  if kind == "colgen":
+    losses = cghash.LOSSES if c("method") == "cghash" else colgen_inference.RANKING_LOSSES
+    _choice(losses)("config.loss", c("loss"))
+  if kind == "bit_weights" and not (c("bits") and c("base_codes")) and not c("models"):
+    raise ConfigError("config.bits / base_codes / models: expected at least one code to weight, got none")
+  if kind == "localrank":
+    _check_localrank(config)
+
+
+def _check_localrank(config: ml_collections.ConfigDict) -> None:
+  c = config.get
+  if not c("folds") or any(f > len(data.LETOR4_FOLDS) for f in c("folds")):
+    raise _fail("config.folds", f"folds in 1..{len(data.LETOR4_FOLDS)}", c("folds"))
+  if 1 not in c("cluster_grid"):
+    raise _fail("config.cluster_grid", "a list holding 1 (the global ranker is C = 1)", c("cluster_grid"))
+  if c("knn_rank_feature") >= c("num_features"):
+    raise _fail("config.knn_rank_feature", f"a 0-based column below num_features={c('num_features')}",
+                c("knn_rank_feature"))
+  if c("lsh_bits") > 62 or any(b > 62 for b in c("lsh_sweep")):
+    raise _fail("config.lsh_bits", "at most 62 hyperplanes per table", c("lsh_bits"))
+  if any(p > c("num_features") for p in c("fixed_components")):
+    raise _fail("config.fixed_components", f"P <= num_features={c('num_features')}", c("fixed_components"))
+  if c("fixed_components") and "pca" not in c("similarities"):
+    raise _fail("config.fixed_components", "an empty list unless similarities holds 'pca'", c("fixed_components"))
 
 
 def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -204,17 +362,24 @@ def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
 
   Raises ConfigError naming the field, what was expected and what came,
   e.g. ``config.model: expected one of ['linear', 'mlp'], got 'cnn'``.
-  Fields it does not know pass unchecked.
+  Fields it does not know pass unchecked. One checker serves every launcher:
+  a field means the same in each config, and the relations between fields
+  follow :func:`run_kind`.
+
+  >>> check_config(ml_collections.ConfigDict({"bits": 0}))
+  Traceback (most recent call last):
+  ...
+  experiments.methods.checks.ConfigError: config.bits: expected an int >= 1, got 0
   """
-  for name, rule in _rules().items():
-    if name in config:
-      try:
+  try:
+    for name, rule in _rules().items():
+      if name in config:
         rule(f"config.{name}", config[name])
-      except ConfigError:
-        raise
-      except ValueError as e:
-        raise ConfigError(str(e)) from None
-  _check_relations(config, run_kind(config))
+    _check_relations(config, run_kind(config))
+  except ConfigError:
+    raise
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   return config
 
 
@@ -241,10 +406,10 @@ KNOWN_SHAPES = {
 ASSUMED_SHAPE = DataShape(10000, 784, 10, known=False)
 #: Bytes of Python, jax and XLA themselves.
 RUNTIME_BYTES = 500 * 10 ** 6
-#: Peak bytes per query and Hamming bin of the tie-aware evaluation (hashjax.metrics.evaluate_codes: the
+#: Peak bytes per query and Hamming bin of the tie-aware evaluation (hashjax.evaluate.evaluate_codes: the
 #: histograms and the metrics' float arrays over them), and of the radius metrics of Nair's evaluation;
 #: its kNN classification (hashjax.metrics.knn_classify on distances) takes bytes per query, item and bin.
-#: All measured on the CPU (jax 0.10, numpy), as peak resident memory.
+#: Each is peak resident memory on the CPU.
 EVAL_BYTES_PER_BIN = {"talr": 480, "baselines": 480, "nair": 32}
 KNN_BYTES_PER_ITEM_BIN = 0.125
 
@@ -342,8 +507,8 @@ def _eval_terms(config, shape: DataShape, kind: str, bits: int, queries: int, da
                        f"bins x {KNN_BYTES_PER_ITEM_BIN} B", KNN_BYTES_PER_ITEM_BIN * queries * database * (bits + 1),
                        "eval", fields))
   if kind != "baselines":
-    terms.append(_Term("encoding", f"{_n(min(database, mappings.DEFAULT_ENCODE_BATCH))} items x {_n(bits)} "
-                       "logits x 5 B", float(min(database, mappings.DEFAULT_ENCODE_BATCH)) * bits * 5, "eval",
+    terms.append(_Term("encoding", f"{_n(min(database, mappings.ENCODE_BLOCK_ROWS))} items x {_n(bits)} "
+                       "logits x 5 B", float(min(database, mappings.ENCODE_BLOCK_ROWS)) * bits * 5, "eval",
                        ("config.bits",)))
   projected = [m for m in (c("methods") if kind == "baselines" else c("baselines") or ()) if m in ("lsh", "sh")]
   if projected:
@@ -398,7 +563,7 @@ def _terms(config: ml_collections.ConfigDict, shape: DataShape) -> List[_Term]:
   terms = [_Term("runtime", "Python, jax and XLA", RUNTIME_BYTES, "always", ()),
            _Term("data", f"{_n(shape.num_items)} items x {_n(shape.dim)} features x 4 B x 3",
                  12.0 * shape.num_items * shape.dim, "always", ("config.dataset",))]
-  if kind is None:
+  if kind not in ("talr", "nair", "baselines"):  # the others: sizes not modelled
     return terms
   queries, database, train = _sizes(config, shape)
   if kind == "baselines":
@@ -426,8 +591,8 @@ def estimate_memory(config: ml_collections.ConfigDict, *, shape: Optional[DataSh
   :func:`dataset_shape`. The peak is
   the sum: what stays (runtime, data, model), a training step and an
   evaluation, which overlap in time (jax dispatches the training step
-  asynchronously while the periodic evaluation runs). The per-bin costs were
-  measured on the CPU (jax 0.10).
+  asynchronously while the periodic evaluation runs). The per-bin costs are
+  peak resident memory on the CPU.
   """
   check_config(config)
   shape = shape or dataset_shape(config)
@@ -480,12 +645,12 @@ def check_baselines_fit(config: ml_collections.ConfigDict, *, shape: Optional[Da
   """PCA and ITQ need ``bits <= dim`` (one bit per principal direction): checked where the dimension is known."""
   shape = shape or dataset_shape(config)
   kind = run_kind(config)
-  if not shape.known or kind is None:
+  if not shape.known or kind in (None, "localrank"):
     return
   bits = config.bits if isinstance(config.bits, (tuple, list)) else (config.bits,)
-  field = "config.methods" if kind == "baselines" else "config.baselines"
+  field = {"baselines": "config.methods", "bit_weights": "config.base_codes"}.get(kind, "config.baselines")
   for m in (config.get(field[len("config."):]) or ()):
-    if m in ("pca", "itq") and max(bits) > shape.dim:
+    if m in ("pca", "itq") and max(bits, default=0) > shape.dim:
       raise ConfigError(f"config.bits={format_value(config.bits)}: {m} needs at most {shape.dim} bits on "
                         f"{config.dataset} ({shape.dim} features); lower config.bits or drop {m} from {field}")
 

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import common
+from experiments import augment, fitting, reporting, tasks
 from hashjax import _checks, codes, mappings, metrics, objectives
 
 METHODS = ("ranknet", "lambdarank")
@@ -34,11 +34,11 @@ AFFINITIES = ("label", "neighbors")
 #: nearest non-empty bins (eq. 7), the majority vote there (eq. 6), S_R of eq. 8 (absolute
 #: threshold ``radius``), tie-aware AP.
 SCORES = ("knn_count", "knn_majority", "retrieval", "ap")
-#: Columns of the printed table (``common.format_table(rows, columns=COLUMNS)``).
+#: Columns of the printed table (``reporting.format_table(rows, columns=COLUMNS)``).
 COLUMNS = (("knn_error", "kNN err"), ("precision_at_radius", "P@r"), ("num_empty_at_radius", "empty@r"))
 
 
-def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable[[int], Dict]:
+def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable[[int], Dict]:
   """``batch_fn(step)``: a pure function of the step (resumable), see :mod:`hashjax.train`.
 
   The batch holds the training features (one device array, reused every
@@ -75,7 +75,7 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
       raise ValueError(f"config.doc_pool: expected docs_per_query ({m}) <= doc_pool <= {n - q} "
                        f"(training items minus queries), got {pool}")
   train_x = np.asarray(task.features[task.train], np.float32)
-  shift = common.check_augment_shift(config, train_x)
+  shift = augment.check_augment_shift(config, train_x)
   features = jax.device_put(train_x)
   labels = np.asarray(task.labels[task.train], np.int32)
   majority = _checks.check_option("config.score", config.score, SCORES) == "knn_majority"
@@ -123,7 +123,7 @@ def replicated_keys(config: ml_collections.ConfigDict) -> tuple:
   return keys if config.get("num_devices", 1) not in (None, 1) else ()
 
 
-def deltas_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable:
+def deltas_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable:
   """``config.score``'s exact swap deltas, ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``."""
   score = _checks.check_option("config.score", config.score, SCORES)
   if score == "knn_count":
@@ -135,7 +135,7 @@ def deltas_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable:
   return functools.partial(objectives.average_precision_deltas, num_bits=config.bits)
 
 
-def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task) -> Callable:
+def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task) -> Callable:
   r"""``loss_fn(params, batch, step) -> (loss, aux)`` for :func:`hashjax.train.train`.
 
   .. math:: L_{RankNet} = \mathrm{mean}_{(q,a,b)} \log(1 + e^{\hat s_{qa} - \hat s_{qb}}), \quad
@@ -147,7 +147,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task
   method = _checks.check_option("config.method", config.method, METHODS)
   _checks.check_option("config.affinity", config.affinity, AFFINITIES)
   _checks.check_option("config.score", config.score, SCORES)
-  shift = common.check_augment_shift(config, task.features)  # bounds the batch's "shifts"
+  shift = augment.check_augment_shift(config, task.features)  # bounds the batch's "shifts"
   deltas = deltas_fn(config, task) if method == "lambdarank" else None
 
   def loss_fn(params, batch, step):
@@ -155,7 +155,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task
     x = batch["features"] if "items" not in batch else batch["features"][batch["items"]]
     if "shifts" in batch:  # on the device: the training set is not copied every step
       shifts = batch["shifts"] if "items" not in batch else batch["shifts"][batch["items"]]
-      x = common.shift_images(x, shifts, max_shift=shift)
+      x = augment.shift_images(x, shifts, max_shift=shift)
     logits = mappings.apply(mapping, params, x)
     hq = logits[batch["queries"]]
     hd = logits[batch["docs"]]
@@ -171,7 +171,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task
   return loss_fn
 
 
-def evaluate(config: ml_collections.ConfigDict, task: common.Task, query_words, db_words) -> Dict:
+def evaluate(config: ml_collections.ConfigDict, task: tasks.Task, query_words, db_words) -> Dict:
   """kNN classification error (relative threshold ``config.k``) and precision at ``config.radius``.
 
   Returns a dict of Python numbers: ``knn_error`` (queries' labels
@@ -184,7 +184,7 @@ def evaluate(config: ml_collections.ConfigDict, task: common.Task, query_words, 
   distances = codes.hamming_distance(query_words, db_words)
   pred = metrics.knn_classify(distances, task.labels[task.database], num_classes=task.num_classes,
                               num_bits=config.bits, k=config.k, threshold="relative")
-  precision = metrics.precision_at_radius(distances, common.eval_affinity(task), num_bits=config.bits,
+  precision = metrics.precision_at_radius(distances, tasks.eval_affinity(task), num_bits=config.bits,
                                           radius=config.radius)
   retrieved = metrics.retrieved_at_radius(distances, num_bits=config.bits, radius=config.radius)
   return {"knn_error": float(metrics.error_rate(pred, task.labels[task.query])),
@@ -192,7 +192,7 @@ def evaluate(config: ml_collections.ConfigDict, task: common.Task, query_words, 
           "num_empty_at_radius": int(jnp.sum(retrieved == 0))}
 
 
-def exact_l2_row(config: ml_collections.ConfigDict, task: common.Task) -> Dict:
+def exact_l2_row(config: ml_collections.ConfigDict, task: tasks.Task) -> Dict:
   """Exact Euclidean ``k``-NN classification error (majority of the ``k`` nearest, scikit-learn)."""
   from sklearn.neighbors import KNeighborsClassifier  # pylint: disable=g-import-not-at-top
   x = task.features
@@ -202,7 +202,7 @@ def exact_l2_row(config: ml_collections.ConfigDict, task: common.Task) -> Dict:
   return {"method": f"exact-l2-{config.k}nn", "bits": "-", "knn_error": err}
 
 
-def resolved_options(config: ml_collections.ConfigDict, task: common.Task) -> Dict:
+def resolved_options(config: ml_collections.ConfigDict, task: tasks.Task) -> Dict:
   """Config fields whose value this run derives, recorded in place of their placeholders.
 
   ``doc_pool`` None: ``"all"`` (documents drawn from the whole training set);
@@ -229,8 +229,8 @@ def resolved_options(config: ml_collections.ConfigDict, task: common.Task) -> Di
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Trains, checkpoints and evaluates as ``config`` says; writes ``<workdir>/model`` and returns (and writes)
   the results dict."""
-  task = common.make_task(config)
-  mapping, params = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params = fitting.make_mapping(config, task)
   x = task.features
   score = functools.partial(evaluate, config, task)
 
@@ -241,15 +241,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     r = score(*words(p))
     return {"knn_error": r["knn_error"], "precision_at_radius": r["precision_at_radius"]}
 
-  mesh = common.device_mesh(config, batch_rows=config.queries_per_batch, rows_from="config.queries_per_batch")
-  params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
+  mesh = fitting.device_mesh(config, batch_rows=config.queries_per_batch, rows_from="config.queries_per_batch")
+  params, history = fitting.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
                                batch_fn=make_batch_fn(config, task), eval_fn=eval_fn,
                                batch_size=config.queries_per_batch, mesh=mesh, replicated=replicated_keys(config))
-  record = common.recorded_config(config, resolved_options(config, task))
-  model = common.save_model(workdir, mapping, params, task, record)
+  record = reporting.recorded_config(config, resolved_options(config, task))
+  model = reporting.save_model(workdir, mapping, params, task, record)
   name = config.method + ("" if config.model == "linear" else f"-{config.model}")
-  rows = common.result_rows(config, task, name=name, learned_words=lambda: common.model_words(model, task),
+  rows = reporting.result_rows(config, task, name=name, learned_words=lambda: reporting.model_words(model, task),
                             evaluate=score)
   if config.exact_l2:
     rows.append(exact_l2_row(config, task))
-  return common.write_results(workdir, record, rows, history, columns=COLUMNS)
+  return reporting.write_results(workdir, record, rows, history, columns=COLUMNS)

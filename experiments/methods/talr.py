@@ -5,7 +5,7 @@ r"""TALR (He et al. 2018): a hash mapping trained on a relaxed tie-aware metric,
 relaxed AP (``config.objective="ap"``) or NDCG (``"ndcg"``) of ``config.distance`` with slope
 ``config.alpha`` and soft-histogram width ``config.width``, logs periodic tie-aware AP and
 NDCG on the evaluation queries, and ends with the tie-aware table of the learned codes beside
-``config.baselines`` (:func:`hashjax.metrics.evaluate_codes`). ``config.num_devices > 1`` trains
+``config.baselines`` (:func:`hashjax.evaluate.evaluate_codes`). ``config.num_devices > 1`` trains
 data-parallel over that many devices: each minibatch's queries split over them (``"query_vs_database"``: the
 database sample copied to each), the parameters replicated; the same numbers as one device.
 """
@@ -18,8 +18,9 @@ from typing import Callable, Dict
 import ml_collections
 import numpy as np
 
-from experiments import common
-from hashjax import data, mappings, metrics
+from experiments import augment, fitting, reporting, tasks
+from hashjax import data, mappings
+from hashjax.evaluate import evaluate_codes
 from hashjax import train as train_lib
 from hashjax.objectives import talr
 
@@ -31,21 +32,21 @@ SETTINGS = ("query_vs_rest", "query_vs_database")
 EVAL_KEYS = ("tie_aware_ap", "tie_aware_ndcg")
 
 
-def num_levels(task: common.Task) -> int:
+def num_levels(task: tasks.Task) -> int:
   """Affinity levels ``V``: 2 for labels, 11 for the Euclidean levels 0 / 1 / 2 / 5 / 10."""
   return 2 if task.affinity == "label" else max(data.TALR_LEVELS) + 1
 
 
-def evaluate(config: ml_collections.ConfigDict, task: common.Task, query_words, db_words) -> Dict:
-  """The tie-aware table of :func:`hashjax.metrics.evaluate_codes` (``config.radius``, ``config.precision_k``)."""
+def evaluate(config: ml_collections.ConfigDict, task: tasks.Task, query_words, db_words) -> Dict:
+  """The tie-aware table of :func:`hashjax.evaluate.evaluate_codes` (``config.radius``, ``config.precision_k``)."""
   kwargs = dict(num_bits=config.bits, radius=config.radius, k=config.precision_k)
   if task.affinity == "label":
-    return metrics.evaluate_codes(query_words, db_words, query_labels=task.labels[task.query],
+    return evaluate_codes(query_words, db_words, query_labels=task.labels[task.query],
                                   db_labels=task.labels[task.database], **kwargs)
-  return metrics.evaluate_codes(query_words, db_words, affinity=common.eval_affinity(task), **kwargs)
+  return evaluate_codes(query_words, db_words, affinity=tasks.eval_affinity(task), **kwargs)
 
 
-def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task) -> Callable:
+def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task) -> Callable:
   """``loss_fn(params, batch, step)`` of ``config.setting``: query-vs-rest or query-vs-database.
 
   ``config.alpha_final > 0`` anneals the slope linearly from ``config.alpha``
@@ -69,7 +70,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: common.Task
   raise ValueError(f"config.setting: expected one of {list(SETTINGS)}, got {config.setting!r}")
 
 
-def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Callable[[int], Dict]:
+def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable[[int], Dict]:
   """``batch_fn(step)`` of ``config.setting``, a pure function of the step.
 
   ``"query_vs_rest"``: a class-balanced minibatch (``config.batch_per_class``
@@ -77,7 +78,7 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
   the same minibatch as queries against the rest of the training set, or a
   uniform sample of ``config.database_size`` of it (0: all of it). With
   ``config.augment_shift = s > 0`` every training image is translated by a
-  random ``(dy, dx)`` in ``[-s, s]^2`` (:func:`experiments.common.shift_images`);
+  random ``(dy, dx)`` in ``[-s, s]^2`` (:func:`experiments.augment.shift_images`);
   with ``config.input_noise = sigma > 0`` Gaussian noise of standard deviation
   ``sigma`` is added to every training feature (after any shift). Affinities
   are those of the original items; AP reads binary relevance (any level >= 1).
@@ -87,11 +88,11 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
   x = task.features
   sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
   db_size = int(config.database_size)
-  shift = common.check_augment_shift(config, x)
+  shift = augment.check_augment_shift(config, x)
   noise = float(config.input_noise)
 
   def relevance(rows, cols):
-    a = common.affinity(task, rows, cols)
+    a = tasks.affinity(task, rows, cols)
     return (a > 0).astype(np.int32) if config.objective == "ap" else a
 
   def features(rows, step, stream):
@@ -100,7 +101,7 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
     rng = np.random.default_rng([config.seed, step, stream])
     out = x[rows]
     if shift:
-      out = np.asarray(common.shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)),
+      out = np.asarray(augment.shift_images(out, rng.integers(-shift, shift + 1, size=(len(rows), 2)),
                                            max_shift=shift), dtype=out.dtype)
     if noise:
       out = out + rng.normal(0.0, noise, size=out.shape).astype(out.dtype)
@@ -124,8 +125,8 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: common.Task) -> Calla
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Trains, checkpoints and evaluates as ``config`` says; writes ``<workdir>/model`` and returns (and writes)
   the results dict."""
-  task = common.make_task(config)
-  mapping, params = common.make_mapping(config, task)
+  task = tasks.make_task(config)
+  mapping, params = fitting.make_mapping(config, task)
   x = task.features
   score = functools.partial(evaluate, config, task)
 
@@ -136,13 +137,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     result = score(*words(p))
     return {k: result[k] for k in EVAL_KEYS}
 
-  mesh = common.device_mesh(config, batch_rows=config.batch_per_class * task.num_classes,
+  mesh = fitting.device_mesh(config, batch_rows=config.batch_per_class * task.num_classes,
                             rows_from=f"config.batch_per_class x {task.num_classes} classes")
-  params, history = common.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
+  params, history = fitting.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
                                batch_fn=make_batch_fn(config, task), eval_fn=eval_fn, mesh=mesh,
                                replicated=("db_features",) if mesh and config.setting == "query_vs_database" else ())
-  record = common.recorded_config(config)  # every TALR option is a literal value of its config
-  model = common.save_model(workdir, mapping, params, task, record)
-  rows = common.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",
-                            learned_words=lambda: common.model_words(model, task), evaluate=score)
-  return common.write_results(workdir, record, rows, history)
+  record = reporting.recorded_config(config)  # every TALR option is a literal value of its config
+  model = reporting.save_model(workdir, mapping, params, task, record)
+  rows = reporting.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",
+                            learned_words=lambda: reporting.model_words(model, task), evaluate=score)
+  return reporting.write_results(workdir, record, rows, history)

@@ -1,7 +1,9 @@
 """hashjax's hot loops: the few kernels that benchmarks show are needed, each once (private package).
 
 * :mod:`hashjax._kernels.bitsliced`: Hamming histograms of codes of at most 128 bits by bit-sliced counting
-  (used by :mod:`hashjax.histograms`);
+  (used by :mod:`hashjax.histograms` on a CPU);
+* :mod:`hashjax._kernels.compare`: Hamming histograms by compare-and-count, fused by XLA (used by
+  :mod:`hashjax.histograms` on a GPU or TPU);
 * :mod:`hashjax._kernels.scan`: exact Hamming search, the block-minimum scan and the k-NN selections (used by
   :mod:`hashjax.search`);
 * :mod:`hashjax._kernels.weighted`: weighted Hamming distances as per-byte table lookups summed in one fixed

@@ -14,15 +14,17 @@ whose order a compiler picks):
 
 Weights below ``2^-126`` in magnitude (subnormal) count as 0, so no backend's flush-to-zero mode can change a
 sum of non-negative weights. :func:`table_distances` is the one implementation of this order; every search
-path and :func:`hashjax.codes.weighted_hamming_distance` call it.
+path and :func:`hashjax.codes.weighted_hamming_distance` call it. On a GPU or TPU it computes each entry
+from the byte's bits instead of looking it up (:func:`bit_distances`: the same additions in the same order,
+so the same bits), since a gather per byte and pair is what an accelerator does worst.
 
 **Exact search, fixed shapes** (:func:`knn_exact`, any input, also under ``jit``). The scan computes the exact
 distances chunk by chunk and keeps their minima over blocks of 32 and superblocks of 256 items; the three
 selections of :mod:`hashjax._kernels.scan` follow (the same lemma), with the ``float32`` distances themselves
 as keys: ``lax.top_k`` keeps the lower position first among equal values, and every selection runs over
 candidates laid out in ascending index order, so ties break by index. About 4 ns per (query, item) on a CPU
-core (the table lookups are gathers, 10 times the cost of the popcount scan); on a GPU, 55,000 queries/s over
-10^6 codes of 64 bits (H100).
+core (the table lookups are gathers, 10 times the cost of the popcount scan); on a GPU with table lookups,
+55,000 queries/s over 10^6 codes of 64 bits (H100).
 
 **Pruned search** (:func:`knn_pruned` and :func:`radius_pruned`, concrete inputs). A lower bound first, from
 the popcount scan of :mod:`hashjax._kernels.scan` with one multiplier per half-byte:
@@ -108,7 +110,11 @@ def table_distances(xor_words, tables):
   """``float32[...]`` weighted distances from ``uint32[..., W]`` XORed codes, by the fixed order above.
 
   ``tables`` is ``float32[4 W, 256]``, or ``float32[Q, 4 W, 256]`` per query with ``xor_words[Q, ..., W]``.
+  On a GPU or TPU (jax's default backend when traced), :func:`bit_distances` of the tables' weights: the same
+  bits without a gather per byte.
   """
+  if jax.default_backend() != "cpu":
+    return bit_distances(xor_words, table_weights(tables))
   xb = as_bytes(xor_words)
   num_bytes = xb.shape[-1]
   if tables.ndim == 2:
@@ -118,6 +124,41 @@ def table_distances(xor_words, tables):
     row = (jnp.arange(tables.shape[0], dtype=jnp.int32) * (num_bytes * 256)).reshape(
         (-1,) + (1,) * (xb.ndim - 2))
     entries = [jnp.take(flat, row + 256 * p + xb[..., p].astype(jnp.int32), mode="clip") for p in range(num_bytes)]
+  return _pairwise(entries)
+
+
+def table_weights(tables):
+  """``float32[..., 32 W]``: the weights of :func:`byte_tables` ``float32[..., 4 W, 256]``, read back exactly.
+
+  Entry ``T_p[2^b]`` sums ``w_{8p+b}`` and seven zeros, which is ``w_{8p+b}`` itself: the weights are
+  flushed, so none is ``-0``.
+  """
+  single = tables[..., 1 << np.arange(8)]  # [..., 4 W, 8]
+  return single.reshape(tables.shape[:-2] + (8 * tables.shape[-2],))
+
+
+def bit_distances(xor_words, weights):
+  """:func:`table_distances` without tables: each byte's entry summed from its bit terms, per pair.
+
+  Every term is the ``where`` of :func:`byte_tables` and every sum the same ``float32`` addition in the same
+  order (:func:`_pairwise` over the 8 bits of a byte, then over the bytes), so the results are the same bits:
+  more arithmetic than a lookup, no gather (cheap on a GPU, dear on a CPU core).
+
+  Args:
+    xor_words: ``uint32[..., W]`` XORed codes (``[Q, ..., W]`` with per-query weights).
+    weights: ``float32[32 W]`` flushed weights (:func:`flush_weights`), or ``float32[Q, 32 W]``.
+
+  Returns:
+    ``float32[...]`` weighted distances.
+  """
+  if weights.ndim == 2:
+    weights = weights.reshape(weights.shape[:1] + (1,) * (xor_words.ndim - 2) + weights.shape[1:])
+  entries = []
+  for p in range(4 * xor_words.shape[-1]):
+    word = xor_words[..., p // 4]
+    terms = [jnp.where(((word >> (8 * (p % 4) + b)) & 1) == 1, weights[..., 8 * p + b], jnp.float32(0))
+             for b in range(8)]
+    entries.append(_pairwise(terms))
   return _pairwise(entries)
 
 

@@ -72,6 +72,9 @@ def encode(method: str, params: Any, features: Array) -> Array:
 
   .. math:: b = \mathrm{encode}_{method}(\theta, x) \in \{0, 1\}^{b}
 
+  The rows are computed in fixed blocks in full float32 (as :func:`project`), so the same features give the
+  same bits in any batch, one row at a time or all at once, on a CPU or a GPU.
+
   Args:
     method: ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or ``"iso"``.
     params: params from :func:`fit` with the same ``method``.

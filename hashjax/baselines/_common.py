@@ -1,4 +1,4 @@
-"""Shared pieces of the unsupervised baselines: input checks and PCA.
+"""Shared pieces of the unsupervised baselines: input checks, PCA and the blocked evaluation of encode.
 
 Every baseline centres features by the training mean and (except LSH)
 projects them onto principal directions. Principal directions are the
@@ -9,18 +9,22 @@ eigensolver happens to return.
 
 Every ``fit`` runs on the host in float64 (NumPy), so that its params, and the
 codes built on them, do not depend on the thread count or the CPU; every
-``encode`` is jax and can be jitted.
+``encode`` (and ``project``) is jax, can be jitted, and computes its rows in
+fixed blocks in full float32 (:func:`rows`), so the same features give the
+same bits in any batch, on a CPU or a GPU.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
+from hashjax import _encode
+from hashjax import codes
 
 Array = jax.Array
 
@@ -28,22 +32,18 @@ Array = jax.Array
 def check_fit_features(features: Any, *, min_rows: int = 1, name: str = "features") -> None:
   """Training ``features[N, dim]``: real, finite, ``N >= min_rows``, ``dim >= 1``."""
   _checks.check_real(name, features, shape_doc="[num_items, dim]")
-  if features.ndim != 2:
-    raise ValueError(f"{name}: expected a 2-D array [num_items, dim], got {_checks.desc(features)}")
-  if features.shape[1] == 0:
-    raise ValueError(f"{name}: expected at least one feature column, got shape {tuple(features.shape)}")
+  _checks.check_array(name, features, ndim=2, shape_doc="[num_items, dim]")
   if features.shape[0] < min_rows:
-    what = "training row" if min_rows == 1 else f"{min_rows} training rows"
-    raise ValueError(f"{name}: expected at least {what}, got shape {tuple(features.shape)}")
+    raise ValueError(f"{name}: expected at least {min_rows} training rows, got shape {tuple(features.shape)}")
 
 
-def check_encode_features(features: Any, dim: int, *, name: str = "features") -> None:
-  """Features to encode ``[..., dim]``: real, finite, last axis of width ``dim``."""
-  _checks.check_real(name, features, shape_doc=f"[..., {dim}]", min_ndim=1)
-  if features.shape[-1] != dim:
-    raise ValueError(
-        f"{name}: expected {dim} feature columns (the width the params were fit on), "
-        f"got shape {tuple(features.shape)}")
+def check_encode(params: Any, cls: type, module: str, features: Any) -> None:
+  """``params`` of type ``cls`` (from ``hashjax.baselines.<module>.fit``) and features to encode ``[..., dim]``:
+  real, finite, last axis of the width the params were fit on."""
+  _checks.check_type("params", params, cls, what=f"{cls.__name__} from hashjax.baselines.{module}.fit")
+  dim = params.mean.shape[-1]
+  _checks.check_real("features", features, shape_doc=f"[..., {dim}]", min_ndim=1)
+  _checks.check_columns("features", features, dim, what="the width the params were fit on")
 
 
 def check_pca_bits(num_bits: Any, dim: int) -> int:
@@ -56,12 +56,6 @@ def check_pca_bits(num_bits: Any, dim: int) -> int:
   return num_bits
 
 
-def check_params(params: Any, cls: type, module: str, *, name: str = "params") -> None:
-  if not isinstance(params, cls):
-    raise ValueError(
-        f"{name}: expected {cls.__name__} from hashjax.baselines.{module}.fit, got {type(params).__name__}")
-
-
 def host_features(features: Any, *, name: str = "features") -> tuple:
   """``(features as float64 numpy, the params dtype)`` for a fit, which runs on the host.
 
@@ -71,9 +65,8 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
   multithreaded matrix products into different codes. The params come back in
   the features' float dtype (at least float32; float64 only when jax's x64 is on).
   """
-  if not _checks.is_concrete(features):
-    raise ValueError(f"{name}: a baseline's fit runs on the host in float64 and needs a concrete array, got a "
-                     f"traced one; call fit outside jax.jit (encode can be jitted)")
+  _checks.check_concrete(name, features, why="a baseline's fit runs on the host in float64; call fit outside "
+                         "jax.jit (encode can be jitted)")
   dtype = np.dtype(features.dtype)
   dtype = jax.dtypes.canonicalize_dtype(np.promote_types(dtype, np.float32) if dtype.kind == "f" else np.float32)
   return np.asarray(features, np.float64), dtype
@@ -96,6 +89,22 @@ def pca(features: np.ndarray, num_dirs: int) -> tuple:
 
 
 def project(features: Array, mean: Array, projection: Array) -> Array:
-  """``(features - mean) @ projection`` at full precision."""
-  x = features.astype(mean.dtype) - mean
-  return jnp.matmul(x, projection, precision=jax.lax.Precision.HIGHEST)
+  """``(features - mean) @ projection`` in full float32 (``Precision.HIGHEST``)."""
+  return _encode.matmul(features.astype(mean.dtype) - mean, projection)
+
+
+def centred_projection(params: Any, features: Array) -> Array:
+  """``(features - params.mean) @ params.projection``: the values of LSH and PCA."""
+  return project(features, params.mean, params.projection)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _block(values: Callable, binary: bool, params: Any, features: Array) -> Array:
+  v = values(params, features)
+  return codes.binarize(v) if binary else v
+
+
+def rows(values: Callable, params: Any, features: Any, *, binary: bool) -> Array:
+  """``values(params, x)`` of ``features[..., dim]`` (its bits ``uint8`` when ``binary``), computed
+  :data:`hashjax._encode.BLOCK_ROWS` rows per call: the same features give the same bits in any batch."""
+  return _checks.as_jax(_encode.blockwise(lambda x: _block(values, binary, params, x), features))

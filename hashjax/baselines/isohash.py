@@ -58,8 +58,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hashjax import codes
 from hashjax import _checks
+from hashjax import _encode
 from hashjax.baselines import _common
 
 Array = jax.Array
@@ -215,6 +215,10 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, solver: st
   return IsoHashParams(*(jnp.asarray(v, dtype) for v in (mean, projection, rotation)))
 
 
+def _rotated(params: IsoHashParams, features: Array) -> Array:
+  return _encode.matmul(_common.project(features, params.mean, params.projection), params.rotation)
+
+
 def project(params: IsoHashParams, features: Array) -> Array:
   r"""The real values whose signs are the bits of :func:`encode` (``encode`` is ``binarize(project(...))``).
 
@@ -233,10 +237,8 @@ def project(params: IsoHashParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_params(params, IsoHashParams, "isohash")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  projected = _common.project(jnp.asarray(features), params.mean, params.projection)
-  return jnp.matmul(projected, params.rotation, precision=jax.lax.Precision.HIGHEST)
+  _common.check_encode(params, IsoHashParams, "isohash", features)
+  return _common.rows(_rotated, params, features, binary=False)
 
 
 def encode(params: IsoHashParams, features: Array) -> Array:
@@ -257,4 +259,5 @@ def encode(params: IsoHashParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((100, 4), dtype('uint8'))
   """
-  return codes.binarize(project(params, features))
+  _common.check_encode(params, IsoHashParams, "isohash", features)
+  return _common.rows(_rotated, params, features, binary=True)

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hashjax import codes
 from hashjax import _checks
+from hashjax import _encode
 from hashjax.baselines import _common
 
 Array = jax.Array
@@ -40,13 +40,9 @@ class ITQParams(NamedTuple):
   rotation: Array
 
 
-def _hi(a: Array, b: Array) -> Array:
-  return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
-
-
 def _rotated(params: ITQParams, features: Array) -> Array:
   """``features[..., dim]`` projected and rotated: ``((x - mean) W) R``."""
-  return _hi(_common.project(features, params.mean, params.projection), params.rotation)
+  return _encode.matmul(_common.project(features, params.mean, params.projection), params.rotation)
 
 
 def fit(features: Array, *, num_bits: int, key: Any,
@@ -109,9 +105,8 @@ def project(params: ITQParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_params(params, ITQParams, "itq")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  return _rotated(params, jnp.asarray(features))
+  _common.check_encode(params, ITQParams, "itq", features)
+  return _common.rows(_rotated, params, features, binary=False)
 
 
 def encode(params: ITQParams, features: Array) -> Array:
@@ -132,7 +127,8 @@ def encode(params: ITQParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((100, 4), dtype('uint8'))
   """
-  return codes.binarize(project(params, features))
+  _common.check_encode(params, ITQParams, "itq", features)
+  return _common.rows(_rotated, params, features, binary=True)
 
 
 def quantization_loss(params: ITQParams, features: Array) -> Array:
@@ -154,8 +150,7 @@ def quantization_loss(params: ITQParams, features: Array) -> Array:
   >>> bool(quantization_loss(done, x) <= quantization_loss(start, x))
   True
   """
-  _common.check_params(params, ITQParams, "itq")
-  _common.check_encode_features(features, params.mean.shape[-1])
+  _common.check_encode(params, ITQParams, "itq", features)
   rotated = _rotated(params, jnp.asarray(features))
   codes_pm = jnp.where(rotated > 0, 1.0, -1.0).astype(rotated.dtype)
   return jnp.sum((codes_pm - rotated) ** 2)

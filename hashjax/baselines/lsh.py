@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 
 from hashjax import _checks
-from hashjax import codes
 from hashjax.baselines import _common
 
 Array = jax.Array
@@ -76,9 +75,8 @@ def project(params: LSHParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_params(params, LSHParams, "lsh")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  return _common.project(jnp.asarray(features), params.mean, params.projection)
+  _common.check_encode(params, LSHParams, "lsh", features)
+  return _common.rows(_common.centred_projection, params, features, binary=False)
 
 
 def encode(params: LSHParams, features: Array) -> Array:
@@ -100,4 +98,5 @@ def encode(params: LSHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((3, 16), dtype('uint8'))
   """
-  return codes.binarize(project(params, features))
+  _common.check_encode(params, LSHParams, "lsh", features)
+  return _common.rows(_common.centred_projection, params, features, binary=True)

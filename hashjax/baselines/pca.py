@@ -14,7 +14,6 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from hashjax import codes
 from hashjax import _checks
 from hashjax.baselines import _common
 
@@ -75,9 +74,8 @@ def project(params: PCAParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_params(params, PCAParams, "pca")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  return _common.project(jnp.asarray(features), params.mean, params.projection)
+  _common.check_encode(params, PCAParams, "pca", features)
+  return _common.rows(_common.centred_projection, params, features, binary=False)
 
 
 def encode(params: PCAParams, features: Array) -> Array:
@@ -97,4 +95,5 @@ def encode(params: PCAParams, features: Array) -> Array:
   >>> encode(fit(x, num_bits=1), x).ravel().tolist()
   [0, 0, 1, 1]
   """
-  return codes.binarize(project(params, features))
+  _common.check_encode(params, PCAParams, "pca", features)
+  return _common.rows(_common.centred_projection, params, features, binary=True)

@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
-from hashjax import codes
 from hashjax.baselines import _common
 
 Array = jax.Array
@@ -98,6 +97,15 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> Spectra
   return SpectralParams(mean, projection, minimum, maximum, direction, mode)
 
 
+def _eigenfunctions(params: SpectralParams, features: Array) -> Array:
+  projected = _common.project(features, params.mean, params.projection[:, params.direction])
+  low = params.minimum[params.direction]
+  spread = params.maximum[params.direction] - low
+  position = jnp.where(spread > 0, (projected - low) / jnp.where(spread > 0, spread, 1), 0)
+  phase = jnp.pi / 2 + params.mode.astype(position.dtype) * jnp.pi * position
+  return jnp.sin(phase)
+
+
 def project(params: SpectralParams, features: Array) -> Array:
   r"""The eigenfunction values whose signs are the bits of :func:`encode` (``binarize(project(...))``).
 
@@ -115,15 +123,8 @@ def project(params: SpectralParams, features: Array) -> Array:
   >>> np.round(np.asarray(project(fit(x, num_bits=1), np.array([[-2.0, 0.0], [0.0, 0.0]]))), 3).tolist()
   [[1.0], [0.0]]
   """
-  _common.check_params(params, SpectralParams, "spectral")
-  _common.check_encode_features(features, params.mean.shape[-1])
-  features = jnp.asarray(features)
-  projected = _common.project(features, params.mean, params.projection[:, params.direction])
-  low = params.minimum[params.direction]
-  spread = params.maximum[params.direction] - low
-  position = jnp.where(spread > 0, (projected - low) / jnp.where(spread > 0, spread, 1), 0)
-  phase = jnp.pi / 2 + params.mode.astype(position.dtype) * jnp.pi * position
-  return jnp.sin(phase)
+  _common.check_encode(params, SpectralParams, "spectral", features)
+  return _common.rows(_eigenfunctions, params, features, binary=False)
 
 
 def encode(params: SpectralParams, features: Array) -> Array:
@@ -146,4 +147,5 @@ def encode(params: SpectralParams, features: Array) -> Array:
   >>> encode(params, np.array([[-1.5, 0.0], [-0.5, 0.0], [0.5, 0.0], [1.5, 0.0]])).tolist()
   [[1, 1], [1, 0], [0, 0], [0, 1]]
   """
-  return codes.binarize(project(params, features))
+  _common.check_encode(params, SpectralParams, "spectral", features)
+  return _common.rows(_eigenfunctions, params, features, binary=True)

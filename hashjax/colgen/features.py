@@ -16,15 +16,14 @@ saved colgen model stores (:mod:`hashjax.models`).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
-
-Seed = Union[int, np.random.Generator]
+from hashjax import _encode
 
 #: ``features=`` of :func:`fit_feature_map`.
 FEATURE_KINDS = ("linear", "rbf")
@@ -52,11 +51,12 @@ PARAM_FIELDS = HashParams._fields
 def _raw_features(anchors, scale, x, xp):
   if anchors.shape[0] == 0:
     return x
-  sq = xp.sum(x * x, axis=-1, keepdims=True) - 2.0 * x @ anchors.T + xp.sum(anchors * anchors, axis=-1)
+  cross = _encode.matmul(x, anchors.T) if xp is jnp else x @ anchors.T
+  sq = xp.sum(x * x, axis=-1, keepdims=True) - 2.0 * cross + xp.sum(anchors * anchors, axis=-1)
   return xp.exp(-xp.maximum(sq, 0.0) / (2.0 * scale * scale))
 
 
-def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 300, seed: Seed = 0) -> HashParams:
+def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 300, seed: _checks.Seed = 0) -> HashParams:
   r"""The feature map of ``kind`` fitted on training ``features[n, d]``, with no bits yet (``b = 0``).
 
   .. math:: \bar\phi = \frac{1}{n} \sum_i \phi(x_i)
@@ -76,8 +76,7 @@ def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 3
   """
   _checks.check_option("kind", kind, FEATURE_KINDS)
   _checks.check_real("features", features, shape_doc="[num_items, dim]")
-  if features.ndim != 2 or 0 in features.shape:
-    raise ValueError(f"features: expected a non-empty 2-D array [num_items, dim], got {_checks.desc(features)}")
+  _checks.check_array("features", features, ndim=2, shape_doc="[num_items, dim]")
   x = np.asarray(features, np.float64)
   if kind == "linear":
     anchors, scale = np.zeros((0, x.shape[1])), 1.0
@@ -85,7 +84,7 @@ def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 3
     a = _checks.check_int("num_anchors", num_anchors, low=1)
     if a > x.shape[0]:
       raise ValueError(f"num_anchors: expected at most {x.shape[0]} (the training points), got {a}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _checks.check_rng(seed)
     anchors = x[np.sort(rng.choice(x.shape[0], a, replace=False))]
     sq = np.sum(x * x, 1)[:, None] - 2.0 * x @ anchors.T + np.sum(anchors * anchors, 1)
     scale = float(np.mean(np.sqrt(np.maximum(sq, 0.0))))
@@ -106,20 +105,30 @@ def feature_map(params: HashParams, features: Any) -> np.ndarray:
   return _raw_features(np.asarray(params.anchors), float(params.scale), x, np) - np.asarray(params.mean)
 
 
+@jax.jit
+def _device_bits(params: HashParams, x: jax.Array) -> jax.Array:
+  x = x.astype(jnp.result_type(params.projection))
+  phi = _raw_features(params.anchors, params.scale, x, jnp) - params.mean
+  return (_encode.matmul(phi, params.projection) + params.bias > 0).astype(jnp.uint8)
+
+
+def _host_bits(params: HashParams, x: np.ndarray) -> np.ndarray:
+  return (feature_map(params, x) @ np.asarray(params.projection) + np.asarray(params.bias) > 0).astype(np.uint8)
+
+
 def hash_bits(params: HashParams, features: Any) -> Any:
   r"""The bits of ``features[..., d]``: ``uint8[..., b]``, :math:`[v_r^\top(\phi(x) - \bar\phi) + b_r > 0]`.
 
   .. math:: h_r(x) = [\, v_r^\top (\phi(x) - \bar\phi) + b_r > 0 \,]
 
-  numpy (float64) for numpy inputs, jax.numpy (the params' dtype) for jax arrays and tracers.
+  numpy (float64) for numpy inputs, jax.numpy (the params' dtype, products in full float32 or better) for jax
+  arrays and tracers. Either way the rows are computed in fixed blocks (:data:`hashjax._encode.BLOCK_ROWS` rows,
+  the last padded), so the same features give the same bits in any batch, on a CPU or a GPU.
 
   >>> p = fit_feature_map(np.array([[0.0], [2.0]]))._replace(projection=np.array([[1.0, -1.0]]), bias=np.zeros(2))
   >>> hash_bits(p, np.array([[0.0], [2.0]])).tolist()
   [[0, 1], [1, 0]]
   """
   if isinstance(features, (jax.Array, jax.core.Tracer)):
-    x = features.astype(jnp.result_type(params.projection))
-    phi = _raw_features(params.anchors, params.scale, x, jnp) - params.mean
-    return (phi @ params.projection + params.bias > 0).astype(jnp.uint8)
-  phi = feature_map(params, features)
-  return (phi @ np.asarray(params.projection) + np.asarray(params.bias) > 0).astype(np.uint8)
+    return _checks.as_jax(_encode.blockwise(lambda x: _device_bits(params, x), features))
+  return _encode.blockwise(lambda x: _host_bits(params, x), np.asarray(features))

@@ -143,14 +143,12 @@ def most_violated(dp: Any, dn: Any, *, loss: str, k: Optional[int] = None) -> Ra
     z = gains[:min(k, p)].sum()
   rows = np.arange(n)
   a = np.zeros((n, p), np.int64)
-  best = np.zeros(n)
   if loss in ("auc", "sndcg"):
     for t in range(p):
       psi_term = scale * (a_range * dps[:, t:t + 1] - cum)
       gain = a_range / (p * m) if loss == "auc" else (1.0 - gains[:m + 1]) / p
       value = gain + psi_term
       a[:, t] = np.argmax(value, axis=1)
-      best += value[rows, a[:, t]]
   else:
     arg = np.zeros((p, n, m + 1), np.int32)
     prev = np.zeros((n, m + 1))
@@ -162,7 +160,6 @@ def most_violated(dp: Any, dn: Any, *, loss: str, k: Optional[int] = None) -> Ra
       arg[t] = np.maximum.accumulate(np.where(fresh, idx, 0), axis=1)
       prev = run
     pick = arg[p - 1, rows, m]
-    best = 1.0 + prev[:, m]
     for t in range(p - 1, -1, -1):
       a[:, t] = pick
       if t:

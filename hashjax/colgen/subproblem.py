@@ -26,7 +26,7 @@ new bit (:func:`new_bit` returns None).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, NamedTuple, Optional, Union
+from typing import Any, Iterator, NamedTuple, Optional
 
 import numpy as np
 import scipy.optimize
@@ -37,7 +37,6 @@ import threadpoolctl
 from hashjax import _checks
 from hashjax.colgen import triplets
 
-Seed = Union[int, np.random.Generator]
 
 __all__ = ["NewBit", "single_threaded_blas", "cut_scan", "laplacian_apply", "whitening", "spectral_directions",
            "relaxed_objective", "refine", "degenerate", "new_bit"]
@@ -167,7 +166,7 @@ def whitening(phi: Any, *, ridge: float = 1e-3, max_dim: Optional[int] = None) -
 
 
 def spectral_directions(psi: Any, neighbors: np.ndarray, weights: Any, *, num_directions: int,
-                        seed: Seed = 0) -> np.ndarray:
+                        seed: _checks.Seed = 0) -> np.ndarray:
   r"""The top eigenvectors of the sign-free sub-problem on whitened features: ``float64[D, k]``, best first.
 
   .. math:: \Psi^\top L \Psi\, u = \lambda u
@@ -194,7 +193,7 @@ def spectral_directions(psi: Any, neighbors: np.ndarray, weights: Any, *, num_di
     m = psi.T @ laplacian_apply(psi, neighbors, w)
     _, vectors = np.linalg.eigh(0.5 * (m + m.T))
     return vectors[:, ::-1][:, :k]
-  rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+  rng = _checks.check_rng(seed)
   op = scipy.sparse.linalg.LinearOperator((d, d), matvec=lambda u: psi.T @ laplacian_apply(psi @ u, neighbors, w),
                                           dtype=np.float64)
   try:
@@ -273,7 +272,7 @@ def degenerate(bits: np.ndarray, existing: Optional[np.ndarray], *, min_side: in
 def new_bit(phi: Any, neighbors: triplets.Neighbors, weights: Any, *, existing: Optional[np.ndarray] = None,
             num_starts: int = 2, max_iterations: int = 30, sharpness: float = 4.0, min_fraction: float = 0.02,
             duplicate_tolerance: float = 0.01, whiten: Optional[np.ndarray] = None, psi: Optional[np.ndarray] = None,
-            seed: Seed = 0) -> Optional[NewBit]:
+            seed: _checks.Seed = 0) -> Optional[NewBit]:
   r"""Solves the sub-problem: the non-degenerate perceptron bit with the largest exact :math:`F(h)`.
 
   .. math:: h^\star = \arg\max_{h \in \mathcal{C}} \sum_{i, q} W_{iq} (h_i - h_{\nu_{iq}})^2
@@ -315,7 +314,7 @@ def new_bit(phi: Any, neighbors: triplets.Neighbors, weights: Any, *, existing: 
     _checks.check_finite("weights", w)
     min_side = max(1, int(np.ceil(min_fraction * n)))
     phi32 = phi.astype(np.float32)
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = _checks.check_rng(seed)
     if whiten is None:
       whiten = whitening(phi)
     if psi is None:

@@ -18,13 +18,12 @@ sub-problem (:mod:`hashjax.colgen.subproblem`) reads only ``(neighbors, pair_wei
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from hashjax import _checks
 
-Seed = Union[int, np.random.Generator]
 
 __all__ = ["Neighbors", "sample_neighbors", "pair_weights", "pair_objective", "code_differences", "check_labels",
            "check_features"]
@@ -49,9 +48,7 @@ def check_labels(labels: Any, num_items: int, *, name: str = "labels") -> np.nda
   [0, 1, 1]
   """
   _checks.check_integer_dtype(name, labels, what="class labels")
-  if labels.ndim != 1 or labels.shape[0] != num_items:
-    raise ValueError(f"{name}: expected int [{num_items}] (one label per training point), got "
-                     f"{_checks.desc(labels)}")
+  _checks.check_shape(name, labels, (num_items,), like="one label per training point")
   return np.asarray(labels, np.int64)
 
 
@@ -62,12 +59,11 @@ def check_features(features: Any, *, name: str = "features") -> np.ndarray:
   (2, 3)
   """
   _checks.check_real(name, features, shape_doc="[num_items, dim]")
-  if features.ndim != 2 or 0 in features.shape:
-    raise ValueError(f"{name}: expected a non-empty 2-D array [num_items, dim], got {_checks.desc(features)}")
+  _checks.check_array(name, features, ndim=2, shape_doc="[num_items, dim]")
   return np.asarray(features, np.float64)
 
 
-def sample_neighbors(labels: Any, *, num_relevant: int, num_irrelevant: int, seed: Seed = 0) -> Neighbors:
+def sample_neighbors(labels: Any, *, num_relevant: int, num_irrelevant: int, seed: _checks.Seed = 0) -> Neighbors:
   r"""Draws ``num_relevant`` same-label and ``num_irrelevant`` other-label neighbours of every point.
 
   .. math:: \mathcal{X}_i^+ \subset \{j \ne i : y_j = y_i\},\ |\mathcal{X}_i^+| = P; \qquad
@@ -91,9 +87,8 @@ def sample_neighbors(labels: Any, *, num_relevant: int, num_irrelevant: int, see
   """
   p = _checks.check_positive_int("num_relevant", num_relevant)
   m = _checks.check_positive_int("num_irrelevant", num_irrelevant)
-  _checks.check_integer_dtype("labels", labels, what="class labels")
-  if labels.ndim != 1:
-    raise ValueError(f"labels: expected int [n], got {_checks.desc(labels)}")
+  _checks.check_array("labels", labels, ndim=1, shape_doc="[n]", kinds="biu", what="integer array of class labels",
+                      nonempty=False)
   y = np.asarray(labels, np.int64)
   classes, counts = np.unique(y, return_counts=True)
   if counts.min(initial=np.iinfo(np.int64).max) - 1 < p:
@@ -104,7 +99,7 @@ def sample_neighbors(labels: Any, *, num_relevant: int, num_irrelevant: int, see
     c = classes[np.argmax(counts)]
     raise ValueError(f"num_irrelevant: expected at most {y.size - counts.max()} (class {c} has "
                      f"{y.size - counts.max()} points of other labels), got {m}")
-  rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+  rng = _checks.check_rng(seed)
   relevant = np.empty((y.size, p), np.int32)
   irrelevant = np.empty((y.size, m), np.int32)
   for c in classes:

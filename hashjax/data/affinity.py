@@ -38,16 +38,7 @@ TALR_FRACTIONS = (0.05, 0.01, 0.002, 0.001)
 #: ... and the affinity levels they get.
 TALR_LEVELS = (1, 2, 5, 10)
 
-_INT32_MAX = 2**31 - 1
 _BLOCK_ELEMENTS = 1 << 22  # float64 entries per block of the distance matrix (32 MB)
-
-
-def _check_labels_1d(name: str, labels, num_classes: Optional[int]) -> None:
-  high = _INT32_MAX if num_classes is None else num_classes - 1
-  _checks.check_int_range(name, labels, 0, high, what="class labels")
-  if labels.ndim != 1:
-    raise ValueError(f"{name}: expected a 1-D array [n] of class labels, got shape {tuple(labels.shape)}")
-  _checks.check_nonempty(name, labels, what="label")
 
 
 def label_affinity(query_labels: Array, db_labels: Array, *, num_classes: Optional[int] = None) -> Array:
@@ -68,8 +59,10 @@ def label_affinity(query_labels: Array, db_labels: Array, *, num_classes: Option
   [[0, 1, 1], [1, 0, 0]]
   """
   num_classes = _checks.check_int("num_classes", num_classes, allow_none=True)
-  _check_labels_1d("query_labels", query_labels, num_classes)
-  _check_labels_1d("db_labels", db_labels, num_classes)
+  high = _checks.INT32_MAX if num_classes is None else num_classes - 1
+  for name, y in (("query_labels", query_labels), ("db_labels", db_labels)):
+    _checks.check_array(name, y, ndim=1, shape_doc="[n]", kinds="biu", what="array of class labels")
+    _checks.check_int_range(name, y, 0, high, what="class labels")
   return (jnp.asarray(query_labels)[:, None] == jnp.asarray(db_labels)[None, :]).astype(jnp.int32)
 
 
@@ -95,14 +88,9 @@ def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool =
   """
   binary = _checks.check_bool("binary", binary)
   for name, y in (("query_labels", query_labels), ("db_labels", db_labels)):
+    _checks.check_array(name, y, ndim=2, shape_doc="[n, num_labels]", kinds="biu", what="multi-hot matrix")
     _checks.check_int_range(name, y, 0, 1, what="multi-hot label entries")
-    if y.ndim != 2:
-      raise ValueError(f"{name}: expected a 2-D multi-hot matrix [n, num_labels], got shape {tuple(y.shape)}")
-    _checks.check_nonempty(name, y, what="row")
-    _checks.check_nonempty(name, y, axis=1, what="label column")
-  if query_labels.shape[1] != db_labels.shape[1]:
-    raise ValueError(f"db_labels: expected {query_labels.shape[1]} label columns like query_labels, "
-                     f"got shape {tuple(db_labels.shape)}")
+  _checks.check_columns("db_labels", db_labels, query_labels.shape[1], what="the labels of query_labels")
   # An exact integer matmul: counts must not pass through a reduced-precision float product.
   counts = jnp.matmul(jnp.asarray(query_labels).astype(jnp.int32), jnp.asarray(db_labels).astype(jnp.int32).T,
                       preferred_element_type=jnp.int32)
@@ -110,19 +98,16 @@ def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool =
 
 
 def _features(name: str, x) -> np.ndarray:
-  _checks.check_real(name, x, shape_doc="[n, d]")
-  if x.ndim != 2:
-    raise ValueError(f"{name}: expected a 2-D array [n, d], got shape {tuple(x.shape)}")
-  _checks.check_nonempty(name, x, what="row")
-  _checks.check_nonempty(name, x, axis=1, what="feature")
+  """``x`` as ``float64[n, d]``, ``n, d >= 1``: a finite real array."""
+  _checks.check_array(name, x, ndim=2, shape_doc="[n, d]", kinds="iuf", what="real array")
+  _checks.check_finite(name, x)
   return np.asarray(x, np.float64)
 
 
 def _pair(query_features, db_features):
   q = _features("query_features", query_features)
   x = _features("db_features", db_features)
-  if q.shape[1] != x.shape[1]:
-    raise ValueError(f"db_features: expected {q.shape[1]} features like query_features, got shape {x.shape}")
+  _checks.check_columns("db_features", x, q.shape[1], what="the features of query_features")
   return q, x
 
 
@@ -135,13 +120,6 @@ def _blocks(num_rows: int, num_cols: int):
 def _sq_dists(a: np.ndarray, b: np.ndarray, b_sq: np.ndarray) -> np.ndarray:
   d = (a * a).sum(1)[:, None] + b_sq[None, :] - 2.0 * (a @ b.T)
   return np.maximum(d, 0.0, out=d)
-
-
-def _fractions(name: str, fractions) -> np.ndarray:
-  f = np.asarray(fractions, np.float64).reshape(-1) if np.ndim(fractions) <= 1 else None
-  if f is None or f.size == 0 or not np.isfinite(f).all() or (f <= 0).any() or (f > 1).any():
-    raise ValueError(f"{name}: expected one or more fractions in (0, 1], got {fractions!r}")
-  return f
 
 
 def _rank(fraction: float, total: int) -> int:
@@ -175,7 +153,7 @@ def euclidean_thresholds(features: np.ndarray, *, fractions: Sequence[float] = T
   [9.0, 1.0]
   """
   x = _features("features", features)
-  f = _fractions("fractions", fractions)
+  f = _checks.check_numbers("fractions", fractions, low=0, high=1, low_open=True)
   n = x.shape[0]
   if n < 2:
     raise ValueError(f"features: expected at least 2 points to form a pair, got shape {x.shape}")
@@ -225,14 +203,11 @@ def euclidean_affinity_levels(query_features: np.ndarray, db_features: np.ndarra
   [[5, 1, 0]]
   """
   q, x = _pair(query_features, db_features)
-  t = np.asarray(thresholds, np.float64).reshape(-1) if np.ndim(thresholds) <= 1 else None
-  if t is None or t.size == 0 or not np.isfinite(t).all() or (t < 0).any():
-    raise ValueError(f"thresholds: expected one or more finite squared distances >= 0, got {thresholds!r}")
+  t = _checks.check_numbers("thresholds", thresholds, low=0)
   lv = np.asarray(levels)
-  if lv.ndim != 1 or lv.shape != t.shape or not np.issubdtype(lv.dtype, np.integer) or (lv < 1).any():
-    raise ValueError(f"levels: expected {t.size} positive int level(s), one per threshold, got {levels!r}")
-  if lv.max() > _INT32_MAX:
-    raise ValueError(f"levels: expected levels that fit int32, got {lv.max()}")
+  _checks.check_array("levels", lv, ndim=1, shape_doc="[F]", kinds="iu", what="int array")
+  _checks.check_int_range("levels", lv, 1, _checks.INT32_MAX, what="levels")
+  _checks.check_shape("levels", lv, t.shape, like="thresholds")
   order = np.argsort(lv, kind="stable")  # ascending levels: later writes win
   x_sq = (x * x).sum(1)
   out = np.zeros((q.shape[0], x.shape[0]), np.int32)

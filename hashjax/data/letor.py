@@ -80,16 +80,11 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
   """
   num_features = _checks.check_positive_int("num_features", num_features)
   if max_label is not None:
-    max_label = _checks.check_int("max_label", max_label, low=0)
-    if max_label > np.iinfo(np.int32).max:
-      raise ValueError(f"max_label: expected at most {np.iinfo(np.int32).max} (labels are int32), got {max_label}")
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"path: no file at {str(path)!r}")
+    max_label = _checks.check_int_at_most("max_label", max_label, _checks.INT32_MAX, low=0,
+                                          what=f"{_checks.INT32_MAX} (labels are int32)")
+  path = pathlib.Path(_checks.check_file("path", path))
   if query_file is not None:
-    query_file = pathlib.Path(query_file)
-    if not query_file.is_file():
-      raise FileNotFoundError(f"query_file: no file at {str(query_file)!r}")
+    query_file = pathlib.Path(_checks.check_file("query_file", query_file))
   from sklearn.datasets import load_svmlight_file  # pylint: disable=g-import-not-at-top
   try:
     x, y, qid = load_svmlight_file(str(path), query_id=True, zero_based=False, dtype=np.float64)
@@ -111,31 +106,41 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
       line = int(lines()[0]) if qid.shape[0] == n else _first_line_with_qid(path)
       raise ValueError(f"query_file: given, but {str(path)!r} line {line} has 'qid:' (use one or the other)")
     qid = _query_ids_from_counts(query_file, n, path)
-  first_row = _check_contiguous(qid)
-  if first_row is not None:
-    rows = np.flatnonzero(qid == qid[first_row])
-    line_of = lines()
-    raise ValueError(f"path: {str(path)!r} line {line_of[first_row]}: query id {qid[first_row]} reappears after "
-                     f"other queries (first seen on line {line_of[rows[0]]}); a query's documents must be contiguous")
-  if x.shape[1] > num_features:
-    rows = np.repeat(np.arange(n), np.diff(x.indptr))
-    row = int(rows[np.argmax(x.indices >= num_features)])
-    raise ValueError(f"num_features: {str(path)!r} line {lines()[row]} uses feature index {x.shape[1]}, "
-                     f"more than num_features={num_features}")
-  if not np.isfinite(x.data).all():
-    bad = ~np.isfinite(x.data)
-    row = int(np.repeat(np.arange(n), np.diff(x.indptr))[np.argmax(bad)])
-    raise ValueError(f"path: {str(path)!r} line {lines()[row]}: NaN/inf feature value "
-                     f"({int(bad.sum())} in the file)")
-  int32_max = int(np.iinfo(np.int32).max)  # labels are returned as int32: larger ones are refused, not wrapped
-  bad = ~np.isfinite(y) | (y != np.round(y)) | (y < 0) | (y > (int32_max if max_label is None else max_label))
-  if bad.any():
-    row = int(np.argmax(bad))
-    expected = f"integers >= 0 (at most {int32_max})" if max_label is None else f"integers in [0, {max_label}]"
-    raise ValueError(f"path: {str(path)!r} line {lines()[row]}: relevance label {y[row]:g}, expected {expected}")
+  problem = _first_bad_document(x, y, qid, num_features, max_label, lines)
+  if problem is not None:
+    name, row, reason = problem
+    raise ValueError(f"{name}: {str(path)!r} line {lines()[row]}: {reason}")
   features = np.zeros((n, num_features), np.float32)
   features[:, :x.shape[1]] = x.toarray()
   return RankingData(features, y.astype(np.int32), qid.astype(np.int64))
+
+
+def _first_bad_document(x, y: np.ndarray, qid: np.ndarray, num_features: int, max_label: Optional[int],
+                        lines) -> Optional[Tuple[str, int, str]]:
+  """``(argument, row, reason)`` for the first rule of the format that a document of the parsed file breaks (None:
+  every document keeps them): a query's documents contiguous, feature indices up to ``num_features``, finite
+  feature values, integer labels in ``[0, max_label]`` (labels are returned as int32: larger ones are refused, not
+  wrapped). ``lines()`` gives each document's file line."""
+  row_of_entry = lambda: np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))
+  first_row = _check_contiguous(qid)
+  if first_row is not None:
+    first_seen = lines()[np.flatnonzero(qid == qid[first_row])[0]]
+    return ("path", first_row, f"query id {qid[first_row]} reappears after other queries (first seen on line "
+            f"{first_seen}); a query's documents must be contiguous")
+  if x.shape[1] > num_features:
+    entry = int(np.argmax(x.indices >= num_features))
+    reason = f"feature index {x.indices[entry] + 1}, more than num_features={num_features}"
+    return "num_features", int(row_of_entry()[entry]), reason
+  bad = ~np.isfinite(x.data)
+  if bad.any():
+    return "path", int(row_of_entry()[np.argmax(bad)]), f"NaN/inf feature value ({int(bad.sum())} in the file)"
+  high = _checks.INT32_MAX if max_label is None else max_label
+  bad = ~np.isfinite(y) | (y != np.round(y)) | (y < 0) | (y > high)
+  if bad.any():
+    row = int(np.argmax(bad))
+    expected = f"integers >= 0 (at most {high})" if max_label is None else f"integers in [0, {high}]"
+    return "path", row, f"relevance label {y[row]:g}, expected {expected}"
+  return None
 
 
 def _content(line: str) -> str:
@@ -213,7 +218,7 @@ def _first_bad_line(path: pathlib.Path) -> Tuple[int, str]:
 
 def _query_ids_from_counts(query_file: pathlib.Path, n: int, path: pathlib.Path) -> np.ndarray:
   """Query ids ``0, 1, ...`` repeated by the counts of ``query_file`` (one positive int per line)."""
-  counts = []
+  counts, count_lines = [], []
   with open(query_file, encoding="utf-8", errors="replace") as f:
     for i, line in enumerate(f, 1):
       text = line.strip()
@@ -224,16 +229,15 @@ def _query_ids_from_counts(query_file: pathlib.Path, n: int, path: pathlib.Path)
       except ValueError:
         count = 0
       if count < 1:
-        raise ValueError(f"query_file: {str(query_file)!r} line {i}: expected a positive document count, "
-                         f"got {text!r}")
+        raise ValueError(f"query_file: {str(query_file)!r} line {i}: expected a positive document count, got {text!r}")
       counts.append(count)
-      total = sum(counts)
-      if total > n:
-        raise ValueError(f"query_file: {str(query_file)!r} line {i}: the counts reach {total} documents, but "
-                         f"{str(path)!r} holds {n}")
-  if sum(counts) != n:
-    raise ValueError(f"query_file: {str(query_file)!r} counts sum to {sum(counts)} documents over its "
-                     f"{len(counts)} queries, but {str(path)!r} holds {n} (the last count is missing or short)")
+      count_lines.append(i)
+  reach = np.cumsum(np.array(counts, np.int64))  # documents up to each query
+  if reach.size == 0 or reach[-1] != n:
+    over = np.flatnonzero(reach > n)
+    found = (f"line {count_lines[over[0]]}: the counts reach {reach[over[0]]} documents" if over.size else
+             f"counts sum to {reach[-1] if reach.size else 0} documents over its {reach.size} queries")
+    raise ValueError(f"query_file: {str(query_file)!r} {found}, but {str(path)!r} holds {n}")
   return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
 
@@ -302,12 +306,9 @@ def load_letor_fold(folder: PathLike, *, fold: int, num_features: int = 46,
   >>> split.train.query_ids.tolist(), split.validation.query_ids.tolist(), split.test.query_ids.tolist()
   ([2, 2, 3, 3, 4, 4], [5, 5], [1, 1])
   """
-  fold = _checks.check_int("fold", fold, low=1)
-  if fold not in LETOR4_FOLDS:
-    raise ValueError(f"fold: expected 1 .. {len(LETOR4_FOLDS)}, got {fold}")
-  folder = pathlib.Path(folder)
-  if not folder.is_dir():
-    raise FileNotFoundError(f"folder: no directory at {str(folder)!r}")
+  num_folds = len(LETOR4_FOLDS)
+  fold = _checks.check_int_at_most("fold", fold, num_folds, what=f"{num_folds} (the folds are 1 .. {num_folds})")
+  folder = pathlib.Path(_checks.check_file("folder", folder, folder=True))
   subsets = sorted(p.name for p in folder.glob("S[0-9].txt"))
   if subsets:
     train_names, vali_name, test_name = LETOR4_FOLDS[fold]
@@ -349,12 +350,8 @@ def group_by_query(query_ids: np.ndarray) -> QueryGroups:
   >>> groups.query_ids.tolist(), [g.tolist() for g in groups.indices]
   ([7, 9], [[0, 1, 3], [2]])
   """
-  if not hasattr(query_ids, "dtype") or not np.issubdtype(np.asarray(query_ids).dtype, np.integer):
-    raise ValueError(f"query_ids: expected an integer array, got "
-                     f"{getattr(query_ids, 'dtype', type(query_ids).__name__)}")
+  _checks.check_array("query_ids", query_ids, ndim=1, shape_doc="[n]", kinds="iu", what="integer array")
   query_ids = np.asarray(query_ids)
-  if query_ids.ndim != 1 or query_ids.size == 0:
-    raise ValueError(f"query_ids: expected a non-empty 1-D array [n], got shape {query_ids.shape}")
   uniq, first, inverse = np.unique(query_ids, return_index=True, return_inverse=True)
   order = np.argsort(first, kind="stable")  # groups by first appearance
   rows = np.argsort(inverse, kind="stable")  # rows sorted by group, ascending within

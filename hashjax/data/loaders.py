@@ -80,48 +80,41 @@ def read_idx(path: PathLike) -> np.ndarray:
   """
   path = pathlib.Path(path)
   raw = _read_bytes(path)
-  if len(raw) < 4:
-    raise ValueError(f"path: {str(path)!r} is too short for an IDX header ({len(raw)} bytes)")
-  zeros, type_code, ndim = raw[:2], raw[2], raw[3]
-  magic = int.from_bytes(raw[:4], "big")
-  if zeros != b"\x00\x00" or type_code not in _IDX_DTYPES or ndim == 0:
-    raise ValueError(
-        f"path: {str(path)!r} is not an IDX file: magic number {magic} (0x{magic:08x}); expected "
-        "two zero bytes, a type byte in {0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E} and at least one dimension")
+  ndim = raw[3] if len(raw) >= 4 else 0
   header = 4 + 4 * ndim
-  if len(raw) < header:
-    raise ValueError(f"path: {str(path)!r} ends inside its IDX header ({len(raw)} bytes, "
-                     f"header needs {header} for {ndim} dimensions)")
+  if ndim == 0 or raw[:2] != b"\x00\x00" or raw[2] not in _IDX_DTYPES or len(raw) < header:
+    raise ValueError(f"path: {str(path)!r} is not an IDX file: expected two zero bytes, a type byte in {{0x08, 0x09, "
+                     f"0x0B, 0x0C, 0x0D, 0x0E}}, a dimension count k >= 1 and k 4-byte sizes, got {len(raw)} bytes "
+                     f"[{raw[:min(header, 16)].hex(' ')}]")
   shape = tuple(int(n) for n in np.frombuffer(raw, ">u4", count=ndim, offset=4))
-  dtype = _IDX_DTYPES[type_code]
+  dtype = _IDX_DTYPES[raw[2]]
   expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
   if len(raw) - header != expected:
-    raise ValueError(
-        f"path: {str(path)!r} has {len(raw) - header} payload bytes, but its IDX header "
-        f"(magic {magic}, shape {shape}, {dtype.itemsize}-byte items) needs {expected}")
+    raise ValueError(f"path: {str(path)!r} has {len(raw) - header} payload bytes, but its IDX header "
+                     f"(shape {shape}, {dtype.itemsize}-byte items) needs {expected}")
   data = np.frombuffer(raw, dtype, offset=header).reshape(shape)
   return data.astype(dtype.newbyteorder("="))
 
 
-def _check_labels(name: str, labels: np.ndarray, num_items: int, source: str = "") -> np.ndarray:
-  """int32 ``labels[num_items]``; errors start with ``name`` and end with `` (in <source>)`` when given."""
+def _check_labels(name: str, labels: np.ndarray, num_items: int, source: str = "",
+                  high: int = _checks.INT32_MAX) -> np.ndarray:
+  """int32 ``labels[num_items]`` in ``[0, high]``; errors start with ``name`` and end with `` (in <source>)`` when
+  given."""
   where = f" (in {source})" if source else ""
-  if labels.ndim != 1 or labels.shape[0] != num_items:
+  if labels.shape != (num_items,):
     raise ValueError(f"{name}: expected one label per image, shape ({num_items},), got {labels.shape}{where}")
-  if not np.issubdtype(labels.dtype, np.integer):
-    raise ValueError(f"{name}: expected integer class labels, got {labels.dtype.name}{where}")
-  if num_items and (labels.min() < 0 or labels.max() > np.iinfo(np.int32).max):
-    raise ValueError(f"{name}: expected labels in [0, 2^31), got [{labels.min()}, {labels.max()}]{where}")
+  if labels.dtype.kind not in "iu" or (num_items and (labels.min() < 0 or labels.max() > high)):
+    got = labels.dtype.name if labels.dtype.kind not in "iu" else f"values in [{labels.min()}, {labels.max()}]"
+    raise ValueError(f"{name}: expected integer class labels in [0, {high}], got {got}{where}")
   return labels.astype(np.int32)
 
 
 def _as_features(name: str, images: np.ndarray, scale: bool, source: str = "") -> np.ndarray:
   """float32 ``[n, d]`` from ``images[n, ...]``; errors as in :func:`_check_labels`."""
   where = f" (in {source})" if source else ""
-  if images.dtype.kind not in "buif":
-    raise ValueError(f"{name}: expected numeric images/features, got dtype {images.dtype.name}{where}")
-  if images.ndim < 2 or images.shape[0] == 0:
-    raise ValueError(f"{name}: expected a non-empty array of images [n, ...], got shape {images.shape}{where}")
+  if images.dtype.kind not in "buif" or images.ndim < 2 or images.shape[0] == 0:
+    raise ValueError(f"{name}: expected a non-empty array of numeric images/features [n, ...], got dtype "
+                     f"{images.dtype.name} and shape {images.shape}{where}")
   if scale and images.dtype != np.uint8:
     raise ValueError(f"{name}: scale=True divides uint8 pixels by 255, got {images.dtype.name} images "
                      f"(pass scale=False to keep their values){where}")
@@ -165,12 +158,10 @@ def _read_npz_arrays(path: pathlib.Path, keys: Tuple[str, ...]) -> Tuple[np.ndar
   shown = repr(str(path))
   with open(path, "rb") as f:  # opened here, not by np.load, which leaks it when the archive is unreadable
     head = f.read(len(_NPY_MAGIC))
-    if head.startswith(_NPY_MAGIC):
-      raise ValueError(f"path: {shown} holds a single .npy array (np.save); expected an .npz archive "
-                       f"(np.savez(path, {keys[0]}=..., {keys[1]}=...))")
     if not head.startswith(_ZIP_MAGIC):
-      raise ValueError(f"path: {shown} is not an .npz (zip) archive: it begins with {head[:4]!r}, "
-                       f"not {_ZIP_MAGIC[0]!r}")
+      found = ("holds a single .npy array (np.save)" if head.startswith(_NPY_MAGIC) else
+               f"is not an .npz (zip) archive: it begins with {head[:4]!r}, not {_ZIP_MAGIC[0]!r}")
+      raise ValueError(f"path: {shown} {found}; expected np.savez(path, {keys[0]}=..., {keys[1]}=...)")
     f.seek(0)
     try:
       with np.load(f, allow_pickle=False) as arrays:
@@ -182,10 +173,10 @@ def _read_npz_arrays(path: pathlib.Path, keys: Tuple[str, ...]) -> Tuple[np.ndar
           try:
             out.append(arrays[key])
           except ValueError as e:
-            if "allow_pickle" in str(e):
-              raise ValueError(f"path: {shown} array {key!r} holds Python objects (dtype object), which "
-                               "load_npz does not unpickle; save numeric arrays") from None
-            raise ValueError(f"path: {shown} array {key!r} is not a valid .npy member ({e})") from e
+            pickled = "allow_pickle" in str(e)
+            found = ("holds Python objects (dtype object), which load_npz does not unpickle; save numeric arrays"
+                     if pickled else f"is not a valid .npy member ({e})")
+            raise ValueError(f"path: {shown} array {key!r} {found}") from (None if pickled else e)
         return tuple(out)
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
       raise ValueError(f"path: {shown} is a corrupt or truncated .npz archive ({type(e).__name__}: {e})") from e
@@ -226,13 +217,8 @@ def load_npz(path: PathLike, *, features_key: str = "features", labels_key: str 
   """
   _checks.check_bool("scale", scale)
   for name, key in (("features_key", features_key), ("labels_key", labels_key)):
-    if not isinstance(key, str) or not key:
-      raise ValueError(f"{name}: expected the name of an array in the archive, got {key!r}")
-  if not isinstance(path, (str, os.PathLike)):
-    raise ValueError(f"path: expected a file path, got {type(path).__name__}")
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"path: no file at {str(path)!r}")
+    _checks.check_nonempty_str(name, key, what="the name of an array in the archive")
+  path = pathlib.Path(_checks.check_file("path", path))
   images, labels = _read_npz_arrays(path, (features_key, labels_key))
   source = f"{str(path)!r}"
   features = _as_features("path", images, scale, f"{source} array {features_key!r}")
@@ -264,17 +250,14 @@ def load_mnist_t10k(*, scale: bool = True, data_dir: Optional[PathLike] = None
   """
   _checks.check_bool("scale", scale)
   folder = MNIST_T10K_DIR if data_dir is None else pathlib.Path(data_dir)
-  images = read_idx(folder / MNIST_T10K_IMAGES)
-  labels = read_idx(folder / MNIST_T10K_LABELS)
-  if images.dtype != np.uint8 or images.shape != (10000, 28, 28):
-    raise ValueError(f"data_dir: {str(folder / MNIST_T10K_IMAGES)!r} should hold uint8 images of shape "
-                     f"(10000, 28, 28), got {images.dtype.name} {images.shape}")
-  if labels.dtype != np.uint8 or labels.shape != (10000,):
-    raise ValueError(f"data_dir: {str(folder / MNIST_T10K_LABELS)!r} should hold 10000 uint8 labels, "
-                     f"got {labels.dtype.name} {labels.shape}")
-  if labels.max() > 9:
-    raise ValueError(f"data_dir: {str(folder / MNIST_T10K_LABELS)!r} holds labels up to {labels.max()}, "
-                     "expected 0..9")
+  images_path, labels_path = folder / MNIST_T10K_IMAGES, folder / MNIST_T10K_LABELS
+  images, labels = read_idx(images_path), read_idx(labels_path)
+  expected = (np.uint8, (10000, 28, 28), np.uint8, (10000,))
+  if (images.dtype, images.shape, labels.dtype, labels.shape) != expected or labels.max() > 9:
+    largest = f" up to {labels.max()}" if labels.size else ""
+    raise ValueError(f"data_dir: expected the MNIST test set, 10000 uint8 28x28 images in {str(images_path)!r} and "
+                     f"their uint8 labels 0..9 in {str(labels_path)!r}, got images of {_checks.desc(images)} and "
+                     f"labels of {_checks.desc(labels)}{largest}")
   return _as_features("data_dir", images, scale), labels.astype(np.int32)
 
 
@@ -357,21 +340,19 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
   >>> features.shape, features.dtype.name, labels.dtype.name
   ((3, 3072), 'float32', 'int32')
   """
-  if not isinstance(name, str) or not name:
-    raise ValueError(f"name: expected a tfds dataset name such as 'mnist', got {name!r}")
-  if not isinstance(split, str) or not split:
-    raise ValueError(f"split: expected a tfds split such as 'test' or 'train[:5000]', got {split!r}")
+  _checks.check_nonempty_str("name", name, what="a tfds dataset name such as 'mnist'")
+  _checks.check_nonempty_str("split", split, what="a tfds split such as 'test' or 'train[:5000]'")
   _checks.check_bool("scale", scale)
   tfds = _import_tfds()
 
+  # What tfds raises when the data are not prepared; with download=True its own errors pass through.
+  missing = () if download else (KeyError, FileNotFoundError, NotImplementedError, AssertionError)
   try:
     source = tfds.data_source(name, split=split, data_dir=data_dir, download=download,
                               builder_kwargs={"file_format": "array_record"})
   except tfds.core.registered.DatasetNotFoundError as e:
     raise ValueError(f"name: tfds has no dataset {name!r}") from e
-  except (KeyError, FileNotFoundError, NotImplementedError, AssertionError) as e:
-    if download:
-      raise
+  except missing as e:
     raise FileNotFoundError(
         f"data_dir: tfds data for {name!r} split {split!r} were not found in array_record format under "
         f"{data_dir or '$TFDS_DATA_DIR or ~/tensorflow_datasets'}; pass download=True (needs the network) "
@@ -379,8 +360,7 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
 
   features_info = source.dataset_info.features
   for arg, key in (("image_key", image_key), ("label_key", label_key)):
-    if key not in features_info:
-      raise ValueError(f"{arg}: {name!r} has features {sorted(features_info.keys())}, not {key!r}")
+    _checks.check_option(arg, key, sorted(features_info.keys()))
   num_classes = getattr(features_info[label_key], "num_classes", None)
 
   n = len(source)
@@ -391,18 +371,6 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
     example = source[i]
     images.append(np.asarray(example[image_key]))
     labels[i] = int(np.asarray(example[label_key]))
-  images = np.stack(images)
-  if not np.issubdtype(images.dtype, np.number):
-    raise ValueError(f"image_key: feature {image_key!r} is not numeric (dtype {images.dtype})")
-  if np.issubdtype(images.dtype, np.inexact) and not np.isfinite(images).all():
-    raise ValueError(f"image_key: feature {image_key!r} of {name!r} holds NaN/inf values")
-  if scale and images.dtype != np.uint8:
-    raise ValueError(f"scale: only uint8 images can be scaled by 1/255, {image_key!r} has dtype "
-                     f"{images.dtype.name}; pass scale=False")
-  if labels.min() < 0 or (num_classes is not None and labels.max() >= num_classes):
-    raise ValueError(f"label_key: labels of {name!r} lie in [{labels.min()}, {labels.max()}], "
-                     f"expected [0, {num_classes})")
-  features = images.reshape(n, -1).astype(np.float32)
-  if scale:
-    features /= np.float32(255)
-  return features, labels.astype(np.int32)
+  features = _as_features("image_key", np.stack(images), scale, f"{name!r} feature {image_key!r}")
+  high = _checks.INT32_MAX if num_classes is None else num_classes - 1
+  return features, _check_labels("label_key", labels, n, f"{name!r} feature {label_key!r}", high=high)

@@ -11,13 +11,13 @@ the same seed gives the same split.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from hashjax import _checks
 
-Seed = Union[int, np.random.Generator]
+Seed = _checks.Seed
 
 
 class RetrievalSplit(NamedTuple):
@@ -33,24 +33,11 @@ class ValidationSplit(NamedTuple):
   validation: np.ndarray
 
 
-def _rng(seed: Seed) -> np.random.Generator:
-  if isinstance(seed, np.random.Generator):
-    return seed
-  if not _checks.is_int(seed) or seed < 0:
-    raise ValueError(f"seed: expected a non-negative int or a numpy Generator, got {seed!r}")
-  return np.random.default_rng(int(seed))
-
-
-def _class_labels(name: str, labels) -> np.ndarray:
-  if not hasattr(labels, "dtype") or not np.issubdtype(np.asarray(labels).dtype, np.integer):
-    raise ValueError(f"{name}: expected integer class labels, got "
-                     f"{getattr(labels, 'dtype', type(labels).__name__)}")
-  labels = np.asarray(labels)
-  if labels.ndim != 1 or labels.size == 0:
-    raise ValueError(f"{name}: expected a non-empty 1-D array [n] of class labels, got shape {labels.shape}")
-  if labels.min() < 0:
-    raise ValueError(f"{name}: expected class labels >= 0, got minimum {labels.min()}")
-  return labels
+def _indices(name: str, x, *, what: str) -> np.ndarray:
+  """A non-empty 1-D integer array of values in ``[0, 2^31)`` on the host."""
+  _checks.check_array(name, x, ndim=1, shape_doc="[n]", kinds="iu", what=f"array of {what}")
+  _checks.check_int_range(name, x, 0, _checks.INT32_MAX, what=what)
+  return np.asarray(x)
 
 
 def _round(x: float) -> int:
@@ -89,18 +76,17 @@ def retrieval_split(labels: np.ndarray, *, queries_per_class: int = 100,
   >>> len(s.query), len(s.database), len(s.train), set(s.train) <= set(s.database)
   (2, 5, 4, True)
   """
-  labels = _class_labels("labels", labels)
+  labels = _indices("labels", labels, what="class labels")
   q = _checks.check_positive_int("queries_per_class", queries_per_class)
   t = _checks.check_int("train_per_class", train_per_class, allow_none=True)
-  rng = _rng(seed)
+  rng = _checks.check_rng(seed)
   need = q + (1 if t is None else t)
   classes, counts = np.unique(labels, return_counts=True)
   short = counts < need
   if short.any():
     c = int(np.argmax(short))
-    raise ValueError(
-        f"labels: class {classes[c]} has {counts[c]} items, but queries_per_class={q} and "
-        f"train_per_class={t} need {need} per class ({int(short.sum())} class(es) too small)")
+    raise ValueError(f"labels: class {classes[c]} has {counts[c]} items, but queries_per_class={q} and "
+                     f"train_per_class={t} need {need} per class ({int(short.sum())} class(es) too small)")
   query, train = [], []
   for c in classes:
     perm = rng.permutation(np.flatnonzero(labels == c))
@@ -140,13 +126,11 @@ def random_split(num_items: int, *, num_queries: int, num_train: Optional[int] =
   (2, 8, 3)
   """
   n = _checks.check_positive_int("num_items", num_items)
-  nq = _checks.check_positive_int("num_queries", num_queries)
-  nt = _checks.check_int("num_train", num_train, allow_none=True)
-  rng = _rng(seed)
-  if nq >= n:
-    raise ValueError(f"num_queries: expected fewer than num_items={n} (the database must not be empty), got {nq}")
-  if nt is not None and nt > n - nq:
-    raise ValueError(f"num_train: expected at most num_items - num_queries = {n - nq}, got {nt}")
+  nq = _checks.check_int_at_most("num_queries", num_queries, n - 1,
+                                 what=f"num_items - 1 = {n - 1} (the database must not be empty)")
+  nt = None if num_train is None else _checks.check_int_at_most(
+      "num_train", num_train, n - nq, what=f"num_items - num_queries = {n - nq}", low=0)
+  rng = _checks.check_rng(seed)
   perm = rng.permutation(n)
   query = np.sort(perm[:nq]).astype(np.int64)
   database = np.sort(perm[nq:]).astype(np.int64)
@@ -184,46 +168,34 @@ def validation_split(train_indices: np.ndarray, *, labels: Optional[np.ndarray] 
   >>> len(v.train), len(v.validation), sorted(np.array([0, 1] * 5)[v.validation].tolist())
   (8, 2, [0, 1])
   """
-  if not hasattr(train_indices, "dtype") or not np.issubdtype(np.asarray(train_indices).dtype, np.integer):
-    raise ValueError(f"train_indices: expected an integer index array, got "
-                     f"{getattr(train_indices, 'dtype', type(train_indices).__name__)}")
-  train_indices = np.asarray(train_indices)
-  if train_indices.ndim != 1 or train_indices.size < 2:
-    raise ValueError(f"train_indices: expected a 1-D array of at least 2 indices, got shape {train_indices.shape}")
-  if train_indices.min() < 0:
-    raise ValueError(f"train_indices: expected indices >= 0, got minimum {train_indices.min()}")
-  if np.unique(train_indices).size != train_indices.size:
-    raise ValueError("train_indices: expected distinct indices, got repeats")
+  train_indices = _indices("train_indices", train_indices, what="dataset indices")
+  repeated = train_indices.size - np.unique(train_indices).size
+  if repeated:
+    raise ValueError(f"train_indices: expected distinct indices, got {repeated} repeated among {train_indices.size}")
   if (per_class is None) == (fraction is None):
     raise ValueError(f"per_class: give exactly one of per_class and fraction, got per_class={per_class!r}, "
                      f"fraction={fraction!r}")
+  if per_class is not None and labels is None:
+    raise ValueError("labels: per_class needs the class labels, got None")
   if per_class is not None:
     per_class = _checks.check_positive_int("per_class", per_class)
-    if labels is None:
-      raise ValueError("labels: per_class needs the class labels")
   else:
     fraction = _checks.check_number("fraction", fraction, low=0, high=1, low_open=True, high_open=True)
-  rng = _rng(seed)
+  rng = _checks.check_rng(seed)
 
   if labels is None:
-    n = train_indices.size
-    v = max(1, _round(fraction * n))
-    if v >= n:
-      raise ValueError(f"fraction: {fraction} of {n} training items leaves none for training")
-    perm = rng.permutation(train_indices)
-    return ValidationSplit(np.sort(perm[v:]).astype(np.int64), np.sort(perm[:v]).astype(np.int64))
-
-  labels = _class_labels("labels", labels)
-  if train_indices.max() >= labels.size:
-    raise ValueError(f"labels: has {labels.size} entries, but train_indices reaches index {train_indices.max()}")
-  train_labels = labels[train_indices]
+    groups = {"fraction: the training set": train_indices}
+  else:
+    labels = _indices("labels", labels, what="class labels")
+    _checks.check_int_range("train_indices", train_indices, 0, labels.size - 1, what="indices into labels")
+    train_labels = labels[train_indices]
+    groups = {f"labels: class {c}": train_indices[train_labels == c] for c in np.unique(train_labels)}
   keep, held = [], []
-  for c in np.unique(train_labels):
-    members = train_indices[train_labels == c]
+  for group, members in groups.items():
     v = per_class if per_class is not None else max(1, _round(fraction * members.size))
     if v >= members.size:
-      raise ValueError(f"labels: class {c} has {members.size} training items, too few to hold out {v} "
-                       "for validation and keep one for training")
+      raise ValueError(f"{group} has {members.size} training items, too few to hold out {v} for validation "
+                       "and keep one for training")
     perm = rng.permutation(members)
     held.append(perm[:v])
     keep.append(perm[v:])

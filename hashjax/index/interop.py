@@ -30,34 +30,26 @@ def _faiss():
   try:
     import faiss  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise ImportError("faiss interop needs the faiss package (pip install 'hashjax[bench]', i.e. faiss-cpu)") \
-        from None
+    raise ImportError("faiss interop needs the faiss package (pip install 'hashjax[bench]', i.e. faiss-cpu)") from None
   return faiss
 
 
 def _as_database(db: Any, num_bits: Optional[int]) -> CodeDatabase:
   """The codes of ``db`` (an index, a CodeDatabase or ``uint32[N, W]`` words) with their length."""
-  if isinstance(db, MultiIndex):
-    words, bits = db.db_words, db.num_bits
-  elif isinstance(db, CodeDatabase):
-    words, bits = db.words, db.num_bits
-  elif isinstance(db, InvertedIndex):
-    lengths = np.diff(db.code_offsets)
+  if isinstance(db, (MultiIndex, InvertedIndex, CodeDatabase)) and num_bits not in (None, db.num_bits):
+    raise ValueError(f"num_bits: {type(db).__name__} holds codes of {db.num_bits} bits, got num_bits={num_bits}")
+  if isinstance(db, MultiIndex):  # an index holds the checked codes it was built of
+    return CodeDatabase(np.asarray(db.db_words), db.num_bits)
+  if isinstance(db, InvertedIndex):
     words = np.zeros((db.num_db, 1), np.uint32)
-    words[db.items, 0] = np.repeat(db.codes, lengths)
-    bits = db.num_bits
-  else:
-    _checks.check_words("db", db, min_ndim=2)
-    if num_bits is None:
-      raise ValueError("num_bits: expected the code length with packed words (uint32 arrays do not tell it)")
-    words, bits = np.asarray(db), num_bits
-  if num_bits is not None and num_bits != bits:
-    raise ValueError(f"num_bits: {type(db).__name__} holds codes of {bits} bits, got num_bits={num_bits}")
-  if words.ndim != 2:
-    raise ValueError(f"db: expected packed codes of shape [N, W], got shape {tuple(words.shape)}")
-  bits = _checks.check_num_bits(bits, words=words, words_name="db")
-  _checks.check_padding_bits("db", words, bits)
-  return CodeDatabase(np.asarray(words), bits)
+    words[db.items, 0] = np.repeat(db.codes, np.diff(db.code_offsets))
+    return CodeDatabase(words, db.num_bits)
+  if isinstance(db, CodeDatabase):
+    num_bits = _checks.check_codes("db.words", db.words, db.num_bits, num_bits_name="db.num_bits")
+    return CodeDatabase(np.asarray(db.words), num_bits)
+  if num_bits is None:
+    raise ValueError("num_bits: expected the code length of the packed words db (they do not tell it), got None")
+  return CodeDatabase(np.asarray(db), _checks.check_codes("db", db, num_bits))
 
 
 def to_faiss_codes(words: Any, *, num_bits: int) -> np.ndarray:
@@ -103,15 +95,14 @@ def from_faiss_codes(codes: Any, *, num_bits: int) -> np.ndarray:
   if 8 * codes.shape[1] < num_bits:
     raise ValueError(f"num_bits: {codes.shape[1]} bytes per code hold {8 * codes.shape[1]} bits, got "
                      f"num_bits={num_bits}")
+  spare = ~((1 << np.clip(num_bits - 8 * np.arange(codes.shape[1]), 0, 8)) - 1).astype(np.uint8)  # per byte
+  if (codes & spare).any():
+    raise ValueError(f"codes: bits from {num_bits} on must be 0 for codes of num_bits={num_bits}")
   num_words = _checks.num_words_for(num_bits)
   raw = np.zeros((codes.shape[0], 4 * num_words), np.uint8)
   used = min(codes.shape[1], 4 * num_words)
   raw[:, :used] = codes[:, :used]
-  if codes.shape[1] > used and codes[:, used:].any():
-    raise ValueError(f"codes: bits from {num_bits} on must be 0 for codes of num_bits={num_bits}")
-  words = raw.view("<u4").astype(np.uint32)
-  _checks.check_padding_bits("codes", words, num_bits)
-  return words
+  return raw.view("<u4").astype(np.uint32)
 
 
 def to_faiss(db: Any, *, num_bits: Optional[int] = None):
@@ -158,17 +149,13 @@ def from_faiss(faiss_index: Any, *, num_bits: Optional[int] = None) -> CodeDatab
   ([[5], [6]], 3)
   """
   faiss = _faiss()
-  if not isinstance(faiss_index, faiss.IndexBinary):
-    raise ValueError(f"faiss_index: expected a faiss binary index (faiss.IndexBinary), got "
-                     f"{type(faiss_index).__name__}")
-  if faiss_index.ntotal < 1:
-    raise ValueError("faiss_index: expected at least one code, got an empty index")
-  num_bits = faiss_index.d if num_bits is None else _checks.check_num_bits(num_bits)
-  if num_bits > faiss_index.d:
-    raise ValueError(f"num_bits: the faiss index holds codes of d = {faiss_index.d} bits, got num_bits={num_bits}")
+  if not isinstance(faiss_index, faiss.IndexBinary) or faiss_index.ntotal < 1:
+    raise ValueError(f"faiss_index: expected a faiss binary index (faiss.IndexBinary) holding at least one code, got "
+                     f"{type(faiss_index).__name__} of {getattr(faiss_index, 'ntotal', 0)} item(s)")
   try:
     codes = faiss_index.reconstruct_n(0, faiss_index.ntotal)
   except RuntimeError as e:
     raise ValueError(f"faiss_index: {type(faiss_index).__name__} cannot reconstruct its codes ({e})") from None
   codes = np.asarray(codes, np.uint8).reshape(faiss_index.ntotal, faiss_index.code_size)
-  return CodeDatabase(from_faiss_codes(codes, num_bits=num_bits), num_bits)
+  num_bits = faiss_index.d if num_bits is None else num_bits  # from_faiss_codes checks it against d = 8 B
+  return CodeDatabase(from_faiss_codes(codes, num_bits=num_bits), int(num_bits))

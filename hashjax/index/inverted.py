@@ -56,7 +56,7 @@ XLA compilation suits; numpy vectorises them over all ``Q * P`` probes.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 import jax
 import numpy as np
@@ -136,16 +136,9 @@ class InvertedIndex(NamedTuple):
 
 
 def _check_short_words(name: str, words, num_bits: int) -> np.ndarray:
-  """``uint32[n, 1]`` concrete codes with no bit set at or above ``num_bits``."""
-  _checks.check_words(name, words, min_ndim=2)
-  if words.ndim != 2 or words.shape[1] != 1:
-    raise ValueError(f"{name}: expected packed codes of shape [n, 1] (codes of at most 32 bits), "
-                     f"got shape {tuple(words.shape)}")
-  _checks.check_nonempty(name, words, what="code")
-  if not _checks.is_concrete(words):
-    raise ValueError(f"{name}: the inverted index needs concrete arrays (variable-length results "
-                     "cannot run under jit)")
-  _checks.check_padding_bits(name, words, num_bits)
+  """``uint32[n, 1]`` concrete codes (``1 <= n <= INT32_MAX``) with no bit set at or above ``num_bits``."""
+  _checks.check_codes(name, words, num_bits, num_bits_name="num_bits" if name == "db_words" else "index.num_bits",
+                      why="the inverted index runs on the host", max_rows=_checks.INT32_MAX)
   return np.ascontiguousarray(np.asarray(words)[:, 0])
 
 
@@ -158,8 +151,7 @@ def _check_index_bits(num_bits) -> int:
 
 
 def _check_index(index) -> None:
-  if not isinstance(index, InvertedIndex):
-    raise ValueError(f"index: expected an InvertedIndex from build_inverted_index, got {type(index).__name__}")
+  _checks.check_instance("index", index, InvertedIndex, what="an InvertedIndex from build_inverted_index")
 
 
 # ----------------------------------------------------------------------------
@@ -220,20 +212,15 @@ def build_inverted_index(db_words: Array, *, num_bits: int,
   """
   num_bits = _check_index_bits(num_bits)
   values = _check_short_words("db_words", db_words, num_bits)
-  if values.shape[0] > np.iinfo(np.int32).max:
-    raise ValueError(f"db_words: at most {np.iinfo(np.int32).max} items, got {values.shape[0]}")
-  if filter_bits is not None:
-    filter_bits = _checks.check_int("filter_bits", filter_bits, low=1)
-    if filter_bits > min(num_bits, 30):
-      raise ValueError(f"filter_bits: expected at most min(num_bits, 30) = {min(num_bits, 30)}, "
-                       f"got {filter_bits}")
+  if filter_bits is not None and not (_checks.is_int(filter_bits) and 1 <= filter_bits <= min(num_bits, 30)):
+    raise ValueError(f"filter_bits: expected None or an int in [1, min(num_bits, 30) = {min(num_bits, 30)}], "
+                     f"got {filter_bits!r}")
   order = np.argsort(values, kind="stable")
   sorted_values = values[order]
   starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
   distinct = sorted_values[starts]
   counts = np.diff(np.r_[starts, values.shape[0]])
-  if filter_bits is None:
-    filter_bits = _default_filter_bits(num_bits, int(distinct.shape[0]))
+  filter_bits = _default_filter_bits(num_bits, int(distinct.shape[0])) if filter_bits is None else int(filter_bits)
   hashed = filter_bits < num_bits
   keys = _keys(distinct, hashed)
   if hashed:
@@ -351,14 +338,12 @@ def _finish(num_q: int, num_db: int, num_bits: int, seg_parts, item_parts) -> Ra
   query, dist = np.divmod(seg, np.int64(num_bits + 1))
   offsets = np.zeros((num_q + 1,), np.int64)
   np.cumsum(np.bincount(query, minlength=num_q), out=offsets[1:])
-  if offsets[-1] > np.iinfo(np.int32).max:
-    raise ValueError(f"radius: {offsets[-1]} results exceed the int32 offsets of RaggedNeighbors")
-  return RaggedNeighbors(jax.device_put(dist.astype(np.int32)), jax.device_put(item.astype(np.int32)),
-                         jax.device_put(offsets.astype(np.int32)))
+  return RaggedNeighbors.from_arrays(dist, item, offsets)
 
 
 def _lookup_enumerate(index, queries, radius):
-  masks, weights = _common.masks(index.num_bits, radius)
+  """Probes ``q ^ m`` for the masks ``m`` of weight at most ``radius[q]`` (``int64[Q]``)."""
+  masks, weights = _common.masks(index.num_bits, int(radius.max()))
   num_p = masks.shape[0]
   rows = max(1, _BLOCK // num_p)
   width = np.int64(index.num_bits + 1)
@@ -366,7 +351,12 @@ def _lookup_enumerate(index, queries, radius):
   for s in range(0, queries.shape[0], rows):
     q = queries[s:s + rows]
     probes = (q[:, None] ^ masks[None, :]).reshape(-1)
-    p, u = _probe(index, probes)
+    if (radius[s:s + rows] < weights[-1]).any():  # per-query radii: only each query's own masks
+      within = np.flatnonzero((weights[None, :] <= radius[s:s + rows, None]).reshape(-1))
+      p, u = _probe(index, probes[within])
+      p = within[p]
+    else:
+      p, u = _probe(index, probes)
     if not p.size:
       continue
     lo = index.code_offsets[u]
@@ -385,7 +375,7 @@ def _lookup_scan(index, queries, radius):
   for s in range(0, queries.shape[0], rows):
     q = queries[s:s + rows]
     dist = scan.host_popcount(q[:, None] ^ index.codes[None, :])
-    qi, u = np.nonzero(dist <= radius)
+    qi, u = np.nonzero(dist <= radius[s:s + rows, None])
     if not qi.size:
       continue
     lo = index.code_offsets[u]
@@ -422,15 +412,16 @@ def choose_method(index: InvertedIndex, radius: int) -> str:
       < index.codes.shape[0] else "scan"
 
 
-def lookup(index: InvertedIndex, query_words: Array, *, radius: int,
+def lookup(index: InvertedIndex, query_words: Array, r: Union[int, Array], *,
            method: str = "auto") -> RaggedNeighbors:
-  r"""Every database item within Hamming distance ``radius`` of each query.
+  r"""Every database item within Hamming distance ``r`` of each query.
 
   .. math:: \mathcal{R}_r(q) = \bigcup_{m : |m| \le r} \mathcal{I}(q \oplus m),
      \text{ ordered by } (d(q, i), i)
 
   The same results, in the same format and order, as
-  :func:`hashjax.search.radius_search` on the indexed codes. ``"enumerate"``
+  :func:`hashjax.search.radius_search` on the indexed codes, which takes the
+  radius the same way. ``"enumerate"``
   probes the ``P(b, r)`` codes ``q ^ m`` (cost independent of ``N``);
   ``"scan"`` computes the distance to each of the ``U`` distinct codes;
   ``"auto"`` picks by :func:`choose_method`. Runs on the host (numpy), not
@@ -439,8 +430,9 @@ def lookup(index: InvertedIndex, query_words: Array, *, radius: int,
   Args:
     index: an :class:`InvertedIndex` from :func:`build_inverted_index`.
     query_words: ``uint32[Q, 1]`` packed query codes (bits ``>= num_bits`` zero).
-    radius: int ``r >= 0`` (values above ``num_bits`` act as ``num_bits``).
-    method: ``"auto"``, ``"enumerate"`` or ``"scan"``.
+    r: the radius, a non-negative int, or ``int[Q]`` one radius per query (values above ``num_bits`` act as
+      ``num_bits``).
+    method: ``"auto"``, ``"enumerate"`` or ``"scan"`` (``"auto"`` picks for the largest radius).
 
   Returns:
     :class:`hashjax.search.RaggedNeighbors` ``(distances, indices, offsets)``:
@@ -451,19 +443,19 @@ def lookup(index: InvertedIndex, query_words: Array, *, radius: int,
   >>> from hashjax.codes import pack_bits
   >>> x = pack_bits(np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 1]]))
   >>> q = pack_bits(np.array([[1, 0, 0], [1, 1, 1]]))
-  >>> res = lookup(build_inverted_index(x, num_bits=3), q, radius=1)
+  >>> res = lookup(build_inverted_index(x, num_bits=3), q, 1)
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
   _check_index(index)
   queries = _check_short_words("query_words", query_words, index.num_bits)
-  radius = min(_checks.check_int("radius", radius, low=0), index.num_bits)
+  radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits)
   if _checks.check_option("method", method, _METHODS) == "auto":
-    method = choose_method(index, radius)
+    method = choose_method(index, int(radius.max()))
   if method == "enumerate":
-    if num_masks(index.num_bits, radius) > MAX_MASKS:
-      raise ValueError(f"radius: {num_masks(index.num_bits, radius)} codes within radius {radius} of a "
-                       f"{index.num_bits}-bit code exceed MAX_MASKS = {MAX_MASKS}; use method='scan'")
+    if num_masks(index.num_bits, int(radius.max())) > MAX_MASKS:
+      raise ValueError(f"r: {num_masks(index.num_bits, int(radius.max()))} codes within radius {radius.max()} of "
+                       f"a {index.num_bits}-bit code exceed MAX_MASKS = {MAX_MASKS}; use method='scan'")
     parts = _lookup_enumerate(index, queries, radius)
   else:
     parts = _lookup_scan(index, queries, radius)

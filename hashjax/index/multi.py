@@ -124,49 +124,19 @@ class MultiIndex(NamedTuple):
 
 
 def _check_db(db_words, num_bits) -> Tuple[np.ndarray, int]:
-  _checks.check_words("db_words", db_words, min_ndim=2)
-  if db_words.ndim != 2:
-    raise ValueError(f"db_words: expected packed codes of shape [N, W], got shape {tuple(db_words.shape)}")
-  _checks.check_nonempty("db_words", db_words, what="database item")
-  if not _checks.is_concrete(db_words):
-    raise ValueError("db_words: build_multi_index needs a concrete array (not a jit tracer)")
-  num_bits = _checks.check_num_bits(num_bits, words=db_words, words_name="db_words")
-  _checks.check_padding_bits("db_words", db_words, num_bits)
-  if db_words.shape[0] > np.iinfo(np.int32).max:
-    raise ValueError(f"db_words: at most {np.iinfo(np.int32).max} items, got {db_words.shape[0]}")
+  num_bits = _checks.check_codes("db_words", db_words, num_bits, why="the tables live on the host",
+                                 max_rows=_checks.INT32_MAX)
   return np.ascontiguousarray(np.asarray(db_words)), num_bits
 
 
 def _check_index(index) -> None:
-  if not isinstance(index, MultiIndex):
-    raise ValueError(f"index: expected a MultiIndex from build_multi_index, got {type(index).__name__}")
+  _checks.check_instance("index", index, MultiIndex, what="a MultiIndex from build_multi_index")
 
 
 def _check_queries(index: MultiIndex, query_words) -> np.ndarray:
-  _checks.check_words("query_words", query_words, min_ndim=2)
-  if query_words.ndim != 2:
-    raise ValueError(f"query_words: expected packed codes of shape [Q, W], got shape {tuple(query_words.shape)}")
-  width = index.db_words.shape[1]
-  if query_words.shape[1] != width:
-    raise ValueError(f"query_words: the index holds codes of {index.num_bits} bits ({width} uint32 word(s)), "
-                     f"got codes of {query_words.shape[1]} word(s) (shape {tuple(query_words.shape)})")
-  _checks.check_nonempty("query_words", query_words, what="query")
-  if not _checks.is_concrete(query_words):
-    raise ValueError("query_words: the multi-index needs concrete arrays (it runs on the host, not under jit)")
-  _checks.check_padding_bits("query_words", query_words, index.num_bits)
+  _checks.check_codes("query_words", query_words, index.num_bits, num_bits_name="index.num_bits",
+                      why="the multi-index runs on the host")
   return np.ascontiguousarray(np.asarray(query_words))
-
-
-def _check_radius(r, num_queries: int) -> np.ndarray:
-  """``int64[Q]`` radii from a non-negative int or an integer array ``[Q]``."""
-  if _checks.is_int(r):
-    return np.full((num_queries,), _checks.check_int("r", r, low=0), np.int64)
-  if not hasattr(r, "dtype") or not np.issubdtype(np.dtype(r.dtype), np.integer) \
-      or tuple(r.shape) != (num_queries,):
-    raise ValueError(f"r: expected a non-negative int or an integer array of shape ({num_queries},), got "
-                     f"{_checks.desc(r)}")
-  _checks.check_int_range("r", r, 0, np.iinfo(np.int64).max, what="radii")
-  return np.asarray(r).astype(np.int64)
 
 
 def default_num_tables(num_db: int, num_bits: int) -> int:
@@ -462,9 +432,7 @@ def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: st
   """
   _check_index(index)
   queries = _check_queries(index, query_words)
-  k = _checks.check_positive_int("k", k)
-  if k > index.num_db:
-    raise ValueError(f"k: expected k <= the index's {index.num_db} items (no padding policy), got {k}")
+  k = _checks.check_k(k, index.num_db, db_name="the index")
   budget = _budget(index, method)
   out_d = np.zeros((queries.shape[0], k), np.int32)
   out_i = np.zeros((queries.shape[0], k), np.int32)
@@ -524,7 +492,7 @@ def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Arra
   """
   _check_index(index)
   queries = _check_queries(index, query_words)
-  radius = np.minimum(_check_radius(r, queries.shape[0]), index.num_bits)
+  radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits)
   budget = _budget(index, method)
   parts_q, parts_d, parts_i, scan_rows = [], [], [], []
   for s in range(0, queries.shape[0], _QUERY_BATCH):
@@ -547,6 +515,4 @@ def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Arra
   order = np.lexsort((item, dist, row))
   offsets = np.zeros((queries.shape[0] + 1,), np.int64)
   np.cumsum(np.bincount(row, minlength=queries.shape[0]), out=offsets[1:])
-  if offsets[-1] > np.iinfo(np.int32).max:
-    raise ValueError(f"r: {offsets[-1]} results exceed the int32 offsets of RaggedNeighbors")
-  return RaggedNeighbors(*(jax.device_put(a.astype(np.int32)) for a in (dist[order], item[order], offsets)))
+  return RaggedNeighbors.from_arrays(dist[order], item[order], offsets)

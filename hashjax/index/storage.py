@@ -8,32 +8,24 @@ directory; :func:`load` reads back whichever was saved. Layout::
     manifest.json        format, version, kind, num_bits, count, the data folder, each array's
                          file, dtype, shape and sha256, and the sha256 of the manifest itself
     data-<token>/        one .npy file per array
+    .lock                the writers' lock
 
-**Atomic.** :func:`save` writes the arrays into a temporary folder inside
-the directory, fsyncs every file, renames the folder to a fresh
-``data-<token>``, fsyncs the directory, and only then replaces
-``manifest.json`` in one ``os.replace`` (a new manifest written beside it,
-fsynced, renamed over the old). The manifest is what :func:`load` reads
-first, and it names its data folder, so at every instant the directory
-loads as the old index or as the new one, complete: a crash before the
-manifest's rename leaves the old index (and a stray folder, removed by the
-next save); after it, the new one. The previous data folder is removed
-after the switch.
-
-**Verified.** :func:`load` checks the manifest's own checksum, its format
-version (:data:`FORMAT_VERSION`), and each array file's sha256, dtype and
-shape before using it; a truncated or altered file, another version or a
-missing file raise ``ValueError`` naming the file. Arrays are stored with
-``numpy.save`` (no pickles) and read with ``allow_pickle=False``.
+Both follow the save protocol of :mod:`hashjax.io` (models use it too):
+**atomic** (the manifest, which names its data folder, is replaced last in
+one rename, so the directory always loads as the old index or the new one,
+complete), **safe under concurrency** (saves to one directory wait for each
+other and the last wins; a load during a save returns one complete index,
+never a mix and never an error) and **verified** (:func:`load` checks the
+manifest's own checksum, its format version (:data:`FORMAT_VERSION`), and
+each array file's sha256, dtype and shape; a truncated or altered file,
+another version or a missing file raise ``ValueError`` naming the file).
+Arrays are stored with ``numpy.save`` (no pickles) and read with
+``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import secrets
-import shutil
 from typing import Any, Dict, NamedTuple, Tuple, Union
 
 import numpy as np
@@ -48,7 +40,6 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 _FORMAT = "hashjax-index"
 _KINDS = ("codes", "inverted", "multi")
-_CHUNK = 1 << 22  # bytes hashed per read
 _INVERTED_ARRAYS = ("keys", "codes", "code_offsets", "items", "filter", "filter_rank", "prefix_starts",
                     "coarse_filter")
 
@@ -80,11 +71,7 @@ def _arrays(obj: Saved) -> Tuple[str, Dict[str, np.ndarray], Dict[str, int]]:
   """``(kind, arrays, integers)`` of what :func:`save` stores."""
   if isinstance(obj, CodeDatabase):
     words = obj.words
-    _checks.check_words("obj.words", words, min_ndim=2)
-    if words.ndim != 2:
-      raise ValueError(f"obj.words: expected packed codes of shape [N, W], got shape {tuple(words.shape)}")
-    num_bits = _checks.check_num_bits(obj.num_bits, words=words, name="obj.num_bits", words_name="obj.words")
-    _checks.check_padding_bits("obj.words", words, num_bits)
+    num_bits = _checks.check_codes("obj.words", words, obj.num_bits, num_bits_name="obj.num_bits")
     return "codes", {"words": np.asarray(words)}, {"num_bits": num_bits, "count": int(words.shape[0])}
   if isinstance(obj, InvertedIndex):
     arrays = {name: np.asarray(getattr(obj, name)) for name in _INVERTED_ARRAYS}
@@ -97,46 +84,6 @@ def _arrays(obj: Saved) -> Tuple[str, Dict[str, np.ndarray], Dict[str, int]]:
     return "multi", {k: np.asarray(v) for k, v in arrays.items()}, {
         "num_bits": obj.num_bits, "count": obj.num_db, "num_tables": obj.num_tables}
   raise ValueError(f"obj: expected a MultiIndex, an InvertedIndex or a CodeDatabase, got {type(obj).__name__}")
-
-
-class _HashingWriter:
-  """A binary file that hashes what is written to it."""
-
-  def __init__(self, f):
-    self.f = f
-    self.sha = hashlib.sha256()
-
-  def write(self, data) -> int:
-    self.sha.update(data)
-    return self.f.write(data)
-
-
-def _write_array(path: str, array: np.ndarray) -> str:
-  """Writes ``array`` as ``.npy`` to ``path``, fsynced; returns its sha256."""
-  with open(path, "wb") as f:
-    writer = _HashingWriter(f)
-    np.lib.format.write_array(writer, np.ascontiguousarray(array), allow_pickle=False)
-    f.flush()
-    os.fsync(f.fileno())
-  return writer.sha.hexdigest()
-
-
-def _fsync_dir(path: str) -> None:
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
-
-
-def _manifest_checksum(manifest: Dict[str, Any]) -> str:
-  body = {k: v for k, v in manifest.items() if k != "checksum"}
-  return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
-def _ours(name: str) -> bool:
-  """Entries :func:`save` creates inside the directory."""
-  return name == MANIFEST or name.startswith("data-") or name.startswith(".tmp-")
 
 
 def save(obj: Saved, directory: Any) -> str:
@@ -164,92 +111,23 @@ def save(obj: Saved, directory: Any) -> str:
   (40, [[5, 0], [3, 1]])
   """
   kind, arrays, ints = _arrays(obj)
-  if not isinstance(directory, (str, os.PathLike)):
-    raise ValueError(f"directory: expected a path (str or os.PathLike), got {type(directory).__name__}")
-  path = os.path.abspath(os.fspath(directory))
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise ValueError(f"directory: {path!r} exists and is not a directory; refusing to replace it with an index")
-  os.makedirs(path, exist_ok=True)
-  others = sorted(name for name in os.listdir(path) if not _ours(name))
-  if others:
-    raise ValueError(f"directory: {path!r} holds files that are not a saved index ({others[:3]}); refusing to "
-                     "write an index there (choose a new or empty directory)")
-  token = secrets.token_hex(8)
-  tmp = os.path.join(path, f".tmp-{token}")
-  data = f"data-{token}"
-  os.mkdir(tmp)
-  try:
-    listed = []
-    for name, array in arrays.items():
-      digest = _write_array(os.path.join(tmp, f"{name}.npy"), array)
-      listed.append({"name": name, "file": f"{data}/{name}.npy", "dtype": array.dtype.str,
-                     "shape": list(array.shape), "sha256": digest})
-    _fsync_dir(tmp)
-    os.replace(tmp, os.path.join(path, data))
-    _fsync_dir(path)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
-  manifest = {"format": _FORMAT, "version": FORMAT_VERSION, "kind": kind, "data": data, "arrays": listed, **ints}
-  manifest["checksum"] = _manifest_checksum(manifest)
-  io.atomic_write_bytes(os.path.join(path, MANIFEST),
-                        (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-  _fsync_dir(path)
-  for name in os.listdir(path):  # the previous data folder and leftovers of interrupted saves
-    if name != data and name != MANIFEST and _ours(name):
-      shutil.rmtree(os.path.join(path, name), ignore_errors=True)
-  return path
+  header = {"format": _FORMAT, "version": FORMAT_VERSION, "kind": kind, **ints}
+  return io.save_arrays(_checks.check_path("directory", directory), arrays, header, manifest=MANIFEST, what="index")
 
 
 # ----------------------------------------------------------------------------
 # Loading.
 
 
-def _read_manifest(path: str) -> Dict[str, Any]:
-  file = os.path.join(path, MANIFEST)
-  if not os.path.isdir(path):
-    raise ValueError(f"directory: {path!r} does not exist or is not a directory; expected a saved index")
-  if not os.path.isfile(file):
-    raise ValueError(f"{file}: missing; {path!r} holds no saved index (an interrupted first save leaves none)")
-  try:
-    with open(file, "rb") as f:
-      manifest = json.loads(f.read().decode("utf-8"))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f"{file}: truncated or altered, not valid JSON ({e})") from None
-  if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-    raise ValueError(f"{file}: not a hashjax index manifest (expected format {_FORMAT!r})")
-  if manifest.get("version") != FORMAT_VERSION:
-    raise ValueError(f"{file}: format version {manifest.get('version')!r}, but this hashjax reads version "
-                     f"{FORMAT_VERSION} only")
-  if manifest.get("checksum") != _manifest_checksum(manifest):
-    raise ValueError(f"{file}: checksum mismatch (the manifest was altered or truncated)")
-  if manifest.get("kind") not in _KINDS:
-    raise ValueError(f"{file}: kind: expected one of {list(_KINDS)}, got {manifest.get('kind')!r}")
-  for name in ("num_bits", "count"):
-    if not _checks.is_int(manifest.get(name)) or manifest[name] < 1:
-      raise ValueError(f"{file}: {name}: expected a positive int, got {manifest.get(name)!r}")
-  return manifest
-
-
-def _read_array(path: str, entry: Dict[str, Any]) -> np.ndarray:
-  file = os.path.join(path, entry["file"])
-  if not os.path.isfile(file):
-    raise ValueError(f"{file}: missing (listed in {MANIFEST})")
-  sha = hashlib.sha256()
-  with open(file, "rb") as f:
-    for block in iter(lambda: f.read(_CHUNK), b""):
-      sha.update(block)
-  if sha.hexdigest() != entry["sha256"]:
-    raise ValueError(f"{file}: checksum mismatch (sha256 {sha.hexdigest()[:16]}..., {MANIFEST} lists "
-                     f"{entry['sha256'][:16]}...): the file is truncated or altered")
-  try:
-    array = np.load(file, allow_pickle=False)
-  except (OSError, ValueError, EOFError) as e:
-    raise ValueError(f"{file}: not a readable .npy array ({type(e).__name__}: {e})") from None
-  if array.dtype.str != entry["dtype"] or list(array.shape) != entry["shape"]:
-    raise ValueError(f"{file}: expected dtype {entry['dtype']} and shape {tuple(entry['shape'])} (as {MANIFEST} "
-                     f"lists), got {_checks.desc(array)}")
-  return array
+def _check_manifest(file: str, manifest: Dict[str, Any]) -> None:
+  """``manifest`` must be an index manifest of :data:`FORMAT_VERSION` (its checksum is verified after)."""
+  got = (manifest.get("format"), manifest.get("version"))
+  if got != (_FORMAT, FORMAT_VERSION):
+    raise ValueError(f"{file}: not a hashjax index manifest this hashjax reads (expected format {_FORMAT!r} "
+                     f"version {FORMAT_VERSION}), got format {got[0]!r} version {got[1]!r}")
+  _checks.check_option(f"{file}: kind", manifest.get("kind"), _KINDS)
+  _checks.check_int(f"{file}: num_bits", manifest.get("num_bits"))
+  _checks.check_int(f"{file}: count", manifest.get("count"))
 
 
 def _expect(condition: bool, path: str, what: str) -> None:
@@ -297,16 +175,8 @@ def load(directory: Any) -> Saved:
   >>> multi_index_knn(load(path), np.array([[7]], np.uint32), 2)[1].tolist()
   [[2, 1]]
   """
-  if not isinstance(directory, (str, os.PathLike)):
-    raise ValueError(f"directory: expected a path (str or os.PathLike), got {type(directory).__name__}")
-  path = os.path.abspath(os.fspath(directory))
-  manifest = _read_manifest(path)
-  listed = manifest.get("arrays")
-  if not isinstance(listed, list) or not all(isinstance(e, dict) and {"name", "file", "dtype", "shape", "sha256"}
-                                             <= set(e) for e in listed):
-    raise ValueError(f"{os.path.join(path, MANIFEST)}: arrays: expected a list of {{name, file, dtype, shape, "
-                     "sha256}} objects")
-  a = {e["name"]: _read_array(path, e) for e in listed}
+  path = _checks.check_path("directory", directory)
+  manifest, a = io.load_arrays(path, manifest=MANIFEST, check=_check_manifest)
   num_bits, count = manifest["num_bits"], manifest["count"]
   if manifest["kind"] == "codes":
     words = a.get("words")

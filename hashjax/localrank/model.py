@@ -77,8 +77,7 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
   >>> bool(w[0, 0] > w[0, 1]), bool(w[1, 0] < w[1, 1])
   (True, True)
   """
-  if not isinstance(pairs, rankers.RankNetPairs):
-    raise ValueError(f"pairs: expected RankNetPairs (ranknet_pairs), got {type(pairs).__name__}")
+  _checks.check_instance("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
   _checks.check_int_range("clusters", clusters, 0, num_clusters - 1, what="cluster indices")
   _checks.check_shape("clusters", clusters, pairs.query_ids.shape, like="pairs.query_ids")
@@ -95,8 +94,8 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
 
 
 def fit(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, *, num_clusters: int,
-        similarity: str = "pca", seed: int = 0, num_components: Optional[int] = None, variance_fraction: float = 0.8,
-        ridge: float = 1e-3, l2: float = 1e-3, lsh_bits: int = 8, lsh_tables: int = 8,
+        similarity: str = "pca", seed: _checks.Seed = 0, num_components: Optional[int] = None,
+        variance_fraction: float = 0.8, ridge: float = 1e-3, l2: float = 1e-3, lsh_bits: int = 8, lsh_tables: int = 8,
         solver: str = "newton") -> LocalRankModel:
   r"""Trains LocalRank (Figure 2): cloud similarity, complete-link clusters, one linear ranker each.
 
@@ -109,7 +108,8 @@ def fit(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, *, num_
     query_ids: ``int[n]`` query of each document.
     num_clusters: ``C``, at most the number of training queries; 1 is the global ranker.
     similarity: one of :data:`hashjax.localrank.SIMILARITIES` (``"pca"``: eq. 5).
-    seed: the LSH hyperplanes' seed (the clustering is deterministic).
+    seed: the LSH hyperplanes' numpy seed, an int >= 0 or a ``np.random.Generator`` (the clustering is
+      deterministic).
     num_components: fixed ``P`` of eq. 5 (None: the ``variance_fraction`` rule).
     variance_fraction: the rule's fraction (the paper's 80%).
     ridge: covariance ridge of ``"kl"`` and ``"bhattacharyya"``.
@@ -128,30 +128,30 @@ def fit(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, *, num_
   >>> model.weights.shape, sorted(set(model.clusters.tolist()))
   ((2, 3), [0, 1])
   """
-  rankers.check_ranking_data(features, labels, query_ids)
-  num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
-  num_queries = len(np.unique(np.asarray(query_ids)))
-  if num_clusters > num_queries:
-    raise ValueError(f"num_clusters: expected at most the {num_queries} training queries, got {num_clusters}")
-  seed = _checks.check_int("seed", seed, low=0)
-  l2 = _checks.check_number("l2", l2, low=0, low_open=True)
   summary = sim_lib.cloud_summaries(features, query_ids, similarity=similarity, num_components=num_components,
                                     variance_fraction=variance_fraction, ridge=ridge)
+  g = len(summary.query_ids)
+  num_clusters = _checks.check_int_at_most("num_clusters", num_clusters, g, what=f"the {g} training queries")
+  rng = _checks.check_rng(seed)
+  pairs = rankers.ranknet_pairs(features, labels, query_ids)
   if num_clusters == 1:
-    clusters = np.zeros(num_queries, np.int64)
+    clusters = np.zeros(g, np.int64)
   else:
     clusters = sel.complete_link(sim_lib.cloud_distances(summary, summary), num_clusters=num_clusters)
-  pairs = rankers.ranknet_pairs(features, labels, query_ids)
   weights = fit_clusters(pairs, clusters, num_clusters=num_clusters, l2=l2, solver=solver)
   lsh = None
   if similarity == "pca":
-    lsh = sel.build_lsh(summary, num_bits=lsh_bits, num_tables=lsh_tables, seed=seed)
+    lsh = sel.build_lsh(summary, num_bits=lsh_bits, num_tables=lsh_tables, seed=rng)
   return LocalRankModel(weights, clusters, summary, lsh, num_components, float(variance_fraction), float(ridge))
 
 
-def _check_model(model) -> None:
-  if not isinstance(model, LocalRankModel):
-    raise ValueError(f"model: expected a LocalRankModel (hashjax.localrank.fit), got {type(model).__name__}")
+def _check_test(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, selection: str) -> None:
+  """The arguments of :func:`select` and :func:`score`."""
+  _checks.check_instance("model", model, LocalRankModel, what="a LocalRankModel (hashjax.localrank.fit)")
+  _checks.check_ranking_data("features", features, None, query_ids, ndim=2, shape_doc="[n, d]")
+  _checks.check_columns("features", features, model.weights.shape[1], what="the model's training features")
+  if _checks.check_option("selection", selection, SELECTIONS) == "lsh" and model.lsh is None:
+    raise ValueError(f"selection: 'lsh' needs a 'pca' model, got a {model.train.similarity!r} model")
 
 
 def select(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, *,
@@ -178,20 +178,18 @@ def select(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, *
   >>> bool(np.array_equal(s.clusters, model.clusters))  # each training query is nearest to itself
   True
   """
-  _check_model(model)
-  selection = _checks.check_option("selection", selection, SELECTIONS)
-  _checks.check_real("features", features, shape_doc="[n, d]")
-  if features.ndim != 2 or features.shape[1] != model.weights.shape[1]:
-    raise ValueError(f"features: expected shape [n, {model.weights.shape[1]}] like the training data, "
-                     f"got {tuple(features.shape)}")
+  _check_test(model, features, query_ids, selection)
+  return _select(model, features, query_ids, selection, num_candidates)
+
+
+def _select(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, selection: str,
+            num_candidates: Optional[int]) -> Selection:
   test = sim_lib.cloud_summaries(features, query_ids, similarity=model.train.similarity,
                                  num_components=model.num_components, variance_fraction=model.variance_fraction,
                                  ridge=model.ridge)
   t = len(test.query_ids)
   fallback = np.zeros(t, bool)
   if selection == "lsh":
-    if model.lsh is None:
-      raise ValueError(f"selection: 'lsh' needs a 'pca' model, got a {model.train.similarity!r} model")
     nearest, fallback = sel.lsh_nearest(model.lsh, model.train, test, num_candidates=num_candidates)
   else:
     nearest = sel.nearest_training_query(sim_lib.cloud_distances(test, model.train))
@@ -227,14 +225,10 @@ def score(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, *,
   >>> score(fit(x, y, q, num_clusters=2), x[:5], q[:5]).shape
   (5,)
   """
-  _check_model(model)
-  if _checks.check_option("selection", selection, SELECTIONS) == "lsh" and model.lsh is None:
-    raise ValueError(f"selection: 'lsh' needs a 'pca' model, got a {model.train.similarity!r} model")
-  _checks.check_real("features", features, shape_doc="[n, d]")
-  rankers.check_ranking_data(features, np.zeros(features.shape[:1], np.int32), query_ids)
+  _check_test(model, features, query_ids, selection)
   if model.weights.shape[0] == 1:  # the global ranker: nothing to select
     return np.asarray(features, np.float64) @ model.weights[0]
-  chosen = select(model, features, query_ids, selection=selection, num_candidates=num_candidates)
+  chosen = _select(model, features, query_ids, selection=selection, num_candidates=num_candidates)
   return _scores_by_query(features, query_ids, chosen.query_ids, model.weights[chosen.clusters])
 
 
@@ -261,14 +255,11 @@ def query_features(features: np.ndarray, query_ids: np.ndarray, *, rank_feature:
   ...                top=2).tolist()
   [[4.0, 1.5]]
   """
-  _checks.check_real("features", features, shape_doc="[n, d]")
-  rankers.check_ranking_data(features, np.zeros(features.shape[:1], np.int32), query_ids)
+  _checks.check_ranking_data("features", features, None, query_ids, ndim=2, shape_doc="[n, d]")
+  last = features.shape[1] - 1
   if rank_feature is not None:
-    _checks.check_int("rank_feature", rank_feature, low=0)
-    if rank_feature >= features.shape[1]:
-      raise ValueError(f"rank_feature: expected a column below {features.shape[1]}, got {rank_feature}")
-  if top is not None:
-    top = _checks.check_positive_int("top", top)
+    _checks.check_int_at_most("rank_feature", rank_feature, last, low=0, what=f"the last column, {last}")
+  top = _checks.check_int("top", top, allow_none=True)
   x = np.asarray(features, np.float64)
   out = []
   for rows in letor.group_by_query(np.asarray(query_ids)).indices:
@@ -306,13 +297,12 @@ def knn_scores(pairs: rankers.RankNetPairs, train_query_features: np.ndarray, fe
   >>> knn_scores(p, query_features(x, q), x[:5], q[:5], num_neighbors=3).shape
   (5,)
   """
+  _checks.check_instance("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   g = len(pairs.query_ids)
-  num_neighbors = _checks.check_positive_int("num_neighbors", num_neighbors)
-  if num_neighbors > g:
-    raise ValueError(f"num_neighbors: expected at most the {g} training queries, got {num_neighbors}")
+  num_neighbors = _checks.check_int_at_most("num_neighbors", num_neighbors, g, what=f"the {g} training queries")
+  z = query_features(features, query_ids, rank_feature=rank_feature, top=top)
   _checks.check_shape("train_query_features", train_query_features, (g, features.shape[1]), like="pairs, features")
   test_ids = letor.group_by_query(np.asarray(query_ids)).query_ids
-  z = query_features(features, query_ids, rank_feature=rank_feature, top=top)
   ref = np.asarray(train_query_features, np.float64)
   dist = np.sum(z ** 2, 1)[:, None] + np.sum(ref ** 2, 1)[None, :] - 2 * z @ ref.T
   weights = np.empty((len(test_ids), features.shape[1]))
@@ -348,11 +338,10 @@ def dk_scores(pairs: rankers.RankNetPairs, features: np.ndarray, query_ids: np.n
   >>> dk_scores(rankers.ranknet_pairs(x, y, q), x[:5], q[:5]).shape
   (5,)
   """
-  if not isinstance(pairs, rankers.RankNetPairs):
-    raise ValueError(f"pairs: expected RankNetPairs (ranknet_pairs), got {type(pairs).__name__}")
+  _checks.check_instance("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   test = sim_lib.cloud_summaries(features, query_ids, similarity="pca", num_components=num_components,
                                  variance_fraction=variance_fraction)
-  l2 = _checks.check_number("l2", l2, low=0, low_open=True)
+  _checks.check_columns("features", features, pairs.features.shape[1], what="the features of pairs")
   weights = np.zeros((len(test.query_ids), features.shape[1]))
   for i in range(len(test.query_ids)):
     u = test.vectors[i, :test.num_components[i]]

@@ -41,18 +41,6 @@ class RankNetPairs(NamedTuple):
   counts: np.ndarray  #: ``int64[G]`` pairs of each query (0: no two labels differ)
 
 
-def check_ranking_data(features, labels, query_ids) -> None:
-  """``features[n, d]`` finite reals, ``labels int[n] >= 0``, ``query_ids int[n]``."""
-  _checks.check_real("features", features, shape_doc="[n, d]")
-  if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
-    raise ValueError(f"features: expected a non-empty 2-D array [n, d], got shape {tuple(features.shape)}")
-  _checks.check_finite("features", features)
-  _checks.check_int_range("labels", labels, 0, np.iinfo(np.int32).max, what="relevance labels")
-  _checks.check_shape("labels", labels, features.shape[:1], like="features[:, 0]")
-  _checks.check_integer_dtype("query_ids", query_ids, what="query ids")
-  _checks.check_shape("query_ids", query_ids, features.shape[:1], like="features[:, 0]")
-
-
 def ranknet_pairs(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray) -> RankNetPairs:
   r"""Every preference pair of each query: ``(a, b)`` of one query with ``label_a > label_b``.
 
@@ -71,7 +59,7 @@ def ranknet_pairs(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarra
   >>> p.first.tolist(), p.second.tolist(), p.counts.tolist()
   ([0, 0, 2], [1, 2, 1], [3])
   """
-  check_ranking_data(features, labels, query_ids)
+  _checks.check_ranking_data("features", features, labels, query_ids, ndim=2, shape_doc="[n, d]")
   y = np.asarray(labels)
   groups = letor.group_by_query(np.asarray(query_ids))
   first, second, owner, counts = [], [], [], []
@@ -163,18 +151,14 @@ def fit_ranknet_pairs(pairs: RankNetPairs, *, queries: Optional[np.ndarray] = No
   >>> bool(w[0] > 0 > w[1])
   True
   """
-  if not isinstance(pairs, RankNetPairs):
-    raise ValueError(f"pairs: expected RankNetPairs (ranknet_pairs), got {type(pairs).__name__}")
-  g = len(pairs.query_ids)
-  if queries is None:
-    queries = np.ones(g, bool)
-  elif not hasattr(queries, "dtype") or np.dtype(queries.dtype) != np.bool_ or queries.shape != (g,):
-    raise ValueError(f"queries: expected a bool mask of shape ({g},), got {_checks.desc(queries)}")
+  _checks.check_instance("pairs", pairs, RankNetPairs, what="RankNetPairs (ranknet_pairs)")
+  _checks.check_mask("queries", queries, pairs.query_ids.shape, like="pairs.query_ids")
+  queries = np.ones(len(pairs.query_ids), bool) if queries is None else np.asarray(queries)
   l2 = _checks.check_number("l2", l2, low=0, low_open=True)
   solver = _checks.check_option("solver", solver, SOLVERS)
   max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
   tolerance = _checks.check_number("tolerance", tolerance, low=0, low_open=True)
-  return _fit(pairs, np.asarray(queries), l2, solver, max_iterations, tolerance)
+  return _fit(pairs, queries, l2, solver, max_iterations, tolerance)
 
 
 def _newton(x: np.ndarray, first: np.ndarray, second: np.ndarray, weights: np.ndarray, l2: float,

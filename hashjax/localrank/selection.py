@@ -33,17 +33,6 @@ __all__ = ["complete_link_tree", "cut_clusters", "complete_link", "nearest_train
            "build_lsh", "lsh_nearest"]
 
 
-def _check_square(distances) -> np.ndarray:
-  _checks.check_real("distances", distances, shape_doc="[G, G]")
-  if distances.ndim != 2 or distances.shape[0] != distances.shape[1] or distances.shape[0] == 0:
-    raise ValueError(f"distances: expected a square matrix [G, G], got shape {tuple(distances.shape)}")
-  _checks.check_finite("distances", distances)
-  d = np.asarray(distances, np.float64)
-  if not np.allclose(d, d.T, rtol=1e-9, atol=1e-12):
-    raise ValueError("distances: expected a symmetric matrix, got one that is not")
-  return d
-
-
 def complete_link_tree(distances: np.ndarray) -> np.ndarray:
   r"""Complete-link agglomerative clustering tree (scipy linkage matrix) of a distance matrix.
 
@@ -59,7 +48,12 @@ def complete_link_tree(distances: np.ndarray) -> np.ndarray:
   >>> complete_link_tree(np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]]))[:, 2].tolist()
   [1.0, 4.0]
   """
-  d = _check_square(distances)
+  _checks.check_real("distances", distances, shape_doc="[G, G]")
+  if distances.ndim != 2 or distances.shape[0] != distances.shape[1] or distances.shape[0] == 0:
+    raise ValueError(f"distances: expected a square matrix [G, G], got shape {tuple(distances.shape)}")
+  d = np.asarray(distances, np.float64)
+  if not np.allclose(d, d.T, rtol=1e-9, atol=1e-12):
+    raise ValueError("distances: expected a symmetric matrix, got one that is not")
   if d.shape[0] == 1:
     return np.zeros((0, 4))
   d = 0.5 * (d + d.T)
@@ -85,11 +79,9 @@ def cut_clusters(tree: np.ndarray, *, num_queries: int, num_clusters: int) -> np
   >>> cut_clusters(tree, num_queries=3, num_clusters=2).tolist()
   [0, 0, 1]
   """
-  num_queries = _checks.check_positive_int("num_queries", num_queries)
-  num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
-  if num_clusters > num_queries:
-    raise ValueError(f"num_clusters: expected at most the {num_queries} training queries, got {num_clusters}")
-  if num_queries == 1:
+  g = _checks.check_positive_int("num_queries", num_queries)
+  num_clusters = _checks.check_int_at_most("num_clusters", num_clusters, g, what=f"the {g} training queries")
+  if g == 1:
     return np.zeros(1, np.int64)
   labels = scipy.cluster.hierarchy.cut_tree(tree, n_clusters=num_clusters)[:, 0]
   _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
@@ -115,11 +107,8 @@ def complete_link(distances: np.ndarray, *, num_clusters: int) -> np.ndarray:
   >>> complete_link(np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]]), num_clusters=2).tolist()
   [0, 0, 1]
   """
-  d = _check_square(distances)
-  num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
-  if num_clusters > d.shape[0]:
-    raise ValueError(f"num_clusters: expected at most the {d.shape[0]} training queries, got {num_clusters}")
-  return cut_clusters(complete_link_tree(d), num_queries=d.shape[0], num_clusters=num_clusters)
+  tree = complete_link_tree(distances)
+  return cut_clusters(tree, num_queries=distances.shape[0], num_clusters=num_clusters)
 
 
 def nearest_training_query(distances: np.ndarray) -> np.ndarray:
@@ -137,9 +126,8 @@ def nearest_training_query(distances: np.ndarray) -> np.ndarray:
   >>> nearest_training_query(np.array([[0.5, 0.2, 0.2], [0.0, 1.0, 0.0]])).tolist()
   [1, 0]
   """
-  _checks.check_real("distances", distances, shape_doc="[T, G]")
-  if distances.ndim != 2 or 0 in distances.shape:
-    raise ValueError(f"distances: expected a non-empty 2-D array [T, G], got shape {tuple(distances.shape)}")
+  _checks.check_array("distances", distances, ndim=2, shape_doc="[T, G]", kinds="iuf", what="real array")
+  _checks.check_finite("distances", distances)
   return np.argmin(np.asarray(distances), axis=1).astype(np.int64)
 
 
@@ -161,7 +149,8 @@ def _bucket_keys(planes: np.ndarray, u: np.ndarray) -> np.ndarray:
   return bits @ (np.int64(1) << np.arange(planes.shape[1], dtype=np.int64))
 
 
-def build_lsh(summary: sim_lib.CloudSummary, *, num_bits: int = 8, num_tables: int = 8, seed: int = 0) -> LshTables:
+def build_lsh(summary: sim_lib.CloudSummary, *, num_bits: int = 8, num_tables: int = 8,
+              seed: _checks.Seed = 0) -> LshTables:
   r"""Figure 3's preprocessing: every training query's ``p``-th direction in ``m`` tables of ``h`` hyperplanes.
 
   .. math:: \mathrm{key}_{p,j}(u) = \sum_{i < h} 2^i\, [r_{p,j,i}^\top u \ge 0], \quad r \sim \mathcal N(0, I)
@@ -170,7 +159,7 @@ def build_lsh(summary: sim_lib.CloudSummary, *, num_bits: int = 8, num_tables: i
     summary: ``"pca"`` :class:`~hashjax.localrank.similarity.CloudSummary` of the training queries.
     num_bits: ``h``, hyperplanes per table (at most 62).
     num_tables: ``m``, tables per component.
-    seed: the hyperplanes' numpy seed.
+    seed: the hyperplanes' numpy seed (an int >= 0 or a ``np.random.Generator``).
 
   Returns:
     :class:`LshTables`.
@@ -180,16 +169,13 @@ def build_lsh(summary: sim_lib.CloudSummary, *, num_bits: int = 8, num_tables: i
   >>> build_lsh(s, num_bits=4, num_tables=2).keys.shape
   (1, 2, 2)
   """
-  if not isinstance(summary, sim_lib.CloudSummary) or summary.similarity != "pca":
-    raise ValueError(f"summary: expected a 'pca' CloudSummary, got {getattr(summary, 'similarity', summary)!r}")
-  num_bits = _checks.check_positive_int("num_bits", num_bits)
-  if num_bits > 62:
-    raise ValueError(f"num_bits: expected at most 62 hyperplanes per table, got {num_bits}")
+  sim_lib.check_summaries(("summary",), (summary,), similarity="pca")
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, 62, what="62 hyperplanes per table")
   num_tables = _checks.check_positive_int("num_tables", num_tables)
-  seed = _checks.check_int("seed", seed, low=0)
+  rng = _checks.check_rng(seed)
   g, _, d = summary.vectors.shape
   p_max = max(int(summary.num_components.max(initial=0)), 1)  # tables for p < the largest P of a training query
-  planes = np.random.default_rng(seed).standard_normal((p_max, num_tables, num_bits, d))
+  planes = rng.standard_normal((p_max, num_tables, num_bits, d))
   keys = np.full((p_max, num_tables, g), np.iinfo(np.int64).max)
   members = np.zeros((p_max, num_tables, g), np.int64)
   sizes = np.zeros(p_max, np.int64)
@@ -252,17 +238,11 @@ def lsh_nearest(tables: LshTables, train: sim_lib.CloudSummary, test: sim_lib.Cl
   >>> nearest.tolist(), fallback.tolist()
   ([0, 1], [False, False])
   """
-  if not isinstance(tables, LshTables):
-    raise ValueError(f"tables: expected LshTables (build_lsh), got {type(tables).__name__}")
-  for name, s in (("train", train), ("test", test)):
-    if not isinstance(s, sim_lib.CloudSummary) or s.similarity != "pca":
-      raise ValueError(f"{name}: expected a 'pca' CloudSummary, got {getattr(s, 'similarity', s)!r}")
-  if tables.members.shape[-1] != len(train.query_ids) or tables.planes.shape[-1] != test.vectors.shape[-1]:
-    raise ValueError(f"tables: expected the tables of train ({len(train.query_ids)} queries, "
-                     f"{train.vectors.shape[-1]} features), got {tables.members.shape[-1]} queries, "
-                     f"{tables.planes.shape[-1]} features")
-  if num_candidates is not None:
-    num_candidates = _checks.check_positive_int("num_candidates", num_candidates)
+  _checks.check_instance("tables", tables, LshTables, what="LshTables (build_lsh)")
+  sim_lib.check_summaries(("train", "test"), (train, test), similarity="pca")
+  _checks.check_columns("tables.members", tables.members, len(train.query_ids), what="one per query of train")
+  _checks.check_columns("tables.planes", tables.planes, train.vectors.shape[-1], what="the features of train")
+  num_candidates = _checks.check_int("num_candidates", num_candidates, allow_none=True)
   votes = _votes(tables, test)
   t, g = votes.shape
   k = g if num_candidates is None else min(num_candidates, g)

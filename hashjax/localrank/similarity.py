@@ -61,15 +61,6 @@ class CloudSummary(NamedTuple):
   logdet: Optional[np.ndarray] = None  #: ``float64[G]`` its log-determinant (kl/bhattacharyya)
 
 
-def _check_features(features, query_ids) -> None:
-  _checks.check_real("features", features, shape_doc="[n, d]")
-  if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
-    raise ValueError(f"features: expected a non-empty 2-D array [n, d], got shape {tuple(features.shape)}")
-  _checks.check_finite("features", features)
-  _checks.check_integer_dtype("query_ids", query_ids, what="query ids")
-  _checks.check_shape("query_ids", query_ids, features.shape[:1], like="features[:, 0]")
-
-
 def principal_components(cloud: np.ndarray, *, num_components: Optional[int] = None,
                          variance_fraction: float = 0.8) -> np.ndarray:
   r"""The leading principal directions of one cloud, zero rows past its rank.
@@ -94,18 +85,15 @@ def principal_components(cloud: np.ndarray, *, num_components: Optional[int] = N
   >>> u.shape, np.round(np.abs(u[0]), 3).tolist()
   ((1, 2), [1.0, 0.0])
   """
-  _checks.check_real("cloud", cloud, shape_doc="[n, d]")
-  if cloud.ndim != 2 or cloud.shape[0] == 0:
-    raise ValueError(f"cloud: expected a non-empty 2-D array [n, d], got shape {tuple(cloud.shape)}")
+  _checks.check_array("cloud", cloud, ndim=2, shape_doc="[n, d]", kinds="iuf", what="real array")
+  _checks.check_finite("cloud", cloud)
   _check_components(num_components, variance_fraction, cloud.shape[1])
   return _components(np.asarray(cloud, np.float64), num_components, variance_fraction)
 
 
 def _check_components(num_components, variance_fraction, dim: int) -> None:
   if num_components is not None:
-    p = _checks.check_positive_int("num_components", num_components)
-    if p > dim:
-      raise ValueError(f"num_components: expected at most the {dim} features, got {p}")
+    _checks.check_int_at_most("num_components", num_components, dim, what=f"the {dim} features")
   _checks.check_number("variance_fraction", variance_fraction, low=0, high=1, low_open=True)
 
 
@@ -191,7 +179,7 @@ def cloud_summaries(features: np.ndarray, query_ids: np.ndarray, *, similarity: 
   >>> s.query_ids.tolist(), s.num_components.tolist(), s.vectors.shape
   ([1, 2], [1, 1], (2, 1, 2))
   """
-  _check_features(features, query_ids)
+  _checks.check_ranking_data("features", features, None, query_ids, ndim=2, shape_doc="[n, d]")
   similarity = _checks.check_option("similarity", similarity, SIMILARITIES)
   _check_components(num_components, variance_fraction, features.shape[1])
   ridge = _checks.check_number("ridge", ridge, low=0, low_open=True)
@@ -220,14 +208,16 @@ def cloud_summaries(features: np.ndarray, query_ids: np.ndarray, *, similarity: 
   return CloudSummary(similarity, groups.query_ids, mean, zeros, cov, precision, logdet)
 
 
-def _check_pair(a: CloudSummary, b: CloudSummary, similarity: Optional[str] = None) -> None:
-  for name, s in (("a", a), ("b", b)):
-    if not isinstance(s, CloudSummary):
-      raise ValueError(f"{name}: expected a CloudSummary (cloud_summaries), got {type(s).__name__}")
-  if a.similarity != b.similarity or (similarity and a.similarity != similarity):
-    raise ValueError(f"b: expected a summary for {similarity or a.similarity!r} like a, got {b.similarity!r}")
-  if a.vectors.shape[-1] != b.vectors.shape[-1]:
-    raise ValueError(f"b: expected clouds of {a.vectors.shape[-1]} features like a, got {b.vectors.shape[-1]}")
+def check_summaries(names, summaries, *, similarity: Optional[str] = None) -> None:
+  """Each of ``summaries`` (named by ``names``) must be a :class:`CloudSummary` of ``similarity`` (None: that of
+  the first) over the first one's features."""
+  for name, s in zip(names, summaries):
+    _checks.check_instance(name, s, CloudSummary, what="a CloudSummary (cloud_summaries)")
+  similarity, dim = similarity or summaries[0].similarity, summaries[0].vectors.shape[-1]
+  for name, s in zip(names, summaries):
+    if s.similarity != similarity or s.vectors.shape[-1] != dim:
+      raise ValueError(f"{name}: expected a {similarity!r} summary of clouds of {dim} features, "
+                       f"got a {s.similarity!r} summary of clouds of {s.vectors.shape[-1]}")
 
 
 def pca_similarity(a: CloudSummary, b: CloudSummary) -> np.ndarray:
@@ -251,7 +241,11 @@ def pca_similarity(a: CloudSummary, b: CloudSummary) -> np.ndarray:
   >>> np.round(pca_similarity(s, s), 3).tolist()
   [[1.0, 0.198], [0.198, 1.0]]
   """
-  _check_pair(a, b, "pca")
+  check_summaries(("a", "b"), (a, b), similarity="pca")
+  return _pca_similarity(a, b)
+
+
+def _pca_similarity(a: CloudSummary, b: CloudSummary) -> np.ndarray:
   pa, pb = a.num_components, b.num_components
   pair = np.maximum(pa[:, None], pb[None, :])
   total = np.zeros(pair.shape)
@@ -315,9 +309,9 @@ def cloud_distances(a: CloudSummary, b: CloudSummary) -> np.ndarray:
   >>> cloud_distances(s, s).round(4).tolist()
   [[0.0, 2.2361], [2.2361, 0.0]]
   """
-  _check_pair(a, b)
+  check_summaries(("a", "b"), (a, b))
   if a.similarity == "pca":
-    return 1.0 - pca_similarity(a, b)
+    return 1.0 - _pca_similarity(a, b)
   if a.similarity in ("mean", "variance", "skew"):
     return scipy.spatial.distance.cdist(a.vectors, b.vectors)
   if a.similarity == "kl":

@@ -28,7 +28,7 @@ from hashjax.objectives.scores import knn_count_from_histogram, knn_count_score,
 from hashjax.objectives.scores import knn_majority_score, label_pairs, majority_from_votes, ndcg_from_histogram
 from hashjax.objectives.scores import ndcg_score, nearest_bins_mask, pair_relevance, regression_score
 from hashjax.objectives.scores import retrieval_from_histogram, retrieval_score, target_offsets
-from hashjax.objectives.swap import SCORE_SWAP_METHODS, SWAP_METHODS, average_precision_deltas
+from hashjax.objectives.swap import SWAP_METHODS, average_precision_deltas
 from hashjax.objectives.swap import hierarchical_deltas, histogram_swap_deltas, knn_count_deltas
 from hashjax.objectives.swap import knn_majority_deltas, ndcg_deltas, regression_deltas, retrieval_deltas
 from hashjax.objectives.swap import swap_deltas
@@ -38,7 +38,7 @@ __all__ = [
     # swap.py
     "swap_deltas", "histogram_swap_deltas", "knn_count_deltas", "retrieval_deltas", "hierarchical_deltas",
     "knn_majority_deltas", "regression_deltas", "ndcg_deltas", "average_precision_deltas",
-    "SWAP_METHODS", "SCORE_SWAP_METHODS",
+    "SWAP_METHODS",
     # scores.py
     "knn_count_score", "knn_majority_score", "hierarchical_score", "retrieval_score", "regression_score",
     "average_precision_score", "ndcg_score", "knn_count_from_histogram", "knn_majority_from_histogram",

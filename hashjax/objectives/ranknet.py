@@ -57,29 +57,25 @@ THRESHOLDS = ("relative", "absolute")
 
 
 def _check_codes(query_codes: Any, doc_codes: Any, from_logits: Any) -> None:
-  if not isinstance(from_logits, bool):
-    raise ValueError(f"from_logits: expected a bool, got {from_logits!r}")
+  """``query_codes[Q, B]`` and ``doc_codes[N, B]`` or ``[Q, N, B]``: logits, or sigmoid outputs in [0, 1]."""
+  _checks.check_bool("from_logits", from_logits)
   what = "logits" if from_logits else "sigmoid outputs in [0, 1]"
   _checks.check_real("query_codes", query_codes, shape_doc=f"[Q, num_bits] of {what}")
   _checks.check_real("doc_codes", doc_codes, shape_doc=f"[N, num_bits] or [Q, N, num_bits] of {what}")
-  if query_codes.ndim != 2 or query_codes.shape[0] == 0 or query_codes.shape[1] == 0:
-    raise ValueError(f"query_codes: expected shape [Q, num_bits] with Q, num_bits >= 1, got {tuple(query_codes.shape)}")
-  if doc_codes.ndim not in (2, 3) or doc_codes.shape[-2] == 0:
-    raise ValueError(f"doc_codes: expected shape [N, num_bits] or [Q, N, num_bits] with N >= 1, "
-                     f"got {tuple(doc_codes.shape)}")
-  if doc_codes.shape[-1] != query_codes.shape[-1]:
-    raise ValueError(f"doc_codes: expected {query_codes.shape[-1]} bits per code like query_codes, "
-                     f"got shape {tuple(doc_codes.shape)}")
-  if doc_codes.ndim == 3 and doc_codes.shape[0] != query_codes.shape[0]:
-    raise ValueError(f"doc_codes: expected one document list per query, [{query_codes.shape[0]}, N, "
-                     f"{query_codes.shape[1]}], got {tuple(doc_codes.shape)}")
+  _checks.check_array("query_codes", query_codes, ndim=2, shape_doc=f"[Q, num_bits] of {what}", kinds="iuf")
+  q, b = query_codes.shape
+  if (doc_codes.ndim < 2 or doc_codes.shape[:-2] not in ((), (q,)) or doc_codes.shape[-1] != b
+      or not doc_codes.shape[-2]):
+    raise ValueError(f"doc_codes: expected shape [N, {b}] or [{q}, N, {b}] (N >= 1), got {tuple(doc_codes.shape)}")
   if not from_logits:
     for name, x in (("query_codes", query_codes), ("doc_codes", doc_codes)):
-      if _checks.is_concrete(x) and x.size:
-        arr = np.asarray(x)
-        if arr.min() < 0 or arr.max() > 1:
-          raise ValueError(f"{name}: expected sigmoid outputs in [0, 1] (or pass from_logits=True), "
-                           f"got values in [{arr.min():g}, {arr.max():g}]")
+      _check_unit_interval(name, x)
+
+
+def _check_unit_interval(name: str, x: Any) -> None:
+  if _checks.is_concrete(x) and x.size and not (0 <= np.min(x) and np.max(x) <= 1):
+    raise ValueError(f"{name}: expected sigmoid outputs in [0, 1] (or pass from_logits=True), "
+                     f"got values in [{np.min(x):g}, {np.max(x):g}]")
 
 
 def _num_docs(query_codes, doc_codes):
@@ -88,20 +84,7 @@ def _num_docs(query_codes, doc_codes):
 
 def _check_per_doc(name: str, x: Any, shape: tuple, *, what: str) -> None:
   _checks.check_real(name, x, shape_doc=f"{list(shape)} of {what}")
-  if tuple(x.shape) != tuple(shape):
-    raise ValueError(f"{name}: expected shape {tuple(shape)} ([Q, N], one entry per query and document), "
-                     f"got {tuple(x.shape)}")
-
-
-def _check_pair_mask(pair_mask: Any, shape: tuple) -> None:
-  if pair_mask is None:
-    return
-  if not hasattr(pair_mask, "dtype") or np.dtype(pair_mask.dtype) != np.bool_:
-    raise ValueError("pair_mask: expected a bool array [Q, N, N], got "
-                     + (f"dtype {np.dtype(pair_mask.dtype).name}" if hasattr(pair_mask, "dtype")
-                        else type(pair_mask).__name__))
-  if tuple(pair_mask.shape) != tuple(shape):
-    raise ValueError(f"pair_mask: expected shape {tuple(shape)}, got {tuple(pair_mask.shape)}")
+  _checks.check_shape(name, x, shape, like="[Q, N], one entry per query and document")
 
 
 # --------------------------------------------------------------------------- scores and pairs
@@ -239,7 +222,7 @@ def swap_mask(distances: Array, *, swap_bins: Optional[int] = None, top_bins: Op
   >>> swap_mask(np.array([0, 5, 9, 9]), swap_bins=2, top_bins=1).astype(int).tolist()
   [[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
   """
-  scores.check_distances(distances)
+  _checks.check_hamming_distances(distances)
   swap_bins = _checks.check_int("swap_bins", swap_bins, low=1, allow_none=True)
   top_bins = _checks.check_int("top_bins", top_bins, low=1, allow_none=True)
   threshold = _checks.check_option("threshold", threshold, THRESHOLDS)
@@ -289,17 +272,13 @@ def subsample_documents(key: Array, num_queries: int, num_documents: int, *, num
   [[1, 2, 3, 4], [0, 2, 3, 4]]
   """
   _checks.check_key(key)
-  for name, v in (("num_queries", num_queries), ("num_documents", num_documents), ("num_samples", num_samples)):
+  for name, v in (("num_queries", num_queries), ("num_documents", num_documents)):
     _checks.check_positive_int(name, v)
   available = num_documents - (0 if query_indices is None else 1)
-  if num_samples > available:
-    raise ValueError(f"num_samples: expected at most {available} (documents available per query), got {num_samples}")
+  _checks.check_int_at_most("num_samples", num_samples, available, what=f"the {available} documents available")
   if query_indices is not None:
-    if not hasattr(query_indices, "shape") or tuple(query_indices.shape) != (num_queries,):
-      raise ValueError(f"query_indices: expected an int array of shape ({num_queries},), got "
-                       + (f"shape {tuple(query_indices.shape)}" if hasattr(query_indices, "shape")
-                          else type(query_indices).__name__))
     _checks.check_int_range("query_indices", query_indices, 0, num_documents - 1, what="pool indices")
+    _checks.check_shape("query_indices", query_indices, (num_queries,), like="one pool index per query")
   return _subsample(key, int(num_queries), int(num_documents), int(num_samples),
                     None if query_indices is None else jnp.asarray(query_indices))
 
@@ -349,7 +328,7 @@ def ranknet_loss(query_codes: Array, doc_codes: Array, preference: Array, *,
   _check_codes(query_codes, doc_codes, from_logits)
   q, n = _num_docs(query_codes, doc_codes)
   _check_per_doc("preference", preference, (q, n), what="preferences")
-  _check_pair_mask(pair_mask, (q, n, n))
+  _checks.check_mask("pair_mask", pair_mask, (q, n, n), like="[Q, N, N]")
   return _ranknet(query_codes, doc_codes, jnp.asarray(preference),
                   None if pair_mask is None else jnp.asarray(pair_mask), from_logits)
 
@@ -384,9 +363,7 @@ def triplet_ranknet_loss(query_codes: Array, better_codes: Array, worse_codes: A
   """
   for name, x in (("better_codes", better_codes), ("worse_codes", worse_codes)):
     _check_codes(query_codes, x, from_logits)
-    if tuple(x.shape) != tuple(query_codes.shape):
-      raise ValueError(f"{name}: expected shape {tuple(query_codes.shape)} like query_codes (one per triplet), "
-                       f"got {tuple(x.shape)}")
+    _checks.check_shape(name, x, query_codes.shape, like="query_codes, one per triplet")
   hq = _probs(query_codes, from_logits)
   docs = jnp.stack([_probs(better_codes, from_logits), _probs(worse_codes, from_logits)], axis=1)
   s = relaxations.nair_hamming(hq[:, None, :], docs)[:, 0, :]
@@ -397,44 +374,22 @@ def triplet_ranknet_loss(query_codes: Array, better_codes: Array, worse_codes: A
 
 
 def _check_lambdarank(distances: Any, affinity: Any, deltas_fn: Any, preference: Any, pair_mask: Any, *,
-                      num_bits: Optional[int] = None) -> None:
+                      num_bits: Optional[int] = None, shape: Optional[tuple] = None) -> None:
+  """The arguments of :func:`lambdarank_weights` (and :func:`lambdarank_loss`, whose codes give ``shape``)."""
   _checks.check_callable("deltas_fn", deltas_fn, what="function deltas_fn(distances[N], affinity[N, ...]) -> [N, N]")
-  scores.check_distances(distances, num_bits=num_bits)
-  if distances.ndim != 2:
-    raise ValueError(f"distances: expected [Q, N] hard distances, got shape {tuple(distances.shape)}")
-  if not hasattr(affinity, "shape") or not hasattr(affinity, "dtype") \
-      or tuple(affinity.shape[:2]) != tuple(distances.shape):
-    raise ValueError(f"affinity: expected a per-document array [Q, N, ...] = {tuple(distances.shape)}, got "
-                     + (f"shape {tuple(affinity.shape)}" if hasattr(affinity, "shape") else type(affinity).__name__))
+  _checks.check_hamming_distances(distances, num_bits)
+  _checks.check_array("distances", distances, ndim=2, shape_doc="[Q, N] of hard distances", kinds="iu")
+  if shape is not None:
+    _checks.check_shape("distances", distances, shape, like="[Q, N] of the codes")
+  _checks.check_real("affinity", affinity, shape_doc="[Q, N, ...] (what deltas_fn reads)", min_ndim=2)
+  if tuple(affinity.shape[:2]) != tuple(distances.shape):
+    raise ValueError(f"affinity: expected a per-document array [Q, N, ...] = {tuple(distances.shape)} like distances, "
+                     f"got shape {tuple(affinity.shape)}")
+  if preference is None and affinity.ndim != 2:
+    raise ValueError(f"preference: required when affinity is not [Q, N]; got affinity of shape {tuple(affinity.shape)}")
   if preference is not None:
     _check_per_doc("preference", preference, tuple(distances.shape), what="preferences")
-  else:
-    if tuple(affinity.shape) != tuple(distances.shape):
-      raise ValueError("preference: required when affinity is not [Q, N]; got affinity of shape "
-                       f"{tuple(affinity.shape)}")
-    _checks.check_real("affinity", affinity, shape_doc="[Q, N] (used as the preference)")
-  _check_pair_mask(pair_mask, tuple(distances.shape) + (distances.shape[-1],))
-  _probe_negative_affinity(affinity, deltas_fn)
-
-
-def _probe_negative_affinity(affinity: Any, deltas_fn: Callable) -> None:
-  """Lets ``deltas_fn`` check a concrete ``affinity`` that holds a negative entry.
-
-  ``deltas_fn`` runs vmapped, on traced rows that its own checks cannot see. Whether a negative entry is
-  wrong depends on what it reads (relevance levels must be non-negative, regression target offsets are
-  signed), so the row holding the smallest value is passed to it once, concretely, with placeholder
-  distances (its checks read ``affinity``): a ``ValueError`` it raises is raised here, naming that row.
-  """
-  if not _checks.is_concrete(affinity) or np.dtype(affinity.dtype).kind not in "if" or not affinity.size:
-    return
-  values = np.asarray(affinity)
-  if values.min() >= 0:
-    return
-  row = int(np.unravel_index(np.argmin(values), values.shape)[0])
-  try:
-    deltas_fn(_checks.as_jax(np.zeros(values.shape[1], np.int32)), _checks.as_jax(values[row]))
-  except ValueError as e:
-    raise ValueError(f"{e}, in query {row} of affinity[Q, N, ...] (as deltas_fn reads it)") from e
+  _checks.check_mask("pair_mask", pair_mask, tuple(distances.shape) + (distances.shape[-1],), like="[Q, N, N]")
 
 
 def _weights(distances, affinity, deltas_fn, preference, pair_mask):
@@ -463,12 +418,11 @@ def lambdarank_weights(distances: Array, affinity: Array, *, deltas_fn: Callable
 
   Args:
     distances: int ``[Q, N]`` hard Hamming distances.
-    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads for each document. When
-      concrete and holding a negative entry, the query holding the smallest
-      value goes through ``deltas_fn`` once first, so that its checks apply:
-      the closed forms that read relevance reject negative levels, while
-      :func:`~hashjax.objectives.regression_deltas` takes signed target
-      offsets (a traced ``affinity`` cannot be checked).
+    affinity: real ``[Q, N, ...]``: what ``deltas_fn`` reads for each
+      document, passed to it as it is (``deltas_fn`` runs vmapped on traced
+      rows, so what it reads is its caller's to supply: non-negative
+      relevance levels for the closed forms that read relevance, signed
+      target offsets for :func:`~hashjax.objectives.regression_deltas`).
     deltas_fn: ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``, the
       swap matrix of one query: a closed form of
       :mod:`hashjax.objectives.swap` with its options bound (e.g.
@@ -512,8 +466,8 @@ def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, *,
   Args:
     query_codes: ``[Q, num_bits]`` sigmoid outputs (or logits).
     doc_codes: ``[N, num_bits]`` shared or ``[Q, N, num_bits]`` per-query documents.
-    affinity: ``[Q, N, ...]``: what ``deltas_fn`` reads (negative entries checked
-      as in :func:`lambdarank_weights`).
+    affinity: real ``[Q, N, ...]``: what ``deltas_fn`` reads (see
+      :func:`lambdarank_weights`).
     deltas_fn: ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``, vmapped
       over queries (see :func:`lambdarank_weights`).
     distances: optional int ``[Q, N]`` hard distances; default: the Hamming
@@ -537,15 +491,12 @@ def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, *,
   2.1269
   """
   _check_codes(query_codes, doc_codes, from_logits)
-  if not isinstance(has_aux, bool):
-    raise ValueError(f"has_aux: expected a bool, got {has_aux!r}")
+  _checks.check_bool("has_aux", has_aux)
   if distances is None:
     distances = jax.lax.stop_gradient(_hard(query_codes, doc_codes, from_logits))
   q, n = _num_docs(query_codes, doc_codes)
-  if not hasattr(distances, "shape") or tuple(distances.shape) != (q, n):
-    raise ValueError(f"distances: expected shape {(q, n)} ([Q, N] like the codes), got "
-                     + (f"{tuple(distances.shape)}" if hasattr(distances, "shape") else type(distances).__name__))
-  _check_lambdarank(distances, affinity, deltas_fn, preference, pair_mask, num_bits=query_codes.shape[-1])
+  _check_lambdarank(distances, affinity, deltas_fn, preference, pair_mask, num_bits=query_codes.shape[-1],
+                    shape=(q, n))
   pref = jnp.asarray(affinity if preference is None else preference)
   w, pairs = _weights(jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity), deltas_fn, pref,
                       None if pair_mask is None else jnp.asarray(pair_mask))

@@ -50,6 +50,7 @@ import numpy as np
 
 from hashjax import _checks
 from hashjax import metrics
+from hashjax.metrics import nearest_bins_mask
 
 Array = jax.Array
 
@@ -69,10 +70,6 @@ REGRESSION_MODES = ("pairs", "prediction")
 
 _BIG = np.iinfo(np.int32).max
 
-# The relative threshold is found by k passes of a masked minimum; above this many a loop keeps
-# the traced program small.
-_UNROLL_MAX_K = 16
-
 
 # --------------------------------------------------------------------------- checks
 
@@ -81,69 +78,40 @@ def _float():
   return jnp.result_type(float)
 
 
-def check_distances(distances: Any, *, num_bits: Optional[int] = None, min_ndim: int = 1,
-                    name: str = "distances") -> None:
-  """``distances`` must be a non-empty integer array ``[..., N]`` of values in [0, num_bits]."""
-  if not hasattr(distances, "dtype") or not hasattr(distances, "ndim"):
-    raise ValueError(f"{name}: expected an integer array [..., N], got {type(distances).__name__}")
-  if distances.ndim < min_ndim or distances.shape[-1] == 0:
-    raise ValueError(f"{name}: expected an integer array with at least {min_ndim} dimension(s) "
-                     f"[..., N] and N >= 1, got shape {tuple(distances.shape)}")
-  if np.dtype(distances.dtype) == np.bool_:
-    raise ValueError(f"{name}: expected integer Hamming distances, got dtype bool")
-  _checks.check_int_range(name, distances, 0, _BIG if num_bits is None else num_bits, what="distances")
-
-
-def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document values",
-                   integer: bool = False, low: Optional[int] = None, high: Optional[int] = None,
-                   nonnegative: bool = False) -> None:
-  """``affinity`` must be a numeric array shaped like ``distances``.
-
-  ``nonnegative`` (implied by ``low >= 0``): no negative entry, as a score reading ``affinity`` as graded
-  relevance needs; checked when concrete (a traced ``affinity`` cannot be).
-  """
-  if not hasattr(affinity, "dtype") or not hasattr(affinity, "shape"):
-    raise ValueError(f"affinity: expected an array of {what} shaped like distances "
-                     f"{tuple(distances.shape)}, got {type(affinity).__name__}")
-  if integer:
-    _checks.check_integer_dtype("affinity", affinity, what=what)
-  else:
+def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document values", nonnegative: bool = False,
+                   high: Optional[int] = None) -> None:
+  """``affinity`` shaped like ``distances``: integer levels in ``[0, high]`` when ``high`` is given, else real
+  values (non-negative with ``nonnegative``; values checked when concrete)."""
+  if high is None:
     _checks.check_real("affinity", affinity, shape_doc=f"of {what}")
-  if nonnegative or (low is not None and low >= 0):
+  if nonnegative or high is not None:
     _checks.check_nonnegative("affinity", affinity, what=what)
-  if integer and (low is not None or high is not None):
-    _checks.check_int_range("affinity", affinity, -_BIG if low is None else low, _BIG if high is None else high,
-                            what=what)
-  _checks.check_shape("affinity", affinity, distances.shape, like="distances")
+  if high is not None:
+    _checks.check_int_range("affinity", affinity, 0, high, what=what)
+  _checks.check_shape("affinity", affinity, np.shape(distances), like="distances")
 
 
 def check_similarity(similarity: Any) -> int:
-  """``similarity`` must be a finite real square table ``F[C, C]``; returns ``C``."""
-  if not hasattr(similarity, "dtype") or not hasattr(similarity, "ndim") or similarity.ndim != 2 \
-      or similarity.shape[0] != similarity.shape[1] or similarity.shape[0] == 0:
-    raise ValueError("similarity: expected a square class-similarity matrix F[num_classes, num_classes], got "
-                     + _checks.desc(similarity))
-  _checks.check_real("similarity", similarity, shape_doc="F[num_classes, num_classes]")
+  """``similarity`` must be a finite real non-negative square table ``F[C, C]``; returns ``C``."""
+  _checks.check_array("similarity", similarity, ndim=2, shape_doc="F[num_classes, num_classes]", kinds="iuf")
+  _checks.check_shape("similarity", similarity, (similarity.shape[0],) * 2, like="a square table F[C, C]")
+  _checks.check_finite("similarity", similarity)
   # F(l_q, l_i) is the graded relevance of a document of class l_i to a query of class l_q.
   _checks.check_nonnegative("similarity", similarity, what="class similarities")
   return int(similarity.shape[0])
 
 
-def _check_hist(hist: Any) -> None:
-  _checks.check_real("hist", hist, shape_doc="of counts [..., num_bits + 1, V]", min_ndim=2)
-  if hist.shape[-2] < 1 or hist.shape[-1] < 1:
-    raise ValueError(f"hist: expected shape [..., num_bits + 1, V] with V >= 1, got {tuple(hist.shape)}")
-  if _checks.is_concrete(hist) and hist.size and np.asarray(hist).min() < 0:
-    raise ValueError(f"hist: expected non-negative counts, got a minimum of {np.asarray(hist).min()}")
+def check_label_pairs(affinity: Any, distances: Any, num_classes: Any) -> int:
+  """``affinity`` must hold :func:`label_pairs` codes in ``[0, C^2)`` shaped like ``distances``; returns ``C``."""
+  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", high=num_classes * num_classes - 1)
+  return num_classes
 
 
-def _check_query_label(query_label: Any, hist: Any, num_classes: int) -> None:
-  if not hasattr(query_label, "dtype"):
-    if _checks.is_int(query_label):
-      query_label = np.asarray(query_label)
-    else:
-      raise ValueError(f"query_label: expected an int or int array [...], got {query_label!r}")
-  _checks.check_int_range("query_label", query_label, 0, num_classes - 1, what="class labels")
+def _check_query_label(query_label: Any, hist: Any) -> None:
+  """A ``query_label`` in ``[0, V)`` broadcasting with the batch shape of a checked ``hist[..., B, V]``."""
+  query_label = np.asarray(query_label) if _checks.is_int(query_label) else query_label
+  _checks.check_int_range("query_label", query_label, 0, hist.shape[-1] - 1, what="class labels")
   try:
     np.broadcast_shapes(tuple(query_label.shape), tuple(hist.shape[:-2]))
   except ValueError:
@@ -151,64 +119,20 @@ def _check_query_label(query_label: Any, hist: Any, num_classes: int) -> None:
                      f"batch shape {tuple(hist.shape[:-2])} of hist") from None
 
 
-def check_label_pairs(affinity: Any, distances: Any, num_classes: Any) -> int:
-  """``affinity`` must hold :func:`label_pairs` codes in ``[0, C^2)`` shaped like ``distances``; returns ``C``."""
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
-  check_affinity(affinity, distances, what="label-pair codes (label_pairs)", integer=True, low=0,
-                 high=num_classes * num_classes - 1)
-  return num_classes
+def _check_query_doc_shapes(query_name: str, query: Any, doc_name: str, doc: Any, *, what: str) -> None:
+  """Per-query values ``[Q]`` and per-document values ``[N]`` (shared documents) or ``[Q, N]`` (one row per query)."""
+  if query.ndim != 1 or doc.ndim == 0 or doc.shape[:-1] not in ((), query.shape):
+    raise ValueError(f"{query_name}, {doc_name}: expected [Q] and [N] or [Q, N] (one row per query) {what}, "
+                     f"got shapes {tuple(query.shape)} and {tuple(doc.shape)}")
 
 
 # --------------------------------------------------------------------------- neighbour sets
 
 
-def _nearest_bins(distances: Array, k: int) -> Array:
-  """bool[..., N]: documents in the k nearest non-empty bins (k-th smallest distinct distance)."""
-  d = distances.astype(jnp.int32)
-  k = min(k, d.shape[-1])  # never more distinct values than documents
-  t = jnp.full(d.shape[:-1] + (1,), -1, jnp.int32)
-
-  def step(_, t):
-    nxt = jnp.min(jnp.where(d > t, d, _BIG), axis=-1, keepdims=True)
-    return jnp.where(nxt == _BIG, t, nxt)
-
-  if k <= _UNROLL_MAX_K:
-    for _ in range(k):
-      t = step(None, t)
-  else:
-    t = jax.lax.fori_loop(0, k, step, t)
-  return d <= t
-
-
 def _nearest_bins_of_hist(hist: Array, k: int) -> Array:
-  """bool[..., num_bits + 1]: bins up to the k-th non-empty one."""
-  nonempty = (jnp.sum(hist, axis=-1) > 0).astype(jnp.int32)
-  return jnp.cumsum(nonempty, axis=-1) - nonempty < k
-
-
-def nearest_bins_mask(distances: Array, *, k: int) -> Array:
-  r"""The relative threshold: documents in the ``k`` nearest non-empty distance bins.
-
-  .. math:: m_i = [\, |\{ d_j : d_j < d_i \}| < k \,]
-
-  (the number of *distinct* distances below ``d_i`` is under ``k``). Ties are
-  never broken: a bin is taken whole. Fewer than ``k`` occupied bins select
-  every document.
-
-  Args:
-    distances: int ``[..., N]`` Hamming distances.
-    k: number of non-empty bins (``>= 1``).
-
-  Returns:
-    ``bool[..., N]``.
-
-  >>> import numpy as np
-  >>> nearest_bins_mask(np.array([4, 7, 12, 17, 4, 20]), k=3).tolist()
-  [True, True, True, False, True, False]
-  """
-  check_distances(distances)
-  k = _checks.check_positive_int("k", k)
-  return _nearest_bins(jnp.asarray(distances), k)
+  """bool[..., num_bits + 1]: the ``k`` nearest non-empty bins (:func:`hashjax.metrics.nearest_bins_mask` of
+  the non-empty bins' indices)."""
+  return nearest_bins_mask(jnp.where(jnp.sum(hist, axis=-1) > 0, jnp.arange(hist.shape[-2]), _BIG), k=k)
 
 
 # --------------------------------------------------------------------------- affinity encodings
@@ -233,14 +157,9 @@ def label_pairs(query_labels: Array, doc_labels: Array, *, num_classes: int) -> 
   [[4, 5, 3], [1, 2, 0]]
   """
   num_classes = _checks.check_positive_int("num_classes", num_classes)
-  for name, x, nd in (("query_labels", query_labels, (1,)), ("doc_labels", doc_labels, (1, 2))):
-    if not hasattr(x, "ndim") or x.ndim not in nd:
-      raise ValueError(f"{name}: expected an int array of {' or '.join(f'{n}-D' for n in nd)} class labels, "
-                       f"got {_checks.desc(x)}")
+  for name, x in (("query_labels", query_labels), ("doc_labels", doc_labels)):
     _checks.check_int_range(name, x, 0, num_classes - 1, what="class labels")
-  if doc_labels.ndim == 2 and doc_labels.shape[0] != query_labels.shape[0]:
-    raise ValueError(f"doc_labels: expected [N] or [{query_labels.shape[0]}, N] (one row per query), "
-                     f"got shape {tuple(doc_labels.shape)}")
+  _check_query_doc_shapes("query_labels", query_labels, "doc_labels", doc_labels, what="class labels")
   q = jnp.asarray(query_labels).astype(jnp.int32)[:, None]
   d = jnp.asarray(doc_labels).astype(jnp.int32)
   return q * num_classes + (d[None, :] if d.ndim == 1 else d)
@@ -263,8 +182,6 @@ def pair_relevance(pairs: Array, *, num_classes: int) -> Array:
   [1, 0, 0]
   """
   num_classes = _checks.check_positive_int("num_classes", num_classes)
-  if not hasattr(pairs, "dtype"):
-    raise ValueError(f"pairs: expected an int array of label-pair codes, got {type(pairs).__name__}")
   _checks.check_int_range("pairs", pairs, 0, num_classes * num_classes - 1, what="label-pair codes")
   p = jnp.asarray(pairs).astype(jnp.int32)
   return (p // num_classes == p % num_classes).astype(jnp.int32)
@@ -287,13 +204,9 @@ def target_offsets(query_targets: Array, doc_targets: Array) -> Array:
   >>> target_offsets(np.array([1.0]), np.array([0.5, 3.0])).tolist()
   [[-0.5, 2.0]]
   """
-  for name, x, nd in (("query_targets", query_targets, (1,)), ("doc_targets", doc_targets, (1, 2))):
-    _checks.check_real(name, x, shape_doc=f"of {' or '.join(f'{n}-D' for n in nd)} targets")
-    if x.ndim not in nd:
-      raise ValueError(f"{name}: expected a real array of {' or '.join(f'{n}-D' for n in nd)} targets, "
-                       f"got {_checks.desc(x)}")
-  if doc_targets.ndim == 2 and doc_targets.shape[0] != query_targets.shape[0]:
-    raise ValueError(f"doc_targets: expected [N] or [{query_targets.shape[0]}, N], got {tuple(doc_targets.shape)}")
+  for name, x in (("query_targets", query_targets), ("doc_targets", doc_targets)):
+    _checks.check_real(name, x, shape_doc="[Q] or [N] or [Q, N] of targets", min_ndim=1)
+  _check_query_doc_shapes("query_targets", query_targets, "doc_targets", doc_targets, what="targets")
   q = jnp.asarray(query_targets)
   d = jnp.asarray(doc_targets)
   dt = jnp.promote_types(jnp.promote_types(q.dtype, d.dtype), _float())
@@ -330,14 +243,18 @@ def knn_count_score(distances: Array, affinity: Array, *, k: int = 3) -> Array:
   >>> knn_count_score(np.array([1, 1, 3, 5, 9]), np.array([1, 0, 1, 1, 1]), k=3).tolist()
   3.0
   """
-  check_distances(distances)
+  mask = nearest_bins_mask(distances, k=k)
   check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
-  k = _checks.check_positive_int("k", k)
-  return _masked_sum(_nearest_bins(jnp.asarray(distances), k), jnp.asarray(affinity))
+  return _masked_sum(mask, jnp.asarray(affinity))
 
 
 def majority_from_votes(votes: Array, query_votes: Array, *, ties: str = "expected") -> Array:
   r"""Nair's eq. 6 from vote counts: whether the query's class wins the majority vote.
+
+  The vote rule is :func:`hashjax.metrics.vote_winners` (the classes with the
+  most votes win, none without a vote), as :func:`hashjax.metrics.knn_classify`
+  applies it; a tie between winning classes is scored by ``ties``, where
+  ``knn_classify`` predicts the smallest winning label.
 
   .. math:: S_C = \frac{[\, v_{l_q} = \max_c v_c > 0 \,]}{|\{c : v_c = \max_c v_c\}|}
             \quad (\text{ties="expected"}), \qquad
@@ -358,15 +275,11 @@ def majority_from_votes(votes: Array, query_votes: Array, *, ties: str = "expect
   [0.5, 0.0]
   """
   ties = _checks.check_option("ties", ties, TIES)
-  for name, x, nd in (("votes", votes, 1), ("query_votes", query_votes, 0)):
-    _checks.check_real(name, x, shape_doc="of vote counts", min_ndim=nd)
-  if tuple(query_votes.shape) != tuple(votes.shape[:-1]):
-    raise ValueError(f"query_votes: expected shape {tuple(votes.shape[:-1])} (votes without its class axis), "
-                     f"got {tuple(query_votes.shape)}")
-  votes, same = jnp.asarray(votes), jnp.asarray(query_votes)
-  top = jnp.max(votes, axis=-1)
-  num_top = jnp.sum(votes == top[..., None], axis=-1)
-  win = (same == top) & (top > 0)
+  winners = metrics.vote_winners(votes)
+  _checks.check_real("query_votes", query_votes, shape_doc="of vote counts")
+  _checks.check_shape("query_votes", query_votes, votes.shape[:-1], like="votes without its class axis")
+  num_top = jnp.sum(winners, axis=-1)
+  win = jnp.any(winners, axis=-1) & (jnp.asarray(query_votes) == jnp.max(jnp.asarray(votes), axis=-1))
   if ties == "expected":
     return jnp.where(win, 1.0 / jnp.maximum(num_top, 1), 0.0).astype(_float())
   return (win & (num_top == 1)).astype(_float())
@@ -398,11 +311,8 @@ def knn_majority_score(distances: Array, affinity: Array, *, num_classes: int, k
   >>> knn_majority_score(np.array([[0, 1, 1, 2, 2]]), pairs, num_classes=3, k=3).tolist()
   [0.5]
   """
-  check_distances(distances)
-  num_classes = check_label_pairs(affinity, distances, num_classes)
-  k = _checks.check_positive_int("k", k)
-  ties = _checks.check_option("ties", ties, TIES)
-  mask = _nearest_bins(jnp.asarray(distances), k)
+  mask = nearest_bins_mask(distances, k=k)
+  num_classes = check_label_pairs(affinity, distances, num_classes)  # majority_from_votes checks ties
   pairs = jnp.asarray(affinity)
   lq, ld = pairs // num_classes, pairs % num_classes
   votes = jnp.sum(jax.nn.one_hot(ld, num_classes, dtype=jnp.int32) * mask[..., None], axis=-2)
@@ -435,11 +345,9 @@ def hierarchical_score(distances: Array, affinity: Array, *, similarity: Array, 
   [1.5]
   """
   num_classes = check_similarity(similarity)
-  check_distances(distances)
+  mask = nearest_bins_mask(distances, k=k)
   check_label_pairs(affinity, distances, num_classes)
-  k = _checks.check_positive_int("k", k)
-  f = jnp.asarray(similarity).reshape(-1)[jnp.asarray(affinity)]
-  return _masked_sum(_nearest_bins(jnp.asarray(distances), k), f)
+  return _masked_sum(mask, jnp.asarray(similarity).reshape(-1)[jnp.asarray(affinity)])
 
 
 # --------------------------------------------------------------------------- retrieval and regression
@@ -466,7 +374,7 @@ def retrieval_score(distances: Array, affinity: Array, *, radius: int) -> Array:
   >>> retrieval_score(np.array([0, 1, 1, 2]), np.array([1, 0, 1, 1]), radius=1).tolist()
   2.0
   """
-  check_distances(distances)
+  _checks.check_hamming_distances(distances)
   check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
   radius = _checks.check_int("radius", radius, low=0)
   return _masked_sum(jnp.asarray(distances) <= radius, jnp.asarray(affinity))
@@ -498,11 +406,9 @@ def regression_score(distances: Array, affinity: Array, *, k: int = 3, mode: str
   >>> regression_score(np.array([0, 0, 3]), np.array([1.0, -3.0, 9.0]), k=1, mode="prediction").tolist()
   1.0
   """
-  check_distances(distances)
+  mask = nearest_bins_mask(distances, k=k)
   check_affinity(affinity, distances, what="target offsets")
-  k = _checks.check_positive_int("k", k)
   mode = _checks.check_option("mode", mode, REGRESSION_MODES)
-  mask = _nearest_bins(jnp.asarray(distances), k)
   offsets = jnp.asarray(affinity)
   offsets = offsets.astype(jnp.promote_types(offsets.dtype, _float()))
   count = jnp.sum(mask, axis=-1)
@@ -544,10 +450,8 @@ def average_precision_score(distances: Array, affinity: Array, *, num_bits: int,
   0.75
   """
   num_bits = _checks.check_num_bits(num_bits)
-  check_distances(distances, num_bits=num_bits)
-  check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
-  k = _checks.check_int("k", k, low=1, allow_none=True)
-  relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
+  check_affinity(affinity, distances, what="relevance levels", high=_BIG)
+  relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)  # metrics.tie_aware_ap checks the distances
   return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
 
 
@@ -578,9 +482,7 @@ def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: 
   0.6309
   """
   num_bits = _checks.check_num_bits(num_bits)
-  check_distances(distances, num_bits=num_bits)
-  check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
-  k = _checks.check_int("k", k, low=1, allow_none=True)
+  check_affinity(affinity, distances, what="relevance levels", high=_BIG)  # metrics.tie_aware_ndcg checks the rest
   return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
                                                    num_levels=num_levels))
 
@@ -612,8 +514,7 @@ def knn_count_from_histogram(hist: Array, *, k: int = 3) -> Array:
   >>> knn_count_from_histogram(h, k=3).tolist()
   3.0
   """
-  _check_hist(hist)
-  k = _checks.check_positive_int("k", k)
+  _checks.check_histogram("hist", hist, integer=False)
   hist = jnp.asarray(hist)
   return jnp.sum(jnp.where(_nearest_bins_of_hist(hist, k), _level_sums(hist), 0), axis=-1)
 
@@ -643,10 +544,8 @@ def knn_majority_from_histogram(hist: Array, *, query_label: Any, k: int = 3, ti
   >>> knn_majority_from_histogram(h, query_label=0, k=3).tolist()
   0.5
   """
-  _check_hist(hist)
-  _check_query_label(query_label, hist, hist.shape[-1])
-  k = _checks.check_positive_int("k", k)
-  ties = _checks.check_option("ties", ties, TIES)
+  _checks.check_histogram("hist", hist, integer=False)
+  _check_query_label(query_label, hist)  # majority_from_votes checks ties
   votes = _votes_of_hist(jnp.asarray(hist), k)
   lq = jnp.broadcast_to(jnp.asarray(query_label), votes.shape[:-1]).astype(jnp.int32)
   same = jnp.take_along_axis(votes, lq[..., None], axis=-1)[..., 0]
@@ -674,13 +573,10 @@ def hierarchical_from_histogram(hist: Array, *, query_label: Any, similarity: Ar
   >>> hierarchical_from_histogram(h, query_label=0, similarity=np.array([[1.0, 0.5], [0.5, 1.0]]), k=2).tolist()
   1.5
   """
-  _check_hist(hist)
   num_classes = check_similarity(similarity)
-  if hist.shape[-1] != num_classes:
-    raise ValueError(f"hist: expected {num_classes} class levels (the size of similarity), "
-                     f"got shape {tuple(hist.shape)}")
-  _check_query_label(query_label, hist, num_classes)
-  k = _checks.check_positive_int("k", k)
+  _checks.check_histogram("hist", hist, integer=False)
+  _checks.check_columns("hist", hist, num_classes, what="one level per class of similarity")
+  _check_query_label(query_label, hist)
   hist, similarity = jnp.asarray(hist), jnp.asarray(similarity)
   dt = jnp.promote_types(jnp.promote_types(hist.dtype, similarity.dtype), _float())
   votes = _votes_of_hist(hist.astype(dt), k)
@@ -704,7 +600,7 @@ def retrieval_from_histogram(hist: Array, *, radius: int) -> Array:
   >>> retrieval_from_histogram(np.array([[0, 1], [1, 1], [0, 1]]), radius=1).tolist()
   2.0
   """
-  _check_hist(hist)
+  _checks.check_histogram("hist", hist, integer=False)
   radius = _checks.check_int("radius", radius, low=0)
   return jnp.sum(_level_sums(jnp.asarray(hist))[..., : radius + 1], axis=-1)
 
@@ -727,7 +623,6 @@ def average_precision_from_histogram(hist: Array, *, k: Optional[int] = None) ->
   >>> round(float(average_precision_from_histogram(np.array([[1, 1], [0, 0], [0, 0]]))), 4)
   0.75
   """
-  k = _checks.check_int("k", k, low=1, allow_none=True)
   return _zero_if_undefined(metrics.tie_aware_ap_from_histogram(hist, k=k))
 
 
@@ -750,5 +645,4 @@ def ndcg_from_histogram(hist: Array, *, k: Optional[int] = None) -> Array:
   >>> round(float(ndcg_from_histogram(np.array([[1, 0], [0, 1], [0, 0]]))), 4)
   0.6309
   """
-  k = _checks.check_int("k", k, low=1, allow_none=True)
   return _zero_if_undefined(metrics.tie_aware_ndcg_from_histogram(hist, k=k))

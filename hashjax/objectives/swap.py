@@ -50,8 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
-from hashjax import _special
 from hashjax import histograms
+from hashjax import metrics
 from hashjax.objectives import scores
 
 Array = jax.Array
@@ -59,13 +59,11 @@ Array = jax.Array
 __all__ = [
     "swap_deltas", "histogram_swap_deltas", "knn_count_deltas", "retrieval_deltas", "hierarchical_deltas",
     "knn_majority_deltas", "regression_deltas", "ndcg_deltas", "average_precision_deltas",
-    "SWAP_METHODS", "SCORE_SWAP_METHODS",
+    "SWAP_METHODS",
 ]
 
 #: Options of :func:`histogram_swap_deltas`'s ``method=``.
 SWAP_METHODS = ("auto", "table", "pairs", "linear")
-#: Options of :func:`swap_deltas`'s ``method=`` (both evaluate the score on every swapped ranking).
-SCORE_SWAP_METHODS = ("auto", "generic")
 
 
 def _float():
@@ -73,25 +71,21 @@ def _float():
 
 
 def _check_scalar_score(name: str, value: Any) -> Array:
+  """The output of a score function: a real (int or float) scalar."""
   value = jnp.asarray(value)
-  if value.shape != ():
-    raise ValueError(f"{name}: expected a function returning a scalar score for one query, "
-                     f"got output of shape {tuple(value.shape)}")
-  if not (jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)):
-    raise ValueError(f"{name}: expected a real scalar score, got dtype {value.dtype}")
+  if value.shape != () or np.dtype(value.dtype).kind not in "iuf":
+    raise ValueError(f"{name}: expected a function returning a real scalar score for one query, "
+                     f"got output of {_checks.desc(value)}")
   return value
 
 
-def _check_one_query(distances: Any, affinity: Any, *, num_bits: Optional[int] = None) -> None:
-  scores.check_distances(distances, num_bits=num_bits)
-  if distances.ndim != 1:
-    raise ValueError(f"distances: expected one query's distances [N] (vmap for many), "
-                     f"got shape {tuple(distances.shape)}")
-  if not hasattr(affinity, "shape") or not hasattr(affinity, "dtype"):
-    raise ValueError(f"affinity: expected a per-document array [N, ...], got {type(affinity).__name__}")
-  if affinity.ndim < 1 or affinity.shape[0] != distances.shape[0]:
-    raise ValueError(f"affinity: expected a per-document array [{distances.shape[0]}, ...] "
-                     f"(one entry per document of distances), got shape {tuple(affinity.shape)}")
+def _check_one_query(distances: Any, affinity: Any = None, *, num_bits: Optional[int] = None,
+                     what: str = "relevance levels", nonnegative: bool = False, high: Optional[int] = None) -> None:
+  """One query's Hamming ``distances[N]`` and, given, its ``affinity[N]`` (:func:`scores.check_affinity`)."""
+  _checks.check_hamming_distances(distances, num_bits)
+  _checks.check_array("distances", distances, ndim=1, shape_doc="[N] of one query (vmap for many)", kinds="iu")
+  if affinity is not None:
+    scores.check_affinity(affinity, distances, what=what, nonnegative=nonnegative, high=high)
 
 
 # --------------------------------------------------------------------------- the generic path
@@ -108,17 +102,15 @@ def _symmetric(n, ia, ib, upper):
   return out.at[ib, ia].set(upper)
 
 
-def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, affinity: Any, *,
-                method: str = "auto") -> Array:
+def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, affinity: Any) -> Array:
   r"""The LambdaRank swap matrix of any score function, for one query.
 
   .. math:: \Delta S_{ab} = S(d^{(a \leftrightarrow b)}, a) - S(d, a)
 
   where ``d^(a<->b)`` is ``distances`` with entries ``a`` and ``b``
   exchanged. The result is symmetric with a zero diagonal. ``score_fn`` is
-  evaluated on all ``N (N - 1) / 2`` swapped rankings at once with ``vmap``
-  (``method="auto"`` and ``"generic"`` alike): any pure score function,
-  however it is wrapped. For many queries,
+  evaluated on all ``N (N - 1) / 2`` swapped rankings at once with ``vmap``:
+  any pure score function, however it is wrapped. For many queries,
   ``jax.vmap(lambda d, a: swap_deltas(score_fn, d, a))``; for speed,
   ``jax.jit`` that (the score function is traced, not a jit argument).
 
@@ -140,7 +132,6 @@ def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, aff
       negative entry (on the first, concrete evaluation; a traced
       ``affinity`` cannot be checked), while :func:`regression_deltas`'s
       target offsets are signed.
-    method: ``"auto"`` or ``"generic"`` (the same path).
 
   Returns:
     ``[N, N]`` array in the score's dtype.
@@ -153,8 +144,10 @@ def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, aff
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
   _checks.check_callable("score_fn", score_fn, what="score function")
-  _checks.check_option("method", method, SCORE_SWAP_METHODS)
-  _check_one_query(distances, affinity)
+  _check_one_query(distances)
+  if not hasattr(affinity, "shape") or affinity.ndim < 1 or affinity.shape[0] != distances.shape[0]:
+    raise ValueError(f"affinity: expected a per-document array [{distances.shape[0]}, ...] (one entry per "
+                     f"document of distances), got {_checks.desc(affinity)}")
   distances, affinity = jnp.asarray(distances), jnp.asarray(affinity)
   n = distances.shape[0]
   base = _check_scalar_score("score_fn", score_fn(distances, affinity))
@@ -212,10 +205,8 @@ def knn_count_deltas(distances: Array, affinity: Array, *, k: int = 3) -> Array:
   >>> knn_count_deltas(np.array([0, 1, 2]), np.array([0, 1, 1]), k=1).tolist()
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
-  _check_one_query(distances, affinity)
-  scores.check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
-  k = _checks.check_positive_int("k", k)
-  return _neighbour_sum(scores.nearest_bins_mask(distances, k=k), jnp.asarray(affinity))
+  _check_one_query(distances, affinity, nonnegative=True)
+  return _neighbour_sum(metrics.nearest_bins_mask(distances, k=k), jnp.asarray(affinity))
 
 
 def retrieval_deltas(distances: Array, affinity: Array, *, radius: int) -> Array:
@@ -236,8 +227,7 @@ def retrieval_deltas(distances: Array, affinity: Array, *, radius: int) -> Array
   >>> retrieval_deltas(np.array([0, 3, 1]), np.array([0, 1, 1]), radius=0).tolist()
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
-  _check_one_query(distances, affinity)
-  scores.check_affinity(affinity, distances, what="relevance levels", nonnegative=True)
+  _check_one_query(distances, affinity, nonnegative=True)
   radius = _checks.check_int("radius", radius, low=0)
   return _neighbour_sum(jnp.asarray(distances) <= radius, jnp.asarray(affinity))
 
@@ -267,11 +257,10 @@ def hierarchical_deltas(distances: Array, affinity: Array, *, similarity: Array,
   [[0.0, -0.5], [-0.5, 0.0]]
   """
   num_classes = scores.check_similarity(similarity)
-  _check_one_query(distances, affinity)
+  _check_one_query(distances)
   scores.check_label_pairs(affinity, distances, num_classes)
-  k = _checks.check_positive_int("k", k)
   f = jnp.asarray(similarity).reshape(-1)[jnp.asarray(affinity)]
-  return _neighbour_sum(scores.nearest_bins_mask(distances, k=k), f)
+  return _neighbour_sum(metrics.nearest_bins_mask(distances, k=k), f)
 
 
 def knn_majority_deltas(distances: Array, affinity: Array, *, num_classes: int, k: int = 3,
@@ -299,11 +288,9 @@ def knn_majority_deltas(distances: Array, affinity: Array, *, num_classes: int, 
   >>> knn_majority_deltas(np.array([0, 1, 2]), np.array([1, 0, 1]), num_classes=2, k=1).tolist()
   [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
   """
-  _check_one_query(distances, affinity)
-  num_classes = scores.check_label_pairs(affinity, distances, num_classes)
-  k = _checks.check_positive_int("k", k)
-  ties = _checks.check_option("ties", ties, scores.TIES)
-  inside = scores.nearest_bins_mask(distances, k=k).astype(jnp.int32)
+  _check_one_query(distances)
+  num_classes = scores.check_label_pairs(affinity, distances, num_classes)  # majority_from_votes checks ties
+  inside = metrics.nearest_bins_mask(distances, k=k).astype(jnp.int32)
   pairs = jnp.asarray(affinity)
   lq, ld = pairs // num_classes, pairs % num_classes
   onehot = jax.nn.one_hot(ld, num_classes, dtype=jnp.int32)
@@ -336,13 +323,11 @@ def regression_deltas(distances: Array, affinity: Array, *, k: int = 3, mode: st
   >>> regression_deltas(np.array([0, 1]), np.array([1.0, 3.0]), k=1).tolist()
   [[0.0, 8.0], [8.0, 0.0]]
   """
-  _check_one_query(distances, affinity)
-  scores.check_affinity(affinity, distances, what="target offsets")
-  k = _checks.check_positive_int("k", k)
+  _check_one_query(distances, affinity, what="target offsets")
   mode = _checks.check_option("mode", mode, scores.REGRESSION_MODES)
   offsets = jnp.asarray(affinity)
   dt = jnp.promote_types(offsets.dtype, _float())
-  inside = scores.nearest_bins_mask(distances, k=k).astype(dt)
+  inside = metrics.nearest_bins_mask(distances, k=k).astype(dt)
   w, o = inside / jnp.sum(inside), offsets.astype(dt)  # the neighbour count is fixed by the bin totals
   if mode == "pairs":
     return _exchange(w, o * o)
@@ -356,15 +341,8 @@ def regression_deltas(distances: Array, affinity: Array, *, k: int = 3, mode: st
 
 def _check_relevance_levels(distances, affinity, num_bits):
   num_bits = _checks.check_num_bits(num_bits)
-  _check_one_query(distances, affinity, num_bits=num_bits)
-  scores.check_affinity(affinity, distances, what="relevance levels", integer=True, low=0)
+  _check_one_query(distances, affinity, num_bits=num_bits, high=_checks.INT32_MAX)
   return num_bits
-
-
-def _range_discounts(before, count, cutoff, dt):
-  """``sum_{t=a+1}^{c} 1 / log2(t + 1)`` over the ranks ``a = before .. before + count`` cut at ``cutoff``."""
-  lo = jnp.minimum(before, cutoff)
-  return _special.discount_range(lo, jnp.maximum(lo, jnp.minimum(before + count, cutoff)), dt)
 
 
 def ndcg_deltas(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
@@ -395,18 +373,10 @@ def ndcg_deltas(distances: Array, affinity: Array, *, num_bits: int, num_levels:
   [[0.0, 0.3691], [0.3691, 0.0]]
   """
   num_bits = _check_relevance_levels(distances, affinity, num_bits)
-  num_levels = histograms.num_levels_of(affinity, num_levels)
-  if num_levels > 64:
-    raise ValueError(f"num_levels: expected at most 64 levels (gain 2^v - 1), got {num_levels}")
-  cutoff = _checks.check_cutoff(k)
-  dt = _float()
+  num_levels = _checks.check_gain_levels(histograms.num_levels_of(affinity, num_levels), name="num_levels")
   d, a = jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity).astype(jnp.int32)
   hist = histograms.distance_histogram(d, a, num_bits=num_bits, num_levels=num_levels)
-  n = jnp.sum(hist, axis=1)  # per bin
-  w = jnp.where(n > 0, _range_discounts(jnp.cumsum(n) - n, n, cutoff, dt) / jnp.maximum(n, 1).astype(dt), 0.0)
-  gains = jnp.asarray(np.exp2(np.arange(num_levels)) - 1, dt)
-  per_level = jnp.sum(hist, axis=0)[::-1]  # the ideal order: the highest level first
-  ideal = jnp.sum(gains[::-1] * _range_discounts(jnp.cumsum(per_level) - per_level, per_level, cutoff, dt))
+  gains, w, ideal = metrics.dcg_weights(hist, k=k, dtype=_float())
   w = jnp.where(ideal > 0, w / jnp.where(ideal > 0, ideal, 1.0), 0.0)
   return _exchange(w[d], gains[a])
 
@@ -441,15 +411,12 @@ def average_precision_deltas(distances: Array, affinity: Array, *, num_bits: int
   [[0.0, 0.5], [0.5, 0.0]]
   """
   num_bits = _check_relevance_levels(distances, affinity, num_bits)
-  cutoff = _checks.check_cutoff(k)
   dt = _float()
   d = jnp.asarray(distances).astype(jnp.int32)
   relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
   hist = histograms.distance_histogram(d, relevance, num_bits=num_bits, num_levels=2)
-  n, p = jnp.sum(hist, axis=1), hist[:, 1]
-  before = jnp.cumsum(n) - n
-  dh, s1 = _special.harmonic_range(before, jnp.clip(cutoff, before, before + n), dt)
-  n, p, pb = n.astype(dt), p.astype(dt), (jnp.cumsum(p) - p).astype(dt)
+  n, p, _, pb, dh, s1 = metrics.ap_bin_pieces(hist, k=k, dtype=dt)
+  n, p, pb = n.astype(dt), p.astype(dt), pb.astype(dt)
   alpha = dh / jnp.maximum(n, 1.0)
   beta = jnp.where(n > 1, s1 / jnp.maximum(n * (n - 1.0), 1.0), 0.0)
   upto = jnp.cumsum(alpha * p)  # sum_{e <= d} alpha_e p_e
@@ -464,7 +431,8 @@ def average_precision_deltas(distances: Array, affinity: Array, *, num_bits: int
   bins = jnp.arange(n.shape[0])
   table = jnp.where(bins[:, None] < bins[None, :], farther, jnp.where(bins[:, None] > bins[None, :], nearer, 0.0))
   npos = jnp.sum(relevance)
-  table = jnp.where(npos > 0, table / jnp.maximum(jnp.minimum(npos, cutoff), 1).astype(dt), 0.0)
+  norm = npos if k is None else jnp.minimum(npos, k)  # min(N+, k), k checked by ap_bin_pieces
+  table = jnp.where(npos > 0, table / jnp.maximum(norm, 1).astype(dt), 0.0)
   # A relevant a and an irrelevant b: a goes to b's bin, table[d_a, d_b]; the other way round, table[d_b, d_a].
   # One gather from both orientations (a gather and its transpose cost several times more under vmap).
   moved = jnp.stack([table.T, table])[relevance[:, None], d[:, None], d[None, :]]
@@ -557,13 +525,7 @@ def histogram_swap_deltas(hist_score_fn: Callable[[Array], Array], distances: Ar
   num_bits = _checks.check_num_bits(num_bits)
   num_levels = _checks.check_positive_int("num_levels", num_levels)
   method = _checks.check_option("method", method, SWAP_METHODS)
-  _check_one_query(distances, affinity, num_bits=num_bits)
-  if affinity.shape != distances.shape:
-    raise ValueError(f"affinity: expected int levels of shape {tuple(distances.shape)} like distances, "
-                     f"got {tuple(affinity.shape)}")
-  _checks.check_integer_dtype("affinity", affinity, what="affinity levels")
-  _checks.check_nonnegative("affinity", affinity, what="affinity levels")
-  _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
+  _check_one_query(distances, affinity, num_bits=num_bits, what="affinity levels", high=num_levels - 1)
   n = distances.shape[0]
   distances = jnp.asarray(distances).astype(jnp.int32)
   affinity = jnp.asarray(affinity).astype(jnp.int32)

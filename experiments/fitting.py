@@ -1,0 +1,115 @@
+"""The mapping and optimizer a config names, the device mesh, the training run, and the baselines' models."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+import optax
+
+from experiments import tasks
+from hashjax import _checks, baselines, mappings, models, sharding
+from hashjax import train as train_lib
+
+#: ``config.optimizer`` (:func:`make_optimizer`).
+OPTIMIZERS = ("adam", "sgd")
+
+
+
+def make_mapping(config: ml_collections.ConfigDict, task: tasks.Task):
+  """``(mapping, params)``: ``config.model`` of ``config.bits`` on inputs centred on the training mean.
+
+  ``config.standardize`` also divides by the training standard deviation;
+  ``config.init`` is the weight initialisation (``"lecun"`` or Nair's ``"nair"``),
+  ``config.hidden`` the MLP's hidden widths; ``config.seed`` draws the weights.
+  """
+  x = task.features[task.train]
+  mean, scale = mappings.feature_stats(x)
+  hidden = tuple(config.hidden) if config.model == "mlp" else None
+  mapping = mappings.make_mapping(config.model, num_bits=config.bits, hidden=hidden, init=config.init,
+                                  mean=mean, scale=scale if config.standardize else None)
+  return mapping, mappings.init(jax.random.key(config.seed), mapping, x[:2])
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """``config.optimizer`` on the config's learning-rate schedule.
+
+  ``"adam"`` (AdamW when ``config.weight_decay > 0``) or ``"sgd"`` with
+  ``config.momentum`` (and decoupled weight decay). The rate follows
+  :func:`hashjax.train.learning_rate_schedule`: peak ``config.learning_rate``,
+  ``config.lr_schedule`` (``"constant"`` or ``"cosine"``), ``config.warmup_steps``
+  of linear warmup, decay to ``config.lr_final_fraction`` of the peak at ``config.num_steps``.
+  """
+  kind = _checks.check_option("config.lr_schedule", config.lr_schedule, train_lib.SCHEDULES)
+  lr = train_lib.learning_rate_schedule(config.learning_rate, num_steps=max(int(config.num_steps), 1), kind=kind,
+                                        warmup_steps=config.warmup_steps,
+                                        final_fraction=float(config.lr_final_fraction))
+  decay = float(config.weight_decay)
+  if config.optimizer == "adam":
+    return optax.adamw(lr, weight_decay=decay) if decay else optax.adam(lr)
+  if config.optimizer == "sgd":
+    sgd = optax.sgd(lr, momentum=config.momentum)
+    return optax.chain(optax.add_decayed_weights(decay), sgd) if decay else sgd
+  raise ValueError(f"config.optimizer: expected one of {list(OPTIMIZERS)}, got {config.optimizer!r}")
+
+
+def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: int, rows_from: str):
+  """The mesh of ``config.num_devices > 1`` (data parallelism, :func:`hashjax.sharding.data_mesh`), else None.
+
+  ``batch_rows`` is the leading axis of the batch's split leaves (``rows_from`` tells which config fields make
+  it, for the error): the device count must divide it, since a padded batch would change the loss.
+  """
+  n = config.get("num_devices", 1)
+  n = _checks.check_int("config.num_devices", 1 if n is None else n, low=1)
+  if n == 1:
+    return None
+  if n > jax.device_count():
+    raise ValueError(f"config.num_devices: expected at most the {jax.device_count()} device(s) jax sees, got {n}")
+  if batch_rows % n:
+    raise ValueError(f"config.num_devices: expected a divisor of the batch's {batch_rows} rows ({rows_from}), "
+                     f"since the batch is split over the devices, got {n}")
+  return sharding.data_mesh(n)
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Callable, batch_fn: Callable,
+        eval_fn: Callable, batch_size: Optional[int] = None, mesh=None, replicated: Sequence[str] = ()):
+  """:func:`hashjax.train.train` as the config says; checkpoints in ``<workdir>/checkpoints``.
+
+  ``config.num_steps``, ``log_every``, ``eval_every`` and ``checkpoint_every``
+  (None or 0: only at the start and end), the optimizer of
+  :func:`make_optimizer`, and ``config.target > 0``: the time to reach
+  ``config.target_metric`` (minimised when it is an error, else maximised).
+  ``mesh`` (:func:`device_mesh`): data-parallel over its devices, the batch keys ``replicated`` copied to each.
+  Restarting resumes from the last checkpoint. Returns ``(params, history)``.
+  """
+  target = None
+  if config.target:
+    target = (config.target_metric, config.target, "min" if config.target_metric.endswith("error") else "max")
+  return train_lib.train(
+      params=params, loss_fn=loss_fn, optimizer=make_optimizer(config), batch_fn=batch_fn,
+      num_steps=config.num_steps, workdir=os.path.join(workdir, "checkpoints"), eval_fn=eval_fn,
+      eval_every=config.eval_every or 0, checkpoint_every=config.checkpoint_every or 0,
+      log_every=config.log_every, target=target, batch_size=batch_size, mesh=mesh, replicated=replicated)
+
+
+def baseline_model(method: str, train_features: np.ndarray, *, num_bits: int, seed: int,
+                   config=None) -> models.Model:
+  """Baseline ``method`` fitted on ``train_features``, as a :class:`hashjax.models.Model`.
+
+  The key is ``fold_in(key(seed), num_bits)``, so every experiment that runs a
+  baseline at a given seed and length gets the very same codes.
+  """
+  params = baselines.fit(method, train_features, num_bits=num_bits,
+                         key=jax.random.fold_in(jax.random.key(seed), num_bits))
+  return models.from_baseline(method, params, train_features=train_features, config=config)
+
+
+def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
+                   seed: int):
+  """Fits baseline ``method`` on ``features[train]`` (:func:`baseline_model`); returns packed
+  ``(query_words, db_words)``."""
+  model = baseline_model(method, features[train], num_bits=num_bits, seed=seed)
+  return model.encode(features[query]), model.encode(features[database])

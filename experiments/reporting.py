@@ -1,0 +1,151 @@
+"""What a run reports: result rows of the learned codes and the baselines, the saved model, results.json and the
+text table."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from experiments import fitting, plots, tasks
+from hashjax import io, models
+
+
+def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: str, learned_words: Callable,
+                evaluate: Callable) -> List[Dict]:
+  """Table rows: the learned codes (``learned_words() -> (query_words, db_words)``), then ``config.baselines``.
+
+  ``evaluate(query_words, db_words) -> {metric: value}`` scores each; the
+  learned row also holds ``eval_seconds`` (encoding and evaluation). With
+  ``config.plots``, every row also holds the ``curves`` the figures are drawn from
+  (:func:`experiments.plots.distance_curves`).
+  """
+  if config.plots:
+    relevance = ({"query_labels": task.labels[task.query], "db_labels": task.labels[task.database]}
+                 if task.affinity == "label" else {"affinity": tasks.eval_affinity(task)})
+
+  def row(method, words, **extra):
+    out = {"method": method, "bits": config.bits, **plain(evaluate(*words)), **extra}
+    if config.plots:
+      out["curves"] = plots.distance_curves(*words, num_bits=config.bits, **relevance)
+    return out
+
+  start = time.perf_counter()
+  words = learned_words()
+  rows = [row(name, words, eval_seconds=time.perf_counter() - start)]
+  for method in config.baselines:
+    rows.append(row(method, fitting.baseline_words(method, task.features, task.train, task.query, task.database,
+                                           num_bits=config.bits, seed=config.seed)))
+  return rows
+
+
+#: Where a training run writes its model in the workdir (``hashjax.load_model(workdir)`` reads it).
+MODEL_DIR = "model"
+
+
+def recorded_config(config: ml_collections.ConfigDict, resolved: Optional[Dict] = None) -> Dict:
+  """The config as run, for ``results.json`` and the saved model: ``config.to_dict()`` with the values the
+  trainer resolved at run time (``resolved``: field -> value) in place of the placeholders that stood for them;
+  ``eval_every`` / ``checkpoint_every`` None are recorded as the 0 that
+  :func:`experiments.fitting.fit` reads them as.
+
+  A field still ``None`` afterwards is logged as a warning: every option a run used should be on record.
+  """
+  record = config.to_dict()
+  for key in ("eval_every", "checkpoint_every"):  # None: only at the start and end, as fitting.fit reads 0
+    if key in record and record[key] is None:
+      record[key] = 0
+  record.update(resolved or {})
+  nulls = sorted(k for k, v in record.items() if v is None)
+  if nulls:
+    logging.warning("config fields recorded as null (no value resolved for them): %s", ", ".join(nulls))
+  return record
+
+
+def save_model(workdir: str, mapping, params, task: tasks.Task, record: Dict) -> models.Model:
+  """Writes the trained mapping to ``<workdir>/model`` with the run's config ``record``; returns the model.
+
+  Its ``encode`` gives the words the run evaluates (:func:`model_words`), and
+  ``hashjax.load_model(workdir)`` restores it.
+  """
+  model = models.from_mapping(mapping, params, train_features=task.features[task.train], config=record)
+  path = model.save(os.path.join(workdir, MODEL_DIR))
+  logging.info("model: %s (hashjax.load_model(%r) restores it)", path, workdir)
+  return model
+
+
+def model_words(model: models.Model, task: tasks.Task):
+  """``(query_words, db_words)`` of ``model`` on the task's queries and database."""
+  return model.encode(task.features[task.query]), model.encode(task.features[task.database])
+
+
+def write_results(workdir: str, config, rows: List[Dict], history: List[Dict],
+                  columns: Sequence = None) -> Dict:
+  """``{"config", "rows", "summary", "history", "columns"}``, written atomically to ``<workdir>/results.json``.
+
+  ``config``: the record of :func:`recorded_config` (or a ConfigDict, recorded as it is).
+  """
+  record = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
+  results = {"config": record, "rows": rows, "summary": train_summary(history), "history": history,
+             "columns": [list(c) for c in (COLUMNS if columns is None else columns)]}
+  io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  if record.get("plots"):
+    for path in plots.write_plots(workdir, rows, title=record.get("dataset")):
+      logging.info("plot: %s", path)
+  return results
+
+
+def plain(result: Dict) -> Dict:
+  """Metric values as Python numbers (scalars) or lists, for JSON."""
+  return {k: (np.asarray(v).item() if np.ndim(v) == 0 else np.asarray(v).tolist()) for k, v in result.items()}
+
+
+def train_summary(history: Sequence[Dict]) -> Dict:
+  """Median train-step throughput, training time and the time-to-target event of a ``hashjax.train`` history.
+
+  ``examples_per_sec`` is 0 when no step was logged; ``time_to_target`` is ``{}`` when no target was set or
+  it was not reached.
+  """
+  train_logs = [h for h in history if h["kind"] == "train"]
+  return {
+      "examples_per_sec": float(np.median([h["examples_per_sec"] for h in train_logs])) if train_logs else 0.0,
+      "train_time": max((h["train_time"] for h in history), default=0.0),
+      "time_to_target": next((h for h in history if h["kind"] == "target"), {}),
+  }
+
+
+def default_workdir(config_name: str) -> str:
+  return os.path.join("runs", config_name)
+
+
+COLUMNS = (
+    ("tie_aware_ap", "AP_T"),
+    ("tie_aware_ndcg", "NDCG_T"),
+    ("optimistic_ap", "AP_opt"),
+    ("pessimistic_ap", "AP_pes"),
+    ("precision_at_radius", "P@r"),
+    ("num_empty_at_radius", "empty@r"),
+    ("tie_aware_precision_at_k", "P@k_T"),
+)
+
+
+def _cell(value) -> str:
+  if value is None:
+    return f"{'-':>10}"
+  if isinstance(value, (int, np.integer)):
+    return f"{value:>10d}"
+  return f"{value:>10.4f}"
+
+
+def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
+  """A fixed-width text table: method, bits, then one column per metric."""
+  header = f"{'method':<14}{'bits':>5}" + "".join(f"{title:>10}" for _, title in columns)
+  lines: List[str] = [header, "-" * len(header)]
+  for row in rows:
+    cells = "".join(_cell(row.get(key)) for key, _ in columns)
+    lines.append(f"{row['method']:<14}{row['bits']:>5}" + cells)
+  return "\n".join(lines)
