@@ -24,6 +24,7 @@ import numpy as np
 
 from hashjax import _checks
 from hashjax import _encode
+from hashjax.baselines import _anchors
 
 #: ``features=`` of :func:`fit_feature_map`.
 FEATURE_KINDS = ("linear", "rbf")
@@ -49,11 +50,7 @@ PARAM_FIELDS = HashParams._fields
 
 
 def _raw_features(anchors, scale, x, xp):
-  if anchors.shape[0] == 0:
-    return x
-  cross = _encode.matmul(x, anchors.T) if xp is jnp else x @ anchors.T
-  sq = xp.sum(x * x, axis=-1, keepdims=True) - 2.0 * cross + xp.sum(anchors * anchors, axis=-1)
-  return xp.exp(-xp.maximum(sq, 0.0) / (2.0 * scale * scale))
+  return x if anchors.shape[0] == 0 else _anchors.rbf(anchors, scale, x, xp)
 
 
 def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 300, seed: _checks.Seed = 0) -> HashParams:
@@ -81,15 +78,7 @@ def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 3
   if kind == "linear":
     anchors, scale = np.zeros((0, x.shape[1])), 1.0
   else:
-    a = _checks.check_int("num_anchors", num_anchors, low=1)
-    if a > x.shape[0]:
-      raise ValueError(f"num_anchors: expected at most {x.shape[0]} (the training points), got {a}")
-    rng = _checks.check_rng(seed)
-    anchors = x[np.sort(rng.choice(x.shape[0], a, replace=False))]
-    sq = np.sum(x * x, 1)[:, None] - 2.0 * x @ anchors.T + np.sum(anchors * anchors, 1)
-    scale = float(np.mean(np.sqrt(np.maximum(sq, 0.0))))
-    if not scale > 0:
-      raise ValueError("features: expected training points that differ from the anchors, got all distances 0")
+    anchors, scale = _anchors.fit(x, num_anchors, seed)
   phi = _raw_features(anchors, scale, x, np)
   return HashParams(anchors, np.float64(scale), phi.mean(0), np.zeros((phi.shape[1], 0)), np.zeros(0))
 
