@@ -1,4 +1,5 @@
-r"""Unsupervised baselines (LSH, PCA-sign, ITQ, SH) on the embedded MNIST-10k protocol.
+r"""Unsupervised baselines (LSH, PCA-sign, ITQ, SH) on the embedded MNIST-10k protocol; any other baseline of
+``hashjax.baselines`` through ``--config.methods`` (the supervised ones: configs/supervised.py).
 
   python -m experiments.evaluate --config=configs/baselines.py
   python -m experiments.evaluate --config=configs/baselines.py:runlocal  # scikit-learn digits
@@ -23,7 +24,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # TALR protocol: 100 queries per class, the rest database, 500 per class of it for training.
   config.queries_per_class = 100  # the rest of each class is the database
   config.train_per_class = 500  # of the database, what the baselines are fitted on
-  config.methods = ("lsh", "pca", "itq", "sh")  # any of hashjax.baselines.BASELINES: --config.methods=lsh,itq
+  # Any of hashjax.baselines.BASELINES: lsh, pca, itq, sh, iso, sph, agh (unsupervised), ksh, sdh, cosdish,
+  # fasthash, bre, splh (supervised: fitted with the training items' labels); --config.methods=ksh,sdh
+  config.methods = ("lsh", "pca", "itq", "sh")
   config.bits = (16, 32, 64)  # code lengths: --config.bits=16,32 (pca and itq: at most the input dimension)
   config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
   config.precision_k = 100  # tie-aware precision@100

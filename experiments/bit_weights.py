@@ -92,7 +92,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   for num_bits in config.bits:
     for method in config.base_codes:
       model = fitting.baseline_model(method, protocol.features[protocol.split.train], num_bits=num_bits,
-                                    seed=config.seed)
+                                    seed=config.seed, train_labels=protocol.labels[protocol.split.train])
       rows += code_rows(method, model, protocol, config)
   for path in config.models:
     model = load_model(path)

@@ -128,7 +128,7 @@ def reference_rows(config: ml_collections.ConfigDict, task: tasks.Task) -> List[
   rows = []
   for bits in config.bits:
     for method in config.baselines:
-      model = fitting.baseline_model(method, x[task.train], num_bits=bits, seed=config.seed)
+      model = fitting.baseline_model(method, x[task.train], num_bits=bits, seed=config.seed, train_labels=y[task.train])
       qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
       rows.append({"method": method, "bits": bits, **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k)})
   for path in config.models:

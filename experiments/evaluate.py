@@ -46,7 +46,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   for num_bits in config.bits:
     for method in config.methods:
       start = time.perf_counter()
-      model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed, config=config)
+      model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed,
+                                      train_labels=protocol.labels[split.train], config=config)
       query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
       fit_seconds = time.perf_counter() - start
       model_dir = os.path.join("models", f"{method}-{num_bits}")

@@ -95,21 +95,23 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Cal
       log_every=config.log_every, target=target, batch_size=batch_size, mesh=mesh, replicated=replicated)
 
 
-def baseline_model(method: str, train_features: np.ndarray, *, num_bits: int, seed: int,
+def baseline_model(method: str, train_features: np.ndarray, *, num_bits: int, seed: int, train_labels=None,
                    config=None) -> models.Model:
   """Baseline ``method`` fitted on ``train_features``, as a :class:`hashjax.models.Model`.
 
   The key is ``fold_in(key(seed), num_bits)``, so every experiment that runs a
-  baseline at a given seed and length gets the very same codes.
+  baseline at a given seed and length gets the very same codes. A supervised
+  baseline (``hashjax.baselines.SUPERVISED``) learns from ``train_labels``.
   """
+  labels = train_labels if method in baselines.SUPERVISED else None
   params = baselines.fit(method, train_features, num_bits=num_bits,
-                         key=jax.random.fold_in(jax.random.key(seed), num_bits))
+                         key=jax.random.fold_in(jax.random.key(seed), num_bits), labels=labels)
   return models.from_baseline(method, params, train_features=train_features, config=config)
 
 
 def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
-                   seed: int):
-  """Fits baseline ``method`` on ``features[train]`` (:func:`baseline_model`); returns packed
-  ``(query_words, db_words)``."""
-  model = baseline_model(method, features[train], num_bits=num_bits, seed=seed)
+                   seed: int, labels: np.ndarray):
+  """Fits baseline ``method`` on ``features[train]`` (a supervised one with ``labels[train]``;
+  :func:`baseline_model`); returns packed ``(query_words, db_words)``."""
+  model = baseline_model(method, features[train], num_bits=num_bits, seed=seed, train_labels=labels[train])
   return model.encode(features[query]), model.encode(features[database])

@@ -183,7 +183,7 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
           if method == "itq" and b > task.features.shape[1]:  # ITQ needs b <= the input dimension
             continue
           q, db = fitting.baseline_words(method, task.features, task.train, task.query, task.database,
-                                        num_bits=b, seed=config.seed)
+                                        num_bits=b, seed=config.seed, labels=task.labels)
           new.append({"method": method, "bits": b, **nair.evaluate(c, task, q, db)})
       io.atomic_write_json(path, {"rows": new})
     rows.extend(_read_json(path)["rows"])

@@ -39,7 +39,7 @@ def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: st
   rows = [row(name, words, eval_seconds=time.perf_counter() - start)]
   for method in config.baselines:
     rows.append(row(method, fitting.baseline_words(method, task.features, task.train, task.query, task.database,
-                                           num_bits=config.bits, seed=config.seed)))
+                                           num_bits=config.bits, seed=config.seed, labels=task.labels)))
   return rows
 
 

@@ -564,3 +564,31 @@ def check_gain_levels(num_levels: int, *, name: str = "affinity") -> int:
   if num_levels > 64:
     raise ValueError(f"{name}: expected at most 64 levels (gain 2^v - 1), got {num_levels}")
   return num_levels
+
+
+def check_class_labels(labels: Any, num_items: int, *, name: str = "labels", like: str = "[len(features)]"
+                       ) -> np.ndarray:
+  """Class labels a supervised fit needs: ``int[num_items]`` (int32 range) of at least two classes; returns them
+  as ``int64[num_items]``."""
+  if labels is None:
+    raise ValueError(f"{name}: expected int class labels of shape ({num_items},) (a supervised method), got None")
+  check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels")
+  check_shape(name, labels, (num_items,), like=like)
+  labels = np.asarray(labels).astype(np.int64)
+  if np.unique(labels).size < 2:
+    raise ValueError(f"{name}: expected at least two classes to learn from, got only class {labels[0]}")
+  return labels
+
+
+def check_real_array(name: str, x: Any, *, ndim: int, shape_doc: str, what: str = "real array") -> None:
+  """``x`` must be a non-empty real (int or float, not bool) array of ``ndim`` dimensions without NaN or inf
+  (values checked when concrete); ``what`` names what it holds."""
+  check_array(name, x, ndim=ndim, shape_doc=shape_doc, kinds="iuf", what=what)
+  check_finite(name, x)
+
+
+def check_key_rng(key: Any, *, name: str = "key") -> np.random.Generator:
+  """A ``jax.random`` key (as :func:`check_key`) turned into a numpy ``Generator`` seeded by its key data, for
+  fits that draw on the host."""
+  check_key(key, name=name)
+  return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())

@@ -85,8 +85,7 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, num_db = query_words.shape[0], db_words.shape[0]
-  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
-                               query_like="[len(query_words)]", db_like="[len(db_words)]")
+  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db)
   radius = _checks.check_int("radius", radius, low=0)
   k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
   dtype = _checks.check_float_dtype(dtype)

@@ -123,7 +123,11 @@ def _as_float(x: Any) -> Array:
   return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
 
 
-def _check_features(name: str, features: Any, dim: Optional[int]) -> None:
+def _check_features(name: str, features: Any, mapping: Any, params: Any = None) -> None:
+  """``mapping`` a module of :func:`make_mapping` and ``features[..., dim]`` finite reals, ``dim`` its input width
+  (that of ``params`` when given, else that of its ``mean`` / ``scale`` when set)."""
+  _checks.check_type("mapping", mapping, (Linear, MLP), what="a hashjax.mappings module from make_mapping")
+  dim = _stat_dim(mapping) if params is None else _param_dim(mapping, params)
   _checks.check_real(name, features, shape_doc="[..., dim]", min_ndim=1)
   _checks.check_nonempty(name, features, axis=-1, what="feature column")
   if dim is not None:
@@ -231,8 +235,7 @@ class MLP(nn.Module):
 
 
 def _check_stat(name: str, value: Any, *, positive: bool) -> Constant:
-  _checks.check_real(name, value, shape_doc="[dim]")
-  _checks.check_array(name, value, ndim=1, shape_doc="[dim]", what="array of per-feature statistics")
+  _checks.check_real_array(name, value, ndim=1, shape_doc="[dim]", what="array of per-feature statistics")
   if positive and np.any(np.asarray(value) <= 0):
     raise ValueError(f"{name}: expected positive per-feature scales, got minimum {np.asarray(value).min()!r}")
   return Constant(np.asarray(value))
@@ -273,18 +276,18 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
   try:
     param_dtype = np.dtype(param_dtype)
   except TypeError:
-    raise ValueError(f"param_dtype: expected a floating dtype, got {param_dtype!r}") from None
-  if not np.issubdtype(param_dtype, np.floating):
-    raise ValueError(f"param_dtype: expected a floating dtype, got {param_dtype.name}")
+    pass  # not a dtype: refused below
+  if not (isinstance(param_dtype, np.dtype) and np.issubdtype(param_dtype, np.floating)):
+    raise ValueError(f"param_dtype: expected a floating dtype, got {param_dtype!r}")
   mean_c = None if mean is None else _check_stat("mean", mean, positive=False)
   scale_c = None if scale is None else _check_stat("scale", scale, positive=True)
   if mean_c is not None and scale_c is not None:
     _checks.check_shape("scale", scale_c.value, mean_c.value.shape, like="mean")
   if name == "linear":
-    if hidden is not None and len(tuple(hidden)) > 0:
-      raise ValueError(f"hidden: a linear mapping has no hidden layers, got {hidden!r} (use name='mlp')")
-    if activation is not None:
-      raise ValueError(f"activation: a linear mapping has no activation, got {activation!r} (use name='mlp')")
+    no_hidden = None if isinstance(hidden, (tuple, list)) and not hidden else hidden  # () or [] mean none
+    for option, value in (("hidden", no_hidden), ("activation", activation)):
+      if value is not None:
+        raise ValueError(f"{option}: expected None for a linear mapping (use name='mlp'), got {value!r}")
     return Linear(num_bits=num_bits, weight_init=init, mean=mean_c, scale=scale_c,
                   param_dtype=param_dtype.type)
   hidden = DEFAULT_HIDDEN if hidden is None else hidden
@@ -293,10 +296,6 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
     raise ValueError(f"hidden: expected a non-empty sequence of positive ints, got {hidden!r}")
   return MLP(num_bits=num_bits, hidden=tuple(int(w) for w in hidden), activation=activation,
              weight_init=init, mean=mean_c, scale=scale_c, param_dtype=param_dtype.type)
-
-
-def _check_mapping(mapping: Any) -> None:
-  _checks.check_type("mapping", mapping, (Linear, MLP), what="a hashjax.mappings module from make_mapping")
 
 
 def _stat_dim(mapping: Any) -> Optional[int]:
@@ -337,8 +336,7 @@ def init(key: Any, mapping: nn.Module, example_features: Any) -> Any:
   {'bias': (8,), 'kernel': (5, 8)}
   """
   _checks.check_key(key)
-  _check_mapping(mapping)
-  _check_features("example_features", example_features, _stat_dim(mapping))
+  _check_features("example_features", example_features, mapping)
   # Eager, not jitted: a jitted init would compile the random number generation
   # anew for every module, while eager calls reuse per-shape compilations.
   example = example_features[..., :1, :] if example_features.ndim > 1 else example_features
@@ -368,8 +366,7 @@ def apply(mapping: nn.Module, params: Any, features: Any) -> Array:
   >>> apply(m, params, jnp.array([[2.0, -1.0]])).tolist()
   [[2.0, -1.0, 1.0]]
   """
-  _check_mapping(mapping)
-  _check_features("features", features, _param_dim(mapping, params))
+  _check_features("features", features, mapping, params)
   return mapping.apply({"params": params}, features)
 
 
@@ -407,8 +404,7 @@ def encode(mapping: nn.Module, params: Any, features: Any) -> Array:
   >>> encode(m, params, jnp.array([[2.0, -1.0], [-1.0, 2.0]])).tolist()  # bits 101, 011
   [[5], [6]]
   """
-  _check_mapping(mapping)
-  _check_features("features", features, _param_dim(mapping, params))
+  _check_features("features", features, mapping, params)
   words = _encode.blockwise(lambda block: _encode_rows(mapping, params, block), features)
   return _checks.as_jax(words)
 
@@ -434,8 +430,7 @@ def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
   >>> mean.tolist(), scale.tolist()
   ([1.0, 1.0], [1.0, 1.0])
   """
-  _checks.check_real("features", features, shape_doc="[num_items, dim]")
-  _checks.check_array("features", features, ndim=2, shape_doc="[num_items, dim]")
+  _checks.check_real_array("features", features, ndim=2, shape_doc="[num_items, dim]")
   min_scale = _checks.check_number("min_scale", min_scale, low=0)
   x = np.asarray(features)
   out = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)

@@ -62,16 +62,15 @@ FORMAT = "hashjax-model"
 VERSION = 3
 #: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, the baselines of :mod:`hashjax.baselines`, then the
 #: column-generation hashes of :mod:`hashjax.colgen` (CGHash, StructHash).
-KINDS = ("linear", "mlp", "lsh", "pca", "itq", "sh", "iso", "colgen")
+KINDS = ("linear", "mlp", *baselines.BASELINES, "colgen")
 #: The first format version that can hold each kind (the others: 1).
-_KIND_VERSION = {"colgen": 2}
+_KIND_VERSION = {"colgen": 2, **{k: 3 for k in ("sph", "agh", *baselines.SUPERVISED)}}
 #: The manifest of a saved model directory, and the arrays file of format versions 1 and 2.
 MODEL_FILE = "model.json"
 ARRAYS_FILE = "arrays.npz"
 
 _MAPPING_KINDS = ("linear", "mlp")
-_BASELINE_PARAMS = {"lsh": baselines.LSHParams, "pca": baselines.PCAParams, "itq": baselines.ITQParams,
-                    "sh": baselines.SpectralParams, "iso": baselines.IsoHashParams}
+_BASELINE_PARAMS = baselines.PARAMS
 
 
 class FeatureRangeWarning(UserWarning):
@@ -99,9 +98,8 @@ def _json_plain(name: str, value: Any) -> Any:
 
 def _train_stats(train_features: Any) -> Tuple[int, Tuple[float, float]]:
   """``(dim, (min, max))`` of ``train_features[N, dim]``."""
-  _checks.check_array("train_features", train_features, ndim=2, shape_doc="[N, dim]", kinds="fiu", what="real array")
+  _checks.check_real_array("train_features", train_features, ndim=2, shape_doc="[N, dim]")
   _checks.check_concrete("train_features", train_features, why="its value range is recorded")
-  _checks.check_finite("train_features", train_features)
   x = np.asarray(train_features)
   return int(x.shape[1]), (float(x.min()), float(x.max()))
 
@@ -178,7 +176,7 @@ def _colgen_words(params: Any, features: jax.Array) -> jax.Array:
   return codes.pack_bits(colgen_features.hash_bits(params, features))
 
 
-def _baseline_words(method: str, params: Any, features: jax.Array) -> jax.Array:
+def _baseline_words(method: str, params: Any, features: Any) -> jax.Array:
   """Packed codes of a baseline (:func:`hashjax.baselines.encode`: fixed row blocks, so the same features give
   the same words in any batch)."""
   return codes.pack_bits(baselines.encode(method, params, features))
@@ -277,14 +275,17 @@ class Model:
     >>> model.encode(x[:3]).shape, model.encode(x[:3]).dtype
     ((3, 2), dtype('uint32'))
     """
-    _checks.check_real("features", features, shape_doc=f"[..., {self.dim}]", min_ndim=1)
-    _checks.check_columns("features", features, self.dim, what="the width the model was trained on")
-    self._check_range(features)
+    # mappings.encode and baselines.encode check the features; colgen's hash_bits trusts its caller.
     if self.mapping is not None:
-      return mappings.encode(self.mapping, self.params, features)
-    if self.kind == "colgen":
-      return _colgen_words(self.params, _checks.as_jax(features))
-    return _baseline_words(self.kind, self.params, _checks.as_jax(features))
+      words = mappings.encode(self.mapping, self.params, features)
+    elif self.kind == "colgen":
+      _checks.check_real("features", features, shape_doc=f"[..., {self.dim}]", min_ndim=1)
+      _checks.check_columns("features", features, self.dim, what="the width the model was trained on")
+      words = _colgen_words(self.params, _checks.as_jax(features))
+    else:
+      words = _baseline_words(self.kind, self.params, features)
+    self._check_range(features)
+    return words
 
   def _check_range(self, features: Any) -> None:
     if not _checks.is_concrete(features) or features.size == 0:
@@ -557,14 +558,14 @@ def _check_meta(file: str, meta: Dict[str, Any]) -> None:
   if _KIND_VERSION.get(meta["kind"], 1) > version:
     raise ValueError(f"{file}: kind {meta['kind']!r} needs format version {_KIND_VERSION[meta['kind']]} or newer, "
                      f"got version {version}")
-  _checks.check_int(f"{file}: num_bits", meta["num_bits"])
-  _checks.check_int(f"{file}: dim", meta["dim"])
+  for key in ("num_bits", "dim"):
+    _checks.check_int(f"{file}: {key}", meta[key])
   span = meta["feature_range"]
   lo, hi = span if isinstance(span, list) and len(span) == 2 else (None, None)
   _checks.check_number(f"{file}: feature_range[0]", lo)
   _checks.check_number(f"{file}: feature_range[1]", hi, low=lo)
-  _checks.check_instance(f"{file}: settings", meta["settings"], dict, what="an object")
-  _checks.check_instance(f"{file}: config", meta["config"], (dict, type(None)), what="an object or null")
+  for key, types, what in (("settings", dict, "an object"), ("config", (dict, type(None)), "an object or null")):
+    _checks.check_instance(f"{file}: {key}", meta[key], types, what=what)
   if (version < 3) == ("checksum" in meta):
     raise ValueError(f"{file}: expected a checksum in format version 3 and none before, got version {version}")
 

@@ -81,20 +81,16 @@ def _float_dtype(x) -> Any:
   return jax.dtypes.canonicalize_dtype(jnp.promote_types(x.dtype, jnp.float32))
 
 
-def _check_range(name: str, x: Any, low: float, high: float, what: str) -> None:
-  if _checks.is_concrete(x) and x.size:
-    arr = np.asarray(x)
-    lo, hi = arr.min(), arr.max()
-    if lo < low or hi > high:
-      raise ValueError(f"{name}: expected {what} in [{low:g}, {high:g}], got values in [{lo:g}, {hi:g}]")
-
-
 def _check_codes(query, items, *, low=None, high=None, what=""):
+  """Codes ``query[..., Q, b]`` and ``items[..., N, b]`` with broadcasting batch axes, in ``[low, high]`` (values
+  checked when concrete) when ``low`` is given."""
   for name, x, rows in (("query", query, "Q"), ("items", items, "N")):
     _checks.check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2)
     _checks.check_nonempty(name, x, axis=-1, what="bit per code")
-    if low is not None:
-      _check_range(name, x, low, high, what)
+    if low is not None and _checks.is_concrete(x) and x.size:
+      lo, hi = np.asarray(x).min(), np.asarray(x).max()
+      if lo < low or hi > high:
+        raise ValueError(f"{name}: expected {what} in [{low:g}, {high:g}], got values in [{lo:g}, {hi:g}]")
   _checks.check_columns("items", items, query.shape[-1], what="the bits per code of query")
   try:
     np.broadcast_shapes(tuple(query.shape[:-2]), tuple(items.shape[:-2]))
@@ -103,13 +99,11 @@ def _check_codes(query, items, *, low=None, high=None, what=""):
                      f"{tuple(query.shape[:-2])}") from None
 
 
-def _check_hist(hist: Any, *, levels: Any = None) -> None:
-  """``hist[..., num_bits + 1, V]``: non-negative counts, no empty axis, ``V = levels`` when given."""
-  doc = f"[..., num_bits + 1, {levels or 'V'}]"
-  _checks.check_real("hist", hist, shape_doc=doc, min_ndim=2)
-  if 0 in hist.shape[-2:] or (levels is not None and hist.shape[-1] != levels):
-    raise ValueError(f"hist: expected shape {doc} with no empty axis, got {tuple(hist.shape)}")
-  _check_range("hist", hist, 0.0, np.inf, "non-negative (soft) counts")
+def _check_metric(hist: Any, option: str, value: Any, options: tuple) -> str:
+  """A relaxed metric's input ``hist[..., num_bits + 1, V]`` of non-negative (soft) counts, and its ``option``
+  (one of ``options``), which is returned."""
+  _checks.check_histogram("hist", hist, integer=False)
+  return _checks.check_option(option, value, options)
 
 
 def _check_alpha(alpha: Any) -> None:
@@ -326,7 +320,6 @@ def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_leve
   num_levels = _checks.check_positive_int("num_levels", num_levels)
   width = _checks.check_number("width", width, low=0, low_open=True)
   _checks.check_real("distances", distances, shape_doc="[..., N]", min_ndim=1)
-  _checks.check_integer_dtype("affinity", affinity, what="affinity levels")
   _checks.check_nonnegative("affinity", affinity, what="affinity levels")
   _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
   _checks.check_shape("affinity", affinity, distances.shape, like="distances")
@@ -364,7 +357,7 @@ def harmonic_number(x: Array) -> Array:
   [0.0, 1.0, 1.83333, 0.61371]
   """
   _checks.check_real("x", x, shape_doc="[...]", min_ndim=0)
-  _check_range("x", x, 0.0, np.inf, "non-negative values")
+  _checks.check_nonnegative("x", x)
   dtype = _float_dtype(x)
   return _special.apply_xp(lambda x, xp: _special.harmonic_number(x.astype(dtype), xp), x)
 
@@ -404,7 +397,7 @@ def cumulative_discount(x: Array) -> Array:
   [0.0, 1.0, 1.63093, 1.33877]
   """
   _checks.check_real("x", x, shape_doc="[...]", min_ndim=0)
-  _check_range("x", x, 0.0, np.inf, "non-negative values")
+  _checks.check_nonnegative("x", x)
   dtype = _float_dtype(x)
   return _special.apply_xp(lambda x, xp: _special.cumulative_discount(x.astype(dtype), xp), x)
 
@@ -503,8 +496,8 @@ def relaxed_ap(hist: Array, *, harmonic: str = "digamma") -> Array:
   >>> bool(np.isclose(float(relaxed_ap(hist, harmonic="ln")), 2 / 9 * (1 + np.log(2.5)), rtol=1e-6))
   True
   """
-  _check_hist(hist, levels=2)
-  harmonic = _checks.check_option("harmonic", harmonic, HARMONICS)
+  harmonic = _check_metric(hist, "harmonic", harmonic, HARMONICS)
+  _checks.check_columns("hist", hist, 2, what="levels: irrelevant and relevant")
   return _special.apply_xp(_relaxed_ap, hist, harmonic=harmonic, dtype=_float_dtype(hist))
 
 
@@ -592,8 +585,7 @@ def relaxed_dcg(hist: Array, *, discount: str = "exact") -> Array:
   >>> round(float(relaxed_dcg(hist)), 6)             # 1 * D(1) + 3 * (D(2) + D(3)) / 2
   2.696394
   """
-  _check_hist(hist)
-  discount = _checks.check_option("discount", discount, DISCOUNTS)
+  discount = _check_metric(hist, "discount", discount, DISCOUNTS)
   return _special.apply_xp(_relaxed_dcg, hist, discount=discount, dtype=_float_dtype(hist))
 
 
@@ -629,7 +621,7 @@ def ideal_dcg(level_totals: Array, *, discount: str = "exact") -> Array:
   """
   _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", min_ndim=1)
   _checks.check_nonempty("level_totals", level_totals, axis=-1, what="level")
-  _check_range("level_totals", level_totals, 0.0, np.inf, "non-negative (soft) counts")
+  _checks.check_nonnegative("level_totals", level_totals, what="(soft) counts")
   discount = _checks.check_option("discount", discount, DISCOUNTS)
   return _special.apply_xp(_ideal_dcg, level_totals, discount=discount, dtype=_float_dtype(level_totals))
 
@@ -667,8 +659,7 @@ def relaxed_ndcg(hist: Array, *, discount: str = "exact") -> Array:
   >>> bool(np.isclose(float(relaxed_ndcg(hist, discount="simplified")), dcg / (3 + 1 / np.log2(3)), rtol=1e-6))
   True
   """
-  _check_hist(hist)
-  discount = _checks.check_option("discount", discount, DISCOUNTS)
+  discount = _check_metric(hist, "discount", discount, DISCOUNTS)
   return _special.apply_xp(_relaxed_ndcg, hist, discount=discount, dtype=_float_dtype(hist))
 
 
@@ -694,5 +685,5 @@ def has_relevant(hist: Array) -> Array:
   >>> has_relevant(np.array([[[1., 0.], [2., 0.]], [[0., 1.], [0., 0.]]])).tolist()
   [False, True]
   """
-  _check_hist(hist)
+  _checks.check_histogram("hist", hist, integer=False)
   return _special.apply_xp(_has_relevant, hist)

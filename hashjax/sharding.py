@@ -69,9 +69,8 @@ def data_mesh(num_devices: Optional[int] = None, *, axis_name: str = "data") -> 
   available = jax.device_count()
   if num_devices is None:
     num_devices = available
-  if not _checks.is_int(num_devices) or not 1 <= num_devices <= available:
-    raise ValueError(f"num_devices: expected at most the {available} device(s) jax sees (jax.device_count()) and "
-                     f"at least 1, got {num_devices!r}")
+  num_devices = _checks.check_int_at_most("num_devices", num_devices, available,
+                                         what=f"the {available} device(s) jax sees (jax.device_count())")
   _checks.check_nonempty_str("axis_name", axis_name, what="a non-empty str")
   return Mesh(np.asarray(jax.devices()[:num_devices]), (axis_name,))
 
@@ -211,11 +210,8 @@ def _check_num_db(num_db: Any, rows: int) -> int:
   """``num_db`` (None: every row) as an int in ``[1, rows]``."""
   if num_db is None:
     return rows
-  num_db = _checks.check_int("num_db", num_db, low=1)
-  if num_db > rows:
-    raise ValueError(f"num_db: expected at most len(db_words) = {rows} real rows (the rest are padding), "
-                     f"got {num_db}")
-  return num_db
+  return _checks.check_int_at_most("num_db", num_db, rows,
+                                   what=f"len(db_words) = {rows} real rows (the rest are padding)")
 
 
 def _place_queries(query_words, mesh: Mesh):

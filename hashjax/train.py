@@ -162,9 +162,8 @@ def learning_rate_schedule(peak: float, *, num_steps: int, kind: str = "constant
   """
   peak = _checks.check_number("peak", peak, low=0, low_open=True)
   num_steps = _checks.check_int("num_steps", num_steps, low=1)
-  warmup_steps = _checks.check_int("warmup_steps", warmup_steps, low=0)
-  if warmup_steps >= num_steps:
-    raise ValueError(f"warmup_steps: expected fewer than num_steps={num_steps}, got {warmup_steps}")
+  warmup_steps = _checks.check_int_at_most("warmup_steps", warmup_steps, num_steps - 1, low=0,
+                                          what=f"num_steps - 1 = {num_steps - 1} (fewer than num_steps)")
   final_fraction = _checks.check_number("final_fraction", final_fraction, low=0, high=1)
   _checks.check_option("kind", kind, SCHEDULES)
   if kind == "cosine":
@@ -201,9 +200,7 @@ def minibatch_sampler(num_items: int, batch_size: int, *, seed: int) -> Callable
   True
   """
   num_items = _checks.check_int("num_items", num_items, low=1)
-  batch_size = _checks.check_int("batch_size", batch_size, low=1)
-  if batch_size > num_items:
-    raise ValueError(f"batch_size: expected at most num_items={num_items}, got {batch_size}")
+  batch_size = _checks.check_int_at_most("batch_size", batch_size, num_items, what=f"num_items={num_items}")
   seed = _checks.check_int("seed", seed, low=0)
   per_epoch = num_items // batch_size
   cache: dict = {}
@@ -245,12 +242,11 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
   """
   _checks.check_array("labels", labels, ndim=1, shape_doc="[N]", kinds="iu", what="integer array of class labels")
   labels = np.asarray(labels)
-  per_class = _checks.check_int("per_class", per_class, low=1)
-  seed = _checks.check_int("seed", seed, low=0)
   classes, counts = np.unique(labels, return_counts=True)
-  if counts.min() < per_class:
-    small = classes[np.argmin(counts)]
-    raise ValueError(f"per_class: expected at most {counts.min()} (the size of class {small}), got {per_class}")
+  small = np.argmin(counts)
+  per_class = _checks.check_int_at_most("per_class", per_class, int(counts[small]),
+                                        what=f"{counts[small]} (the size of class {classes[small]})")
+  seed = _checks.check_int("seed", seed, low=0)
   members = [np.flatnonzero(labels == c) for c in classes]
 
   def indices(step: int) -> np.ndarray:
@@ -303,10 +299,8 @@ def _scalars(name: str, values: Any, what: str) -> dict:
     raise ValueError(f"{name}: expected {what} to be a dict of scalars, got {type(values).__name__}")
   out = {}
   for k, v in values.items():
-    if not isinstance(k, str):
-      raise ValueError(f"{name}: expected {what} keys to be str, got {k!r}")
-    if k in _RESERVED:
-      raise ValueError(f"{name}: {what} key {k!r} clashes with a history field {_RESERVED}; rename it")
+    if not isinstance(k, str) or k in _RESERVED:
+      raise ValueError(f"{name}: expected {what} keys to be str other than the history fields {_RESERVED}, got {k!r}")
     arr = np.asarray(jax.device_get(v))
     if arr.shape != () or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
       raise ValueError(f"{name}: expected {what}[{k!r}] to be a real scalar, got {arr.dtype.name} {arr.shape}")
@@ -468,10 +462,9 @@ def _restore_step(manager: ocp.CheckpointManager, step: int, step_dir: str, para
   meta_file = os.path.join(step_dir, _META_FILE)
   try:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ValueError(f"{meta_file}: {_reason(e)}") from e
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f"meta: {_reason(e)}") from e
+    where = meta_file if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)) else "meta"  # a damaged file
+    raise ValueError(f"{where}: {_reason(e)}") from e
   try:
     recorded = meta["step"]
     run = _Run.from_meta(meta)
@@ -620,11 +613,10 @@ def train(*, params: Any, loss_fn: Callable, optimizer: optax.GradientTransforma
   _checks.check_callable("batch_fn", batch_fn, what="step -> batch")
   if eval_fn is not None:
     _checks.check_callable("eval_fn", eval_fn, what="params -> dict (or None)")
-  num_steps = _checks.check_int("num_steps", num_steps, low=0)
-  eval_every = _checks.check_int("eval_every", eval_every, low=0)
-  checkpoint_every = _checks.check_int("checkpoint_every", checkpoint_every, low=0)
-  log_every = _checks.check_int("log_every", log_every, low=1)
-  max_to_keep = _checks.check_int("max_to_keep", max_to_keep, low=1)
+  periods = (("num_steps", num_steps, 0), ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0),
+             ("log_every", log_every, 1), ("max_to_keep", max_to_keep, 1))
+  num_steps, eval_every, checkpoint_every, log_every, max_to_keep = (
+      _checks.check_int(name, value, low=low) for name, value, low in periods)
   batch_size = _checks.check_int("batch_size", batch_size, allow_none=True)
   target = _check_target(target)
   _checks.check_type("workdir", workdir, (str, os.PathLike), what="a directory path", allow_none=True)

@@ -86,8 +86,7 @@ _BIG_POPULATION = 2 ** 62  # tuple counts above this cannot be drawn as int64 co
 def _check_bits(bits: Any) -> np.ndarray:
   """``bits[n, num_bits]`` as bool, {0, 1} or ±1; returns {0, 1} ``uint8`` on the host."""
   _checks.check_array("bits", bits, ndim=2, shape_doc="[n, num_bits]", what="array of bool, {0, 1} or ±1 bits")
-  if not _checks.is_concrete(bits):
-    raise ValueError("bits: expected concrete values (the solvers run on the host), got a traced array")
+  _checks.check_concrete("bits", bits, why="the solvers run on the host")
   arr = np.asarray(bits)
   values = np.unique(arr)
   if np.isin(values, (0, 1)).all() or np.isin(values, (-1, 1)).all():
@@ -98,11 +97,21 @@ def _check_bits(bits: Any) -> np.ndarray:
 
 def _check_labels(labels: Any, n: Optional[int]) -> np.ndarray:
   """``int[n]`` class labels (any length when ``n`` is None)."""
-  _checks.check_array("labels", labels, ndim=1, shape_doc="[n] (one per row of bits)", kinds="iu",
-                      what="array of integer class labels")
+  _checks.check_array("labels", labels, ndim=1, shape_doc="[n]", kinds="iu", what="array of integer class labels")
   if n is not None:
     _checks.check_shape("labels", labels, (n,), like="one label per row of bits")
   return np.asarray(labels)
+
+
+def _check_training(bits: Any, labels: Any) -> tuple:
+  """:func:`_check_bits` of ``bits`` and :func:`_check_labels` of ``labels``, one per row of bits."""
+  bits = _check_bits(bits)
+  return bits, _check_labels(labels, bits.shape[0])
+
+
+def _check_penalties(lam: Any, mu: Any) -> tuple:
+  """The objective's weights of its penalties, ``lam >= 0`` and ``mu >= 0``, as floats."""
+  return _checks.check_number("lam", lam, low=0), _checks.check_number("mu", mu, low=0)
 
 
 def _check_tuples(tuples: Any, labels: Optional[np.ndarray], n: int) -> np.ndarray:
@@ -280,10 +289,7 @@ def code_differences(words: Array, tuples: Array, *, num_bits: int) -> tuple:
   >>> x.tolist(), c.tolist()
   ([[0, 1, 1]], [[1, -1, 0]])
   """
-  _checks.check_words("words", words, min_ndim=2)
-  _checks.check_array("words", words, ndim=2, shape_doc="[n, num_words]", kinds="u")
-  num_bits = _checks.check_num_bits(num_bits, words=words)
-  _checks.check_padding_bits("words", words, num_bits)
+  num_bits = _checks.check_codes("words", words, num_bits)
   tuples = _check_tuples(tuples, None, words.shape[0])
   x, c = _differences_kernel(_checks.as_jax(words), jax.device_put(tuples), num_bits)
   return np.asarray(x).astype(np.int8), np.asarray(c).astype(np.int8)
@@ -318,8 +324,7 @@ def objective(weights: Array, bits: Array, tuples: Array, *, lam: float = DEFAUL
   _checks.check_nonnegative("weights", weights, what="weights")
   weights = np.asarray(weights, np.float32)
   tuples = _check_tuples(tuples, None, n)
-  lam = _checks.check_number("lam", lam, low=0)
-  mu = _checks.check_number("mu", mu, low=0)
+  lam, mu = _check_penalties(lam, mu)
   return float(_objective_kernel(jax.device_put(weights), codes.pack_bits(bits), jax.device_put(tuples),
                                  np.float32(lam), np.float32(mu), num_bits=num_bits))
 
@@ -552,11 +557,9 @@ def fit_batch(bits: Array, labels: Array, *, method: str = "egd", seed: Seed = 0
   >>> int(np.argmax(result.weights)), result.converged, len(result.objective) == result.iterations + 1
   (0, True, True)
   """
-  bits = _check_bits(bits)
-  labels = _check_labels(labels, bits.shape[0])
+  bits, labels = _check_training(bits, labels)
   method = _checks.check_option("method", method, ("egd", "pgd"))
-  lam = _checks.check_number("lam", lam, low=0)
-  mu = _checks.check_number("mu", mu, low=0)
+  lam, mu = _check_penalties(lam, mu)
   max_iters = _checks.check_positive_int("max_iters", max_iters)
   tol = _checks.check_number("tol", tol, low=0)
   return _batch(bits, _training_tuples(labels, tuples, num_tuples, seed), method, lam, mu, max_iters, tol)
@@ -601,10 +604,8 @@ def fit_online(bits: Array, labels: Array, *, seed: Seed = 0, num_tuples: int = 
   >>> int(np.argmax(result.average)), result.batches
   (0, 20)
   """
-  bits = _check_bits(bits)
-  labels = _check_labels(labels, bits.shape[0])
-  lam = _checks.check_number("lam", lam, low=0)
-  mu = _checks.check_number("mu", mu, low=0)
+  bits, labels = _check_training(bits, labels)
+  lam, mu = _check_penalties(lam, mu)
   step = _checks.check_number("step", step, low=0, low_open=True)
   batch_size = _checks.check_positive_int("batch_size", batch_size)
   inner_steps = _checks.check_positive_int("inner_steps", inner_steps)
@@ -632,8 +633,7 @@ def closed_form(bits: Array, labels: Array, *, seed: Seed = 0, num_tuples: int =
   >>> closed_form(bits, np.array([0, 0, 0, 1, 1, 1]), num_tuples=12).tolist()
   [1.0, 0.0]
   """
-  bits = _check_bits(bits)
-  labels = _check_labels(labels, bits.shape[0])
+  bits, labels = _check_training(bits, labels)
   return _closed_form(bits, _training_tuples(labels, tuples, num_tuples, seed))
 
 
@@ -712,8 +712,7 @@ def fit(bits: Array, labels: Array, *, solver: str = "egd", seed: Seed = 0) -> n
   >>> w.shape, w.dtype, int(np.argmax(w))
   ((4,), dtype('float32'), 0)
   """
-  bits = _check_bits(bits)
-  labels = _check_labels(labels, bits.shape[0])
+  bits, labels = _check_training(bits, labels)
   solver = _checks.check_option("solver", solver, SOLVERS)
   tuples = sample_tuples(labels, num_tuples=DEFAULT_NUM_TUPLES, seed=seed)
   if solver in ("egd", "pgd"):

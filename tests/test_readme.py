@@ -47,12 +47,17 @@ def test_readme_command_runs(command, tmp_path):
   args = shlex.split(command)
   assert args[:2] == ["python", "-m"], f"README command not run by this test: {command}"
   args = [sys.executable] + args[1:]
+  for block in _BLOCKS:  # the data a command reads is written by the README's own block
+    if "experiments.evaluate_codes" in command and "codes.npz" in block:
+      exec(compile(block, "README.md", "exec"), {"__name__": "readme"})  # pylint: disable=exec-used
   if "--help" not in args:
     args.append(f"--workdir={tmp_path / 'run'}")
   done = subprocess.run(args, cwd=_ROOT, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
   if "--help" in args:
     assert "--config.bits=" in done.stdout
+  elif "experiments.evaluate_codes" in command:
+    assert "CalcTopMap" in done.stdout and (tmp_path / "run" / "results.json").exists()
   elif "experiments.evaluate" in command:
     assert "itq" in done.stdout and (tmp_path / "run" / "results.json").exists()
     if "--config.plots=True" in command:

@@ -650,7 +650,7 @@ def check_baselines_fit(config: ml_collections.ConfigDict, *, shape: Optional[Da
   bits = config.bits if isinstance(config.bits, (tuple, list)) else (config.bits,)
   field = {"baselines": "config.methods", "bit_weights": "config.base_codes"}.get(kind, "config.baselines")
   for m in (config.get(field[len("config."):]) or ()):
-    if m in ("pca", "itq") and max(bits, default=0) > shape.dim:
+    if m in ("pca", "itq", "iso", "splh") and max(bits, default=0) > shape.dim:
       raise ConfigError(f"config.bits={format_value(config.bits)}: {m} needs at most {shape.dim} bits on "
                         f"{config.dataset} ({shape.dim} features); lower config.bits or drop {m} from {field}")
 

@@ -1,16 +1,18 @@
-r"""Unsupervised hashing baselines: LSH, PCA (PCAH), ITQ, spectral hashing and isotropic hashing (IsoHash).
+r"""Hashing baselines: the unsupervised LSH, PCA (PCAH), ITQ, spectral hashing, IsoHash, spherical hashing and
+anchor graph hashing, and the supervised KSH, SDH, COSDISH, FastHash, BRE and SPLH.
 
-Each method is a module with two pure functions,
+Each method is a module with three pure functions,
 
-* ``fit(features[N, dim], *, num_bits, key) -> params`` (a NamedTuple of
-  arrays, including the training ``mean`` used for centring), and
-* ``encode(params, features[..., dim]) -> bits uint8[..., num_bits]`` in
-  ``{0, 1}`` (``bit = 1`` iff the real-valued output is ``> 0``, the
-  convention of :func:`hashjax.codes.binarize`),
+* ``fit(features[N, dim], *, num_bits, key, [labels,] **options) -> params`` (a NamedTuple of arrays whose first
+  field is the training ``mean``), on the host in float64 so that codes do not depend on the thread count;
+  the supervised methods (:data:`SUPERVISED`) take the training items' class ``labels[N]``,
+* ``encode(params, features[..., dim]) -> bits uint8[..., num_bits]`` in ``{0, 1}`` (``bit = 1`` iff the
+  real-valued output is ``> 0``, the convention of :func:`hashjax.codes.binarize`), and
+* ``project(params, features[..., dim]) -> float[..., num_bits]``, the values whose signs are the bits,
 
-and :data:`BASELINES` maps a short name to its module. PCA, SH and IsoHash
-are deterministic and ignore ``key``; LSH and ITQ require one. PCA, ITQ and
-IsoHash keep ``num_bits`` principal directions, so they need
+and :data:`BASELINES` maps a short name to its module. PCA, SH and IsoHash are deterministic and ignore
+``key``; LSH, ITQ, KSH, SDH, BRE and SPLH require one; COSDISH, FastHash, spherical hashing and AGH use
+``jax.random.key(0)`` when it is None. PCA, ITQ and IsoHash keep ``num_bits`` principal directions, so they need
 ``num_bits <= dim``.
 """
 
@@ -21,20 +23,41 @@ from typing import Any, Optional
 
 import jax
 
-from hashjax.baselines import isohash, itq, lsh, pca, spectral
+from hashjax import _checks
+from hashjax.baselines import _common
+from hashjax.baselines import agh, bre, cosdish, fasthash, isohash, itq, ksh, lsh, pca, sdh, spectral, spherical, splh
+from hashjax.baselines.agh import AGHParams
+from hashjax.baselines.bre import BREParams
+from hashjax.baselines.cosdish import CosdishParams
+from hashjax.baselines.fasthash import FastHashParams
 from hashjax.baselines.isohash import IsoHashParams
 from hashjax.baselines.itq import ITQParams
+from hashjax.baselines.ksh import KSHParams
 from hashjax.baselines.lsh import LSHParams
 from hashjax.baselines.pca import PCAParams
+from hashjax.baselines.sdh import SDHParams
 from hashjax.baselines.spectral import SpectralParams
+from hashjax.baselines.spherical import SphericalParams
+from hashjax.baselines.splh import SPLHParams
 
 Array = jax.Array
 
 #: Name -> module with ``fit`` and ``encode``.
-BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral, "iso": isohash}
+BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral, "iso": isohash, "sph": spherical, "agh": agh,
+             "ksh": ksh, "sdh": sdh, "cosdish": cosdish, "fasthash": fasthash, "bre": bre, "splh": splh}
 
-__all__ = ["BASELINES", "fit", "encode", "project", "lsh", "pca", "itq", "spectral", "isohash",
-           "LSHParams", "PCAParams", "ITQParams", "SpectralParams", "IsoHashParams"]
+#: The methods whose ``fit`` learns from class labels (``labels=``).
+SUPERVISED = ("ksh", "sdh", "cosdish", "fasthash", "bre", "splh")
+
+#: Name -> the params NamedTuple of its ``fit``.
+PARAMS = {"lsh": LSHParams, "pca": PCAParams, "itq": ITQParams, "sh": SpectralParams, "iso": IsoHashParams,
+          "sph": SphericalParams, "agh": AGHParams, "ksh": KSHParams, "sdh": SDHParams, "cosdish": CosdishParams,
+          "fasthash": FastHashParams, "bre": BREParams, "splh": SPLHParams}
+
+__all__ = ["BASELINES", "SUPERVISED", "PARAMS", "fit", "encode", "project", "lsh", "pca", "itq", "spectral",
+           "isohash", "spherical", "agh", "ksh", "sdh", "cosdish", "fasthash", "bre", "splh", "LSHParams",
+           "PCAParams", "ITQParams", "SpectralParams", "IsoHashParams", "SphericalParams", "AGHParams", "KSHParams",
+           "SDHParams", "CosdishParams", "FastHashParams", "BREParams", "SPLHParams"]
 
 
 def _module(method: Any) -> ModuleType:
@@ -43,16 +66,22 @@ def _module(method: Any) -> ModuleType:
   return BASELINES[method]
 
 
-def fit(method: str, features: Array, *, num_bits: int, key: Optional[Any] = None, **options: Any):
+def fit(method: str, features: Array, *, num_bits: int, key: Optional[Any] = None, labels: Optional[Any] = None,
+        **options: Any):
   r"""Fits the baseline named ``method`` (a key of :data:`BASELINES`).
 
-  .. math:: \theta = \mathrm{fit}_{method}(X; b, key)
+  .. math:: \theta = \mathrm{fit}_{method}(X; b, key[, y])
+
+  The fit runs with one BLAS thread (:func:`hashjax.baselines._common.single_threaded_blas`), so its codes do
+  not depend on the thread count.
 
   Args:
-    method: ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or ``"iso"``.
+    method: a key of :data:`BASELINES`.
     features: ``[N, dim]`` finite training features.
     num_bits: code length.
-    key: a ``jax.random`` key (required by ``"lsh"`` and ``"itq"``).
+    key: a ``jax.random`` key (required by LSH, ITQ, KSH, SDH, BRE and SPLH).
+    labels: ``int[N]`` class labels of the training items: required by the supervised methods
+      (:data:`SUPERVISED`), refused by the others.
     **options: extra keyword options of that method (e.g. ``num_iters`` for
       ITQ, ``solver`` for IsoHash).
 
@@ -64,7 +93,13 @@ def fit(method: str, features: Array, *, num_bits: int, key: Optional[Any] = Non
   >>> type(fit("itq", x, num_bits=4, key=jax.random.key(0))).__name__
   'ITQParams'
   """
-  return _module(method).fit(features, num_bits=num_bits, key=key, **options)
+  module = _module(method)
+  if method not in SUPERVISED and labels is not None:
+    raise ValueError(f"labels: {method!r} is unsupervised and takes no labels (supervised: {list(SUPERVISED)}), "
+                     f"got {_checks.desc(labels)}")
+  supervision = {"labels": labels} if method in SUPERVISED else {}
+  with _common.single_threaded_blas():
+    return module.fit(features, num_bits=num_bits, key=key, **supervision, **options)
 
 
 def encode(method: str, params: Any, features: Array) -> Array:
@@ -76,7 +111,7 @@ def encode(method: str, params: Any, features: Array) -> Array:
   same bits in any batch, one row at a time or all at once, on a CPU or a GPU.
 
   Args:
-    method: ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or ``"iso"``.
+    method: a key of :data:`BASELINES`.
     params: params from :func:`fit` with the same ``method``.
     features: ``[..., dim]`` finite features.
 
@@ -98,7 +133,7 @@ def project(method: str, params: Any, features: Array) -> Array:
   .. math:: v = \mathrm{project}_{method}(\theta, x), \qquad b = [v > 0]
 
   Args:
-    method: ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or ``"iso"``.
+    method: a key of :data:`BASELINES`.
     params: params from :func:`fit` with the same ``method``.
     features: ``[..., dim]`` finite features.
 

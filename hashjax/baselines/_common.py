@@ -16,11 +16,13 @@ same bits in any batch, on a CPU or a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
+import threadpoolctl
 
 from hashjax import _checks
 from hashjax import _encode
@@ -108,3 +110,20 @@ def rows(values: Callable, params: Any, features: Any, *, binary: bool) -> Array
   """``values(params, x)`` of ``features[..., dim]`` (its bits ``uint8`` when ``binary``), computed
   :data:`hashjax._encode.BLOCK_ROWS` rows per call: the same features give the same bits in any batch."""
   return _checks.as_jax(_encode.blockwise(lambda x: _block(values, binary, params, x), features))
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+  """Runs host solvers with one BLAS thread (``threadpoolctl``), restored on exit.
+
+  Two reasons: the iterative fits (KSH's L-BFGS, column generation's solvers) amplify the rounding of a
+  multithreaded product into different codes (KSH at 64 bits on MNIST-10k gave AP_T 0.9139 with two threads and
+  0.9233 with one), and their small products pay a hand-off between threads at every call (on a loaded 2-core
+  machine KSH's fit took 140 s with two threads and 92 s with one; a 600-point column-generation run 9.2 s
+  against 1.7 s).
+
+  >>> with single_threaded_blas():
+  ...   pass
+  """
+  with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+    yield

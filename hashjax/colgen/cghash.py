@@ -38,7 +38,7 @@ import scipy.special
 from hashjax import _checks
 from hashjax.colgen import loop, triplets
 from hashjax.colgen.result import ColgenResult
-from hashjax.colgen.subproblem import single_threaded_blas
+from hashjax.baselines._common import single_threaded_blas
 
 #: ``loss=`` of :func:`fit`.
 LOSSES = ("squared_hinge", "logistic")

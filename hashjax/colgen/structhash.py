@@ -38,7 +38,7 @@ import scipy.optimize
 from hashjax import _checks
 from hashjax.colgen import inference, loop
 from hashjax.colgen.result import ColgenResult
-from hashjax.colgen.subproblem import single_threaded_blas
+from hashjax.baselines._common import single_threaded_blas
 
 __all__ = ["solve_lp", "fit"]
 

@@ -25,36 +25,20 @@ new bit (:func:`new_bit` returns None).
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse
 import scipy.sparse.linalg
-import threadpoolctl
 
 from hashjax import _checks
+from hashjax.baselines._common import single_threaded_blas
 from hashjax.colgen import triplets
 
 
-__all__ = ["NewBit", "single_threaded_blas", "cut_scan", "laplacian_apply", "whitening", "spectral_directions",
+__all__ = ["NewBit", "cut_scan", "laplacian_apply", "whitening", "spectral_directions",
            "relaxed_objective", "refine", "degenerate", "new_bit"]
-
-
-@contextlib.contextmanager
-def single_threaded_blas() -> Iterator[None]:
-  """Runs the host solvers with one BLAS thread (``threadpoolctl``), restored on exit.
-
-  Their products are small (L-BFGS-B's own updates, ``[n, D]`` matrix-vector products); with several BLAS
-  threads every call pays a hand-off between threads, which on a loaded 2-core machine made training 5x slower
-  (a 600-point run: 9.2 s against 1.7 s).
-
-  >>> with single_threaded_blas():
-  ...   pass
-  """
-  with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-    yield
 
 
 class NewBit(NamedTuple):

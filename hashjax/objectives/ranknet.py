@@ -396,10 +396,9 @@ def _weights(distances, affinity, deltas_fn, preference, pair_mask):
   """``(w[Q, N, N], pairs[Q, N, N])``: ``|Delta S|`` on the preferred pairs within the mask, and those pairs."""
   delta = jax.vmap(deltas_fn)(distances, affinity)
   shape = tuple(distances.shape) + (distances.shape[-1],)
-  if not hasattr(delta, "shape") or tuple(delta.shape) != shape \
-      or not (jnp.issubdtype(delta.dtype, jnp.floating) or jnp.issubdtype(delta.dtype, jnp.integer)):
-    raise ValueError(f"deltas_fn: expected a real [N, N] swap matrix per query ({shape} over the batch), got "
-                     + _checks.desc(delta))
+  _checks.check_array("deltas_fn", delta, ndim=3, shape_doc="[Q, N, N] (a real [N, N] swap matrix per query)",
+                      kinds="iuf", what="output")
+  _checks.check_shape("deltas_fn", delta, shape, like="an [N, N] swap matrix per query over the batch")
   dt = jnp.promote_types(delta.dtype, jnp.float32)
   pairs = _pairs(preference)
   allowed = pairs if pair_mask is None else pairs & pair_mask
@@ -494,9 +493,8 @@ def lambdarank_loss(query_codes: Array, doc_codes: Array, affinity: Array, *,
   _checks.check_bool("has_aux", has_aux)
   if distances is None:
     distances = jax.lax.stop_gradient(_hard(query_codes, doc_codes, from_logits))
-  q, n = _num_docs(query_codes, doc_codes)
-  _check_lambdarank(distances, affinity, deltas_fn, preference, pair_mask, num_bits=query_codes.shape[-1],
-                    shape=(q, n))
+  (q, n), b = _num_docs(query_codes, doc_codes), query_codes.shape[-1]
+  _check_lambdarank(distances, affinity, deltas_fn, preference, pair_mask, num_bits=b, shape=(q, n))
   pref = jnp.asarray(affinity if preference is None else preference)
   w, pairs = _weights(jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity), deltas_fn, pref,
                       None if pair_mask is None else jnp.asarray(pair_mask))

@@ -449,9 +449,8 @@ def average_precision_score(distances: Array, affinity: Array, *, num_bits: int,
   >>> round(float(average_precision_score(np.array([0, 0]), np.array([1, 0]), num_bits=2)), 4)
   0.75
   """
-  num_bits = _checks.check_num_bits(num_bits)
   check_affinity(affinity, distances, what="relevance levels", high=_BIG)
-  relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)  # metrics.tie_aware_ap checks the distances
+  relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)  # metrics.tie_aware_ap checks distances, num_bits
   return _zero_if_undefined(metrics.tie_aware_ap(distances, relevance, num_bits=num_bits, k=k))
 
 
@@ -481,7 +480,6 @@ def ndcg_score(distances: Array, affinity: Array, *, num_bits: int, num_levels: 
   >>> round(float(ndcg_score(np.array([1, 0]), np.array([1, 0]), num_bits=2)), 4)
   0.6309
   """
-  num_bits = _checks.check_num_bits(num_bits)
   check_affinity(affinity, distances, what="relevance levels", high=_BIG)  # metrics.tie_aware_ndcg checks the rest
   return _zero_if_undefined(metrics.tie_aware_ndcg(distances, affinity, num_bits=num_bits, k=k,
                                                    num_levels=num_levels))

@@ -73,19 +73,21 @@ def _float():
 def _check_scalar_score(name: str, value: Any) -> Array:
   """The output of a score function: a real (int or float) scalar."""
   value = jnp.asarray(value)
-  if value.shape != () or np.dtype(value.dtype).kind not in "iuf":
-    raise ValueError(f"{name}: expected a function returning a real scalar score for one query, "
-                     f"got output of {_checks.desc(value)}")
+  _checks.check_array(name, value, ndim=0, shape_doc="score of one query (the function's output)", kinds="iuf",
+                      what="real", nonempty=False)
   return value
 
 
 def _check_one_query(distances: Any, affinity: Any = None, *, num_bits: Optional[int] = None,
-                     what: str = "relevance levels", nonnegative: bool = False, high: Optional[int] = None) -> None:
-  """One query's Hamming ``distances[N]`` and, given, its ``affinity[N]`` (:func:`scores.check_affinity`)."""
-  _checks.check_hamming_distances(distances, num_bits)
+                     what: str = "relevance levels", nonnegative: bool = False,
+                     high: Optional[int] = None) -> Optional[int]:
+  """One query's Hamming ``distances[N]`` and, given, its ``affinity[N]`` (:func:`scores.check_affinity`); returns
+  ``num_bits`` as int (or None)."""
+  num_bits = _checks.check_hamming_distances(distances, num_bits)
   _checks.check_array("distances", distances, ndim=1, shape_doc="[N] of one query (vmap for many)", kinds="iu")
   if affinity is not None:
     scores.check_affinity(affinity, distances, what=what, nonnegative=nonnegative, high=high)
+  return num_bits
 
 
 # --------------------------------------------------------------------------- the generic path
@@ -340,9 +342,7 @@ def regression_deltas(distances: Array, affinity: Array, *, k: int = 3, mode: st
 
 
 def _check_relevance_levels(distances, affinity, num_bits):
-  num_bits = _checks.check_num_bits(num_bits)
-  _check_one_query(distances, affinity, num_bits=num_bits, high=_checks.INT32_MAX)
-  return num_bits
+  return _check_one_query(distances, affinity, num_bits=num_bits, high=_checks.INT32_MAX)
 
 
 def ndcg_deltas(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
@@ -522,10 +522,9 @@ def histogram_swap_deltas(hist_score_fn: Callable[[Array], Array], distances: Ar
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
   _checks.check_callable("hist_score_fn", hist_score_fn, what="histogram score function")
-  num_bits = _checks.check_num_bits(num_bits)
   num_levels = _checks.check_positive_int("num_levels", num_levels)
   method = _checks.check_option("method", method, SWAP_METHODS)
-  _check_one_query(distances, affinity, num_bits=num_bits, what="affinity levels", high=num_levels - 1)
+  num_bits = _check_one_query(distances, affinity, num_bits=num_bits, what="affinity levels", high=num_levels - 1)
   n = distances.shape[0]
   distances = jnp.asarray(distances).astype(jnp.int32)
   affinity = jnp.asarray(affinity).astype(jnp.int32)

@@ -1,0 +1,84 @@
+"""Supervised kernel and projection baselines: BRE and SPLH."""
+
+import jax
+import numpy as np
+import pytest
+
+from hashjax.baselines import bre, splh
+
+
+def _blobs(num_classes=3, per_class=20, dim=8, seed=0):
+  rng = np.random.default_rng(seed)
+  labels = np.repeat(np.arange(num_classes), per_class).astype(np.int32)
+  x = rng.normal(size=(labels.size, dim)) * 0.5 + 4.0 * np.eye(dim)[labels]
+  return x.astype(np.float32), labels
+
+
+def _bre_objective(bits, labels):
+  """Sum over ordered pairs of ([y_i != y_j] - hamming / b)^2, by enumerating the pairs."""
+  n, b = bits.shape
+  total = 0.0
+  for i in range(n):
+    for j in range(n):
+      total += (float(labels[i] != labels[j]) - np.sum(bits[i] != bits[j]) / b) ** 2
+  return total
+
+
+FITS = {"bre": lambda x, y, b, **o: bre.fit(x, num_bits=b, key=jax.random.key(1), labels=y, num_anchors=15, **o),
+        "splh": lambda x, y, b, **o: splh.fit(x, num_bits=b, key=jax.random.key(1), labels=y, alpha=0.01, **o)}
+MODULES = {"bre": bre, "splh": splh}
+
+
+@pytest.mark.parametrize("method", ["bre", "splh"])
+def test_bits_batches_and_classes(method):
+  x, y = _blobs()
+  mod = MODULES[method]
+  params = FITS[method](x, y, 6)
+  bits = np.asarray(mod.encode(params, x))
+  assert bits.shape == (60, 6) and bits.dtype == np.uint8
+  np.testing.assert_array_equal(np.asarray(mod.project(params, x)) > 0, bits == 1)
+  np.testing.assert_array_equal(np.asarray(mod.encode(params, x[:1])), bits[:1])
+  np.testing.assert_array_equal(np.concatenate([np.asarray(mod.encode(params, x[i:i + 7]))
+                                                for i in range(0, 60, 7)]), bits)
+  # Separable blobs: every item is nearer (in Hamming distance) to its class than to any other class.
+  dist = np.sum(bits[:, None, :] != bits[None, :, :], axis=-1)
+  same = y[:, None] == y[None, :]
+  assert np.max(np.where(same, dist, 0), axis=1).max() < np.min(np.where(same, 99, dist), axis=1).min()
+
+
+def test_bre_descent_lowers_the_objective_every_sweep():
+  x, y = _blobs(per_class=12, dim=4, seed=3)
+  y = np.where(np.arange(36) % 5 == 0, (y + 1) % 3, y).astype(np.int32)  # label noise: the start is not optimal
+  values = [_bre_objective(np.asarray(bre.encode(FITS["bre"](x, y, 4, num_sweeps=s, ridge=5.0), x)), y)
+            for s in range(3)]
+  assert values[0] > values[1] >= values[2]
+
+
+def test_splh_first_bit_is_the_leading_eigenvector():
+  x, y = _blobs(per_class=10, dim=5, seed=2)
+  params = splh.fit(x, num_bits=1, key=jax.random.key(0), labels=y, num_anchors=0, num_labelled=1000, eta=0.5)
+  xc = x.astype(np.float64) - x.astype(np.float64).mean(0)
+  pairs = np.array([[1.0 if a == b else -1.0 for b in y] for a in y])
+  m = xc.T @ pairs @ xc / len(y) + 0.5 * xc.T @ xc / len(y)
+  vals, vecs = np.linalg.eigh(m)
+  w = np.asarray(params.projection)[:, 0]
+  assert abs(abs(w @ vecs[:, -1]) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("method", ["bre", "splh"])
+def test_refuses_bad_inputs_before_fitting(method):
+  x, y = _blobs()
+  fit = MODULES[method].fit
+  key = jax.random.key(0)
+  with pytest.raises(ValueError, match="labels: expected int class labels"):
+    fit(x, num_bits=4, key=key)
+  with pytest.raises(ValueError, match=r"labels: expected shape \(60,\)"):
+    fit(x, num_bits=4, key=key, labels=y[:50])
+  with pytest.raises(ValueError, match="labels: expected at least two classes"):
+    fit(x, num_bits=4, key=key, labels=np.zeros(60, np.int32))
+  with pytest.raises(ValueError, match="num_anchors: expected at most"):
+    fit(x, num_bits=4, key=key, labels=y, num_anchors=61)
+  with pytest.raises(ValueError, match="num_bits"):
+    fit(x, num_bits=0 if method == "bre" else 16, key=key, labels=y, num_anchors=15)
+  with pytest.raises(ValueError, match="key"):
+    fit(x, num_bits=4, key=None, labels=y)

@@ -1,0 +1,167 @@
+"""Spherical hashing and anchor graph hashing against hand-written references of their papers' steps."""
+
+import jax
+import numpy as np
+import pytest
+
+from hashjax.baselines import _common, agh, spherical
+
+# Three well-separated Gaussian blobs of 60 points in 8-d.
+_RNG = np.random.default_rng(0)
+_CENTRES = np.zeros((3, 8))
+_CENTRES[1, 0] = _CENTRES[2, 1] = 8.0
+X = np.concatenate([c + _RNG.normal(size=(60, 8)) for c in _CENTRES]).astype(np.float32)
+Y = np.repeat(np.arange(3), 60)
+N = X.shape[0]
+
+FITS = {
+    "sph": (spherical, dict(num_bits=8)),
+    "agh1": (agh, dict(num_bits=4, num_anchors=12, layers=1)),
+    "agh2": (agh, dict(num_bits=8, num_anchors=12, layers=2)),
+}
+PARAMS = {name: mod.fit(X, key=jax.random.key(0), **opts) for name, (mod, opts) in FITS.items()}
+
+
+@pytest.mark.parametrize("name", sorted(FITS))
+def test_codes_shape_sign_batches_and_blobs(name):
+  mod, opts = FITS[name]
+  params = PARAMS[name]
+  bits = np.asarray(mod.encode(params, X))
+  assert bits.shape == (N, opts["num_bits"]) and bits.dtype == np.uint8
+  np.testing.assert_array_equal(bits, np.asarray(mod.project(params, X)) > 0)
+  np.testing.assert_array_equal(np.asarray(mod.encode(params, X[:1])), bits[:1])
+  np.testing.assert_array_equal(np.asarray(mod.encode(params, X[:7].reshape(7, 1, 8))), bits[:7, None])
+  # Separable blobs: codes of the same blob are nearer than codes of different blobs. AGH's graph eigenvectors
+  # follow the blobs; every sphere holds half of the points, so it must cut a blob (90 = 60 + 30).
+  dist = (bits[:, None, :] != bits[None, :, :]).sum(-1)
+  same = Y[:, None] == Y[None, :]
+  assert dist[same].mean() < (0.9 if name == "sph" else 0.5) * dist[~same].mean()
+
+
+def _sph_reference(x, pivots, num_iters, eps_mean=0.1, eps_std=0.15):
+  """The paper's iteration written with loops over points and pairs of spheres."""
+  n, b = len(x), len(pivots)
+  pivots = pivots.copy()
+
+  def radii_of(p):
+    r = np.empty(b)
+    for k in range(b):
+      d = np.sort([np.linalg.norm(xi - p[k]) for xi in x])
+      half = (n + 1) // 2
+      r[k] = (d[half - 1] + d[half]) / 2
+    return r
+
+  for _ in range(num_iters):
+    r = radii_of(pivots)
+    inside = np.array([[np.linalg.norm(xi - pivots[k]) < r[k] for k in range(b)] for xi in x])
+    overlap = {(k, l): int(np.sum(inside[:, k] & inside[:, l])) for k in range(b) for l in range(b) if k != l}
+    gaps = np.array([abs(overlap[k, l] - n / 4) / (n / 4) for k in range(b) for l in range(k + 1, b)])
+    if gaps.mean() <= eps_mean and gaps.std() <= eps_std:
+      break
+    new = pivots.copy()
+    for k in range(b):
+      force = sum(0.5 * (overlap[k, l] - n / 4) / (n / 4) * (pivots[k] - pivots[l]) for l in range(b) if l != k)
+      new[k] = pivots[k] + force / b
+    pivots = new
+  return pivots, radii_of(pivots)
+
+
+def test_spherical_matches_reference_iteration_and_balances_bits():
+  key = jax.random.key(3)
+  start = spherical.fit(X, num_bits=6, key=key, num_iters=0)
+  x = X.astype(np.float64) - np.asarray(start.mean, np.float64)
+  pivots, radii = _sph_reference(x, np.asarray(start.pivots, np.float64), 3, 0.0, 0.0)
+  got = spherical.fit(X, num_bits=6, key=key, num_iters=3, epsilon_mean=0.0, epsilon_stddev=0.0)
+  np.testing.assert_allclose(np.asarray(got.pivots), pivots, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(got.radii), radii, rtol=1e-4)
+  # Run to the paper's thresholds: every bit halves the training set, pairs overlap on about a quarter.
+  bits = np.asarray(spherical.encode(PARAMS["sph"], X)).astype(int)
+  assert (bits.sum(0) == N // 2).all()
+  gaps = np.abs((bits.T @ bits)[np.triu_indices(8, 1)] - N / 4) / (N / 4)
+  assert gaps.mean() <= 0.1 and gaps.std() <= 0.15
+
+
+def test_agh_matches_reference_graph_and_spectral_constraints():
+  # One Gaussian cloud: a connected anchor graph, whose eigenvalue 1 is simple.
+  cloud = np.random.default_rng(1).normal(size=(N, 8)).astype(np.float32)
+  params = agh.fit(cloud, num_bits=4, num_anchors=12, layers=1, key=jax.random.key(2))
+  x = cloud.astype(np.float64) - np.asarray(params.mean, np.float64)
+  anchors = np.asarray(params.anchors, np.float64)
+  s, m, r = 2, 12, 4
+  near = [np.argsort([np.sum((xi - u) ** 2) for u in anchors])[:s] for xi in x]
+  sigma = np.mean([np.linalg.norm(xi - anchors[nb[-1]]) for xi, nb in zip(x, near)])
+  np.testing.assert_allclose(float(params.bandwidth), sigma ** 2, rtol=1e-5)
+  z = np.zeros((N, m))
+  for i, nb in enumerate(near):
+    w = np.exp(-np.array([np.sum((x[i] - anchors[j]) ** 2) for j in nb]) / sigma ** 2)
+    z[i, nb] = w / w.sum()
+  lam = z.sum(0)
+  vals, vecs = np.linalg.eigh(np.diag(lam ** -0.5) @ z.T @ z @ np.diag(lam ** -0.5))
+  assert np.isclose(vals[-1], 1.0)
+  vals, vecs = vals[-2:-2 - r:-1], vecs[:, -2:-2 - r:-1]
+  vecs = vecs * np.sign(vecs[np.argmax(np.abs(vecs), 0), np.arange(r)])
+  projection = np.sqrt(N) * np.diag(lam ** -0.5) @ vecs / np.sqrt(vals)
+  np.testing.assert_allclose(np.asarray(params.projection), projection, rtol=1e-3, atol=1e-3)
+  # The relaxed codes on the training points are centred and orthogonal: Y^T 1 = 0, Y^T Y = n I.
+  y = np.asarray(agh.project(params, cloud), np.float64)
+  np.testing.assert_allclose(y.mean(0), 0.0, atol=1e-3)
+  np.testing.assert_allclose(y.T @ y / N, np.eye(r), atol=1e-3)
+  # Two layers: bit 2k is the sign of y_k, bit 2k + 1 whether y_k lies between the negative and positive means.
+  two = PARAMS["agh2"]
+  v = np.asarray(agh.project(two, X), np.float64)
+  y2 = v[:, 0::2]
+  upper = [col[col > 0].mean() for col in y2.T]
+  lower = [col[col <= 0].mean() for col in y2.T]
+  np.testing.assert_allclose(np.asarray(two.upper), upper, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(two.lower), lower, rtol=1e-4)
+  bits = np.asarray(agh.encode(two, X))
+  np.testing.assert_array_equal(bits[:, 1::2], (y2 > np.array(lower)) & (y2 < np.array(upper)))
+  # An odd length: the last eigenvector gives its sign bit only.
+  odd = agh.fit(X, num_bits=7, num_anchors=12, layers=2, key=jax.random.key(0))
+  np.testing.assert_array_equal(np.asarray(agh.encode(odd, X)), bits[:, :7])
+
+
+def test_agh_kmeans_step_moves_anchors_to_cluster_means():
+  key = jax.random.key(1)
+  start = agh.fit(X, num_bits=2, num_anchors=5, kmeans_iters=0, key=key)
+  one = agh.fit(X, num_bits=2, num_anchors=5, kmeans_iters=1, key=key)
+  x = X.astype(np.float64) - np.asarray(start.mean, np.float64)
+  a0 = np.asarray(start.anchors, np.float64)
+  assert all(any(np.allclose(a, xi, atol=1e-6) for xi in x) for a in a0)  # anchors start on training points
+  nearest = np.array([np.argmin([np.sum((xi - a) ** 2) for a in a0]) for xi in x])
+  means = np.array([x[nearest == j].mean(0) if (nearest == j).any() else a0[j] for j in range(5)])
+  np.testing.assert_allclose(np.asarray(one.anchors), means, rtol=1e-5, atol=1e-5)
+
+
+BAD_FITS = [
+    (spherical, dict(num_bits=0), "num_bits"),
+    (spherical, dict(num_bits=4, key="seed"), "key"),
+    (spherical, dict(num_bits=4, num_iters=-1), "num_iters"),
+    (spherical, dict(num_bits=4, epsilon_mean=-0.1), "epsilon_mean"),
+    (agh, dict(num_bits=4, num_anchors=N + 1), "num_anchors"),
+    (agh, dict(num_bits=12, num_anchors=12, layers=1), "num_bits"),
+    (agh, dict(num_bits=24, num_anchors=12, layers=2), "num_bits"),
+    (agh, dict(num_bits=4, layers=3), "layers"),
+    (agh, dict(num_bits=4, num_anchors=12, num_nearest=13), "num_nearest"),
+    (agh, dict(num_bits=4, num_anchors=12, kmeans_iters=-1), "kmeans_iters"),
+]
+
+
+@pytest.mark.parametrize("mod, opts, match", BAD_FITS)
+def test_bad_fit_options_refused_before_fitting(monkeypatch, mod, opts, match):
+  def no_fitting(*args, **kwargs):
+    raise AssertionError("fitting started")
+  monkeypatch.setattr(_common, "host_features", no_fitting)
+  with pytest.raises(ValueError, match=match):
+    mod.fit(X, **opts)
+  with pytest.raises(ValueError, match="features"):
+    mod.fit(X[0], num_bits=2)
+
+
+@pytest.mark.parametrize("name", ["sph", "agh1"])
+def test_bad_encode_inputs(name):
+  mod, _ = FITS[name]
+  with pytest.raises(ValueError, match="features"):
+    mod.encode(PARAMS[name], X[:, :5])
+  with pytest.raises(ValueError, match="params"):
+    mod.project(tuple(PARAMS[name]), X)
