@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from hashjax import baselines, models
+from hashjax import baselines, codes, models
 from hashjax.baselines import isohash, itq, lsh, pca, spectral
 
 METHODS = ["lsh", "pca", "itq", "sh", "iso"]
@@ -308,12 +308,20 @@ def test_codes_do_not_depend_on_threads_or_cpu_features(tmp_path):
 
 
 def test_registry():
-  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "iso"}
+  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "iso", "sph", "agh", "ksh", "sdh", "cosdish",
+                                      "fasthash", "bre", "splh"}
+  assert set(baselines.SUPERVISED) == {"ksh", "sdh", "cosdish", "fasthash", "bre", "splh"}
+  assert set(baselines.PARAMS) == set(baselines.BASELINES)
   x = _anisotropic(n=50, d=4)
   with jax.enable_x64(True):
     via = baselines.encode("itq", baselines.fit("itq", x, num_bits=3, key=KEY, num_iters=5), x)
     direct = itq.encode(itq.fit(x, num_bits=3, key=KEY, num_iters=5), x)
   np.testing.assert_array_equal(np.asarray(via), np.asarray(direct))
+  labels = np.arange(50) % 2
+  with pytest.raises(ValueError, match="labels: 'itq' is unsupervised"):
+    baselines.fit("itq", x, num_bits=3, key=KEY, labels=labels)
+  with pytest.raises(ValueError, match="labels: expected int class labels"):
+    baselines.fit("sdh", x, num_bits=3, key=KEY, num_anchors=10)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -601,3 +609,20 @@ def test_iso_model_round_trips_and_encodes_like_numpy(tmp_path):
   words = np.asarray(loaded.encode(x[1000:]))
   np.testing.assert_array_equal(words[clear], _pack_by_hand(logits > 0)[clear])
   np.testing.assert_array_equal(words, np.asarray(model.encode(x[1000:])))
+
+
+@pytest.mark.parametrize("method", sorted(baselines.BASELINES))
+def test_every_baseline_saves_loads_and_encodes_the_same_words(tmp_path, method):
+  x = np.random.default_rng(3).normal(size=(90, 6)).astype(np.float32)
+  labels = np.repeat(np.arange(3), 30)
+  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh") else {}
+  small.update({"num_columns": 20} if method == "cosdish" else {})
+  params = baselines.fit(method, x, num_bits=5, key=KEY, labels=labels if method in baselines.SUPERVISED else None,
+                         **small)
+  model = models.from_baseline(method, params, train_features=x)
+  loaded = models.load_model(model.save(tmp_path / method))
+  assert loaded.kind == method and loaded.num_bits == 5
+  fresh = np.random.default_rng(4).normal(size=(7, 6)).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(loaded.encode(fresh)), np.asarray(model.encode(fresh)))
+  np.testing.assert_array_equal(np.asarray(model.encode(fresh)),
+                                np.asarray(codes.pack_bits(baselines.encode(method, params, fresh))))
