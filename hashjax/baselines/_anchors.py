@@ -54,3 +54,18 @@ def fit(x: np.ndarray, num_anchors: Any, seed: Any) -> Tuple[np.ndarray, float]:
   if not scale > 0:
     raise ValueError("features: expected training points that differ from the anchors, got all distances 0")
   return anchors, scale
+
+
+def kernel_values(features: Any, mean: Any, anchors: Any, scale: Any, weights: Any, bias: Any) -> Any:
+  r"""``float[..., b]``: the kernel hash functions' values :math:`W^\top \phi(x - \mu) + c` of ``features[..., d]``
+  (jax, full float32 products); with no anchors (``anchors[0, d]``), a linear map of the centred features.
+
+  .. math:: v(x) = W^\top \phi(x - \mu) + c
+
+  >>> float(kernel_values(np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), 1.0, np.ones((1, 1)), -0.5)[0, 0])
+  0.5
+  """
+  x = features.astype(mean.dtype) - mean
+  if anchors.shape[0]:
+    x = rbf(anchors, scale, x, jnp)
+  return _encode.matmul(x, weights) + bias

@@ -44,7 +44,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
-from hashjax import _encode
 from hashjax.baselines import _anchors
 from hashjax.baselines import _common
 
@@ -210,10 +209,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
 
 
 def _values(params: CosdishParams, features: Array) -> Array:
-  x = features.astype(params.mean.dtype) - params.mean
-  if params.anchors.shape[0]:
-    x = _anchors.rbf(params.anchors, params.scale, x, jnp)
-  return _encode.matmul(x, params.weights) + params.bias
+  return _anchors.kernel_values(features, params.mean, params.anchors, params.scale, params.weights, params.bias)
 
 
 def project(params: CosdishParams, features: Array) -> Array:

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from hashjax import _checks
-from hashjax import _encode
 from hashjax.baselines import _anchors
 from hashjax.baselines import _common
 
@@ -176,8 +175,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
 
 
 def _values(params: FastHashParams, features: Array) -> Array:
-  phi = _anchors.rbf(params.anchors, params.scale, features.astype(params.mean.dtype) - params.mean, jnp)
-  return _encode.matmul(phi, params.weights) + params.bias
+  return _anchors.kernel_values(features, params.mean, params.anchors, params.scale, params.weights, params.bias)
 
 
 def project(params: FastHashParams, features: Array) -> Array:

@@ -31,7 +31,6 @@ import scipy.linalg
 import scipy.optimize
 
 from hashjax import _checks
-from hashjax import _encode
 from hashjax.baselines import _anchors
 from hashjax.baselines import _common
 
@@ -56,8 +55,7 @@ class KSHParams(NamedTuple):
 
 def _values(params: KSHParams, features: Array) -> Array:
   """``features[..., dim]`` to ``a_k^T (k(x) - mean k)``, ``[..., num_bits]``."""
-  x = features.astype(params.mean.dtype) - params.mean
-  return _encode.matmul(_anchors.rbf(params.anchors, params.scale, x, jnp), params.projection) + params.bias
+  return _anchors.kernel_values(features, params.mean, params.anchors, params.scale, params.projection, params.bias)
 
 
 def _residue_product(v: np.ndarray, onehot: np.ndarray, codes: np.ndarray, num_bits: int) -> np.ndarray:

@@ -30,7 +30,6 @@ import numpy as np
 import scipy.linalg
 
 from hashjax import _checks
-from hashjax import _encode
 from hashjax.baselines import _anchors
 from hashjax.baselines import _common
 
@@ -62,8 +61,7 @@ class SDHParams(NamedTuple):
 
 def _values(params: SDHParams, features: Array) -> Array:
   """``features[..., dim]`` to ``P^T (phi(x) - mean phi)``, ``[..., num_bits]``."""
-  x = features.astype(params.mean.dtype) - params.mean
-  return _encode.matmul(_anchors.rbf(params.anchors, params.scale, x, jnp), params.projection) + params.bias
+  return _anchors.kernel_values(features, params.mean, params.anchors, params.scale, params.projection, params.bias)
 
 
 def alternate(phi: np.ndarray, targets: np.ndarray, codes: np.ndarray, *, num_iters: int, reg: float,
