@@ -5,19 +5,26 @@ gives the pairwise label matrix :math:`S_{ij} = +1` (same class) or ``-1``
 (different classes). Bit ``k`` is the sign of the projection onto the leading
 eigenvector of the adjusted covariance
 
-.. math:: M_k = \tfrac{1}{l} X_l^\top S_k X_l + \tfrac{\eta}{n} X_k^\top X_k, \qquad
+.. math:: M_k = \tfrac{1}{l^2} X_l^\top S_k X_l + \tfrac{\eta}{n} X_k^\top X_k, \qquad
    w_k = \operatorname{arg\,max}_{\|w\| = 1} w^\top M_k w,
 
 after which the pairs that projection gets wrong weigh more for the next bit
-(boosting-like): with :math:`\tilde S_k = X_l w_k w_k^\top X_l^\top`,
+(boosting-like): with :math:`\tilde S_k = X_l w_k w_k^\top X_l^\top / \sigma_k^2`,
 :math:`S_{k+1} = S_k - \alpha\, T(\tilde S_k, S_k)`, where
 :math:`T(\tilde S, S)_{ij} = \tilde S_{ij}` when :math:`\tilde S_{ij} S_{ij} < 0` and 0
 otherwise; and the unsupervised term moves to the residue
 :math:`X_{k+1} = X_k - X_k w_k w_k^\top` (features rows, as in the authors' code).
-The rows of ``X_l`` keep their full projections. The scalings ``1/l`` and
-``1/n`` make ``eta`` independent of the set sizes.
+The rows of ``X_l`` keep their full projections. The scalings ``1/l^2`` (the
+supervised term sums over the ``l^2`` labelled pairs) and ``1/n`` make ``eta``
+independent of the set sizes.
 
-Departure from the paper: besides the paper's linear projections of the raw
+Departures from the paper: :math:`\tilde S_k` is divided by the mean squared
+projection :math:`\sigma_k^2 = \tfrac{1}{l}\|X_l w_k\|^2` of the labelled
+items, so that it is on the scale of the labels :math:`\pm 1` and ``alpha``
+does not depend on the units of the features (unnormalised, the update is
+negligible for small features, e.g. RBF responses, and every bit repeats the
+first direction, while for large features it swamps the labels).
+Besides the paper's linear projections of the raw
 features (``num_anchors=0``), the same algorithm runs on the centred RBF
 responses to ``num_anchors`` anchors (:mod:`hashjax.baselines._anchors`).
 ``num_bits`` is at
@@ -73,12 +80,12 @@ def _sequence(z: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_bits:
   width = z.shape[1]
   projection = np.zeros((width, num_bits))
   for k in range(num_bits):
-    m = supervised / zl.shape[0] + eta * cov / z.shape[0]
+    m = supervised / zl.shape[0] ** 2 + eta * cov / z.shape[0]
     w = scipy.linalg.eigh(m, subset_by_index=[width - 1, width - 1])[1][:, 0]
     w = w * (1.0 if w[np.argmax(np.abs(w))] > 0 else -1.0)
     projection[:, k] = w
     p = zl @ w
-    tilde = np.outer(p, p)
+    tilde = np.outer(p, p) / max(np.mean(p * p), np.finfo(float).tiny)
     wrong = np.where(tilde * pairs < 0, tilde, 0.0)
     pairs -= alpha * wrong
     supervised -= alpha * (zl.T @ wrong @ zl)
@@ -87,11 +94,11 @@ def _sequence(z: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_bits:
   return projection
 
 
-def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_labelled: int = 1000,
-        num_anchors: int = 0, eta: float = 1.0, alpha: float = 1.0) -> SPLHParams:
+def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_labelled: int = 2000,
+        num_anchors: int = 0, eta: float = 0.01, alpha: float = 1.0) -> SPLHParams:
   r"""Learns SPLH projections from ``features`` and the labels of a random subset of them.
 
-  .. math:: w_k = \operatorname{arg\,max}_{\|w\| = 1} w^\top \Big(\tfrac{1}{l} X_l^\top S_k X_l
+  .. math:: w_k = \operatorname{arg\,max}_{\|w\| = 1} w^\top \Big(\tfrac{1}{l^2} X_l^\top S_k X_l
      + \tfrac{\eta}{n} X_k^\top X_k\Big) w
 
   Args:
