@@ -6,9 +6,8 @@ spherical hashing and anchor graph hashing, on the embedded MNIST-10k protocol.
 
 The supervised methods learn from the class labels of the 5,000 training items (500 per class of the
 database); each fitted model is saved to ``<workdir>/models/<method>-<bits>/``. Expected test AP_T at 32 bits
-(tables in docs/results/supervised.md): SDH about 0.93, COSDISH and FastHash about 0.95, KSH about 0.91, BRE about
-0.71, AGH (two layers) about 0.61, ITQ 0.4539. About 10 minutes on a 2-core CPU (KSH's fit at 64 bits is most of
-it; runlocal: under a minute).
+(tables in docs/results/supervised.md): COSDISH and FastHash about 0.94, SDH and KSH about 0.91, BRE about 0.69,
+SPLH about 0.60, AGH (two layers) about 0.60, ITQ 0.4539. About 3 minutes on a 2-core CPU (runlocal: about 30 s).
 """
 
 import ml_collections
