@@ -45,6 +45,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -62,6 +63,10 @@ MANIFEST = "manifest.json"
 LOCK_FILE = ".lock"
 _TMP = ".tmp-"
 _DATA = "data-"
+#: The names this module writes beside a manifest: its data folders (``data-`` and 16 hex digits) and temporary
+#: files and folders (``.tmp-`` and 16 hex digits, or the 8 characters of ``tempfile.mkstemp``). Nothing else in a
+#: saved directory is ever deleted.
+_OURS = re.compile(r"(\.tmp-([0-9a-f]{16}|[a-z0-9_]{8})|data-[0-9a-f]{16})")
 _ATTEMPTS = 4  # optimistic reads before reading under the shared lock, which always succeeds
 
 
@@ -219,9 +224,16 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
   """
   if os.path.exists(path) and not os.path.isdir(path):
     raise ValueError(f"{path}: exists and is not a directory; refusing to replace it with a {what}")
+  files = [name.replace("/", ".") + ".npy" for name in arrays]
+  if len(set(files)) != len(files):
+    raise ValueError(f"arrays: expected names that map to distinct files ('/' becomes '.'), got {sorted(arrays)}")
+  try:
+    json.dumps(header, allow_nan=False)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"header: expected JSON fields without NaN or inf, got {e}") from None
   ours = {manifest, LOCK_FILE, *legacy}
   others = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else ())
-                  if n not in ours and not n.startswith((_TMP, _DATA)))
+                  if n not in ours and not _OURS.fullmatch(n))
   if others:
     raise ValueError(f"{path}: holds files that are not a saved {what} ({others[:3]}); refusing to write "
                      f"a {what} there (choose a new or empty directory)")
@@ -229,7 +241,7 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
   file = os.path.join(path, manifest)
   with _locked(path, shared=False, create=True):
     for name in os.listdir(path):  # leftovers of killed saves: no other writer runs
-      if name.startswith(_TMP):
+      if name.startswith(_TMP) and _OURS.fullmatch(name):
         _remove(os.path.join(path, name))
     token = secrets.token_hex(8)
     tmp, data = os.path.join(path, _TMP + token), _DATA + token
@@ -255,7 +267,7 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
     atomic_write_bytes(file, (json.dumps(body, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
     keep = {data, previous} if previous else {data, *legacy}
     for name in os.listdir(path):
-      if (name.startswith((_TMP, _DATA)) or name in legacy) and name not in keep:
+      if (_OURS.fullmatch(name) or name in legacy) and name not in keep:
         _remove(os.path.join(path, name))
   return path
 

@@ -252,9 +252,10 @@ class Model:
     A mapping subtracts its training mean (and divides by its scale when
     trained standardised) inside :func:`hashjax.mappings.encode`, whose
     words these are; a baseline centres by the mean in its params
-    (``pack_bits`` of :func:`hashjax.baselines.encode`, compiled whole). The
-    experiments evaluate the codes of this method, so a saved model
-    reproduces them exactly.
+    (``pack_bits`` of :func:`hashjax.baselines.encode`). Every path computes
+    its rows in fixed blocks at full float32 precision, so the words do not
+    depend on the batch. The experiments evaluate the codes of this method,
+    so a saved model reproduces them exactly.
 
     Range check: with ``(lo, hi) = feature_range`` and ``w = hi - lo``
     (``w = max(|hi|, 1)`` when ``hi == lo``), concrete features with a value

@@ -515,7 +515,7 @@ def rerank(query_words: Array, db_words: Array, candidates: Array, k: int, *, we
   >>> d.tolist(), i.tolist()
   ([[1.0, 2.0]], [[1, 3]])
   """
-  w = _weights(query_words, db_words, weights)
+  w = _weights(query_words, db_words, weights, required=True)
   _checks.check_integer_dtype("candidates", candidates, what="database indices")
   if candidates.ndim != 2 or candidates.shape[0] != query_words.shape[0]:
     raise ValueError(f"candidates: expected shape ({query_words.shape[0]}, C) (a row per query), got "

@@ -246,3 +246,22 @@ def test_damaged_or_edited_files_are_refused_by_name(kind, tmp_path):
     np.save(buf, value)
     _resign(path, manifest, entry, buf.getvalue())
     refused(f"{file}: array '{entry['name']}': expected finite values")
+
+
+def test_a_save_never_deletes_files_it_did_not_write(tmp_path):
+  # Names that look like ours but are not the exact forms this module writes are a user's: refused, not deleted.
+  for name in ("data-notes.txt", ".tmp-mine"):
+    d = tmp_path / name.strip(".")
+    d.mkdir()
+    (d / name).write_text("mine")
+    with pytest.raises(ValueError, match="holds files that are not a saved"):
+      io.save_arrays(str(d), {"a": np.arange(3)}, {"kind": "demo"})
+    assert (d / name).read_text() == "mine"
+
+
+def test_bad_array_names_and_headers_are_refused_before_anything_is_written(tmp_path):
+  with pytest.raises(ValueError, match="arrays: expected names that map to distinct files"):
+    io.save_arrays(str(tmp_path / "a"), {"a/b": np.zeros(1), "a.b": np.ones(1)}, {"kind": "demo"})
+  with pytest.raises(ValueError, match="header: expected JSON fields without NaN"):
+    io.save_arrays(str(tmp_path / "b"), {"a": np.zeros(1)}, {"kind": float("nan")})
+  assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -551,3 +551,9 @@ _W3 = np.ones(3, np.float32)
 def test_bad_weighted_input_names_the_argument(call, match):
   with pytest.raises(ValueError, match=match):
     call()
+
+
+def test_rerank_needs_weights():
+  words = codes.pack_bits(np.eye(4, dtype=np.uint8))
+  with pytest.raises(ValueError, match="weights"):
+    search.rerank(words, words, np.zeros((4, 2), np.int32), 1, weights=None)
