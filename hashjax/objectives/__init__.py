@@ -15,10 +15,16 @@
   caller passes, pair and swap-mask helpers;
 * :mod:`~hashjax.objectives.talr`: tie-aware objectives (He et al. 2018) from a
   mapping, a relaxed distance and a relaxed metric: ``query_vs_rest``,
-  ``query_vs_database``, ``ranking_loss``.
+  ``query_vs_database``, ``ranking_loss``;
+* :mod:`~hashjax.objectives.deep`: deep supervised hashing losses of a mapping
+  with the same ``loss_fn(params, batch, step)`` signature: ``dpsh``, ``dtsh``,
+  ``hashnet`` (continuation ``hashnet_beta``), ``csq`` (``hash_centers``) and
+  ``greedyhash`` (``greedyhash_init``).
 """
 
-from hashjax.objectives import ranknet, scores, swap, talr
+from hashjax.objectives import deep, ranknet, scores, swap, talr
+from hashjax.objectives.deep import csq, dpsh, dtsh, greedyhash, greedyhash_init, hash_centers, hashnet
+from hashjax.objectives.deep import hashnet_beta
 from hashjax.objectives.ranknet import THRESHOLDS, hard_distances, lambdarank_loss, lambdarank_weights
 from hashjax.objectives.ranknet import paper_swap_bins, preference_pairs, ranknet_loss, relaxed_scores
 from hashjax.objectives.ranknet import subsample_documents, swap_mask, triplet_ranknet_loss
@@ -50,4 +56,6 @@ __all__ = [
     "swap_mask", "paper_swap_bins", "subsample_documents", "relaxed_scores", "hard_distances", "THRESHOLDS",
     # talr.py
     "query_vs_rest", "query_vs_database", "ranking_loss",
+    # deep.py
+    "dpsh", "dtsh", "hashnet", "hashnet_beta", "csq", "hash_centers", "greedyhash", "greedyhash_init",
 ]
