@@ -40,7 +40,7 @@ def desc(x: Any) -> str:
   """``"dtype float32 and shape (3, 4)"`` for an array, the type's name for anything else."""
   if hasattr(x, "dtype") and hasattr(x, "shape"):
     return f"dtype {np.dtype(x.dtype).name} and shape {tuple(x.shape)}"
-  return type(x).__name__
+  return "None" if x is None else type(x).__name__
 
 
 
@@ -54,8 +54,7 @@ def check_int(name: str, value: Any, *, low: int = 1, allow_none: bool = False) 
   if value is None and allow_none:
     return None
   if not is_int(value) or value < low:
-    raise ValueError(f"{name}: expected an int >= {low}" + (" or None" if allow_none else "")
-                     + f", got {value!r}")
+    raise ValueError(f"{name}: expected an int >= {low}{' or None' if allow_none else ''}, got {value!r}")
   return int(value)
 
 
@@ -78,36 +77,52 @@ def check_cutoff(k: Any, name: str = "k", *, allow_none: bool = True, low: int =
   return min(check_int(name, k, low=low), NO_CUTOFF)
 
 
-def check_real(name: str, x: Any, *, shape_doc: str = "[...]", min_ndim: int = 0) -> None:
-  """``x`` must be a real (float or int, not bool) array with at least ``min_ndim`` dims and no NaN/inf."""
-  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
-    raise ValueError(f"{name}: expected a real array {shape_doc}, got {type(x).__name__}")
-  kind = np.dtype(x.dtype).kind
-  if kind not in "fiu":
+def check_real(name: str, x: Any, *, shape_doc: str = "[...]", min_ndim: int = 0, ndim: Any = None,
+               shape: Any = None, like: str = "", nonempty: str = "", nonnegative: str = "") -> None:
+  """``x`` must be a real (float or int, not bool) array with no NaN/inf and at least ``min_ndim`` dims.
+
+  Options: ``ndim`` (exactly that many dims, each of size >= 1, as :func:`check_array`), ``shape`` (exactly that
+  shape, which ``like`` names, as :func:`check_shape`), ``nonempty`` (at least one entry along the last axis, which
+  holds what it names, as :func:`check_nonempty`) and ``nonnegative`` (no negative entry; it names what ``x``
+  holds, as :func:`check_nonnegative`).
+  """
+  if not hasattr(x, "dtype") or not hasattr(x, "shape") or np.dtype(x.dtype).kind not in "fiu":
     raise ValueError(f"{name}: expected a real array {shape_doc}, got {desc(x)}")
   if x.ndim < min_ndim:
     raise ValueError(f"{name}: expected an array {shape_doc} with at least {min_ndim} dimension(s), got {desc(x)}")
+  if ndim is not None:
+    check_array(name, x, ndim=ndim, shape_doc=shape_doc, kinds="iuf", what="real array")
+  if shape is not None:
+    check_shape(name, x, shape, like=like)
+  if nonempty:
+    check_nonempty(name, x, axis=-1, what=nonempty)
   check_finite(name, x)
+  if nonnegative:
+    check_nonnegative(name, x, what=nonnegative)
 
 
 def check_words(name: str, words: Any, *, min_ndim: int = 1) -> None:
   """``words`` must be uint32 packed codes with at least ``min_ndim`` dims."""
-  if not hasattr(words, "dtype"):
-    raise ValueError(f"{name}: expected a uint32 array of packed codes, got {type(words).__name__}")
-  if words.dtype != np.uint32:
-    raise ValueError(
-        f"{name}: expected packed codes of dtype uint32 (see hashjax.codes.pack_bits), got {desc(words)}")
-  if words.ndim < min_ndim:
-    raise ValueError(f"{name}: expected at least {min_ndim} dimension(s) [..., num_words], got {desc(words)}")
-  if words.shape[-1] == 0:
-    raise ValueError(f"{name}: expected at least one uint32 word per code, got {desc(words)}")
+  if not hasattr(words, "dtype") or words.dtype != np.uint32:
+    raise ValueError(f"{name}: expected packed codes of dtype uint32 (see hashjax.codes.pack_bits), got {desc(words)}")
+  if words.ndim < max(min_ndim, 1) or words.shape[-1] == 0:
+    raise ValueError(f"{name}: expected {min_ndim} or more dimensions [..., num_words >= 1], got {desc(words)}")
+
+
+def check_bits(name: str, bits: Any) -> None:
+  """Codes ``bits[..., num_bits]``, ``num_bits >= 1``, as bool, ``{0, 1}`` or ``±1`` numbers, not a mix (values
+  checked when concrete)."""
+  if not hasattr(bits, "dtype") or np.dtype(bits.dtype).kind not in "biuf" or bits.ndim < 1 or bits.shape[-1] == 0:
+    raise ValueError(f"{name}: expected bits [..., num_bits >= 1] as bool, {{0, 1}} or ±1 numbers, got {desc(bits)}")
+  values = np.unique(np.asarray(bits)).tolist() if is_concrete(bits) else []
+  if not (set(values) <= {0, 1} or set(values) <= {-1, 1}):
+    raise ValueError(f"{name}: expected bits in {{0, 1}} or in {{-1, +1}} (not a mix), got values {values[:6]}"
+                     + (" ..." if len(values) > 6 else ""))
 
 
 def check_same_width(name_a: str, a: Any, name_b: str, b: Any) -> None:
   if a.shape[-1] != b.shape[-1]:
-    raise ValueError(
-        f"{name_b}: expected codes of {a.shape[-1]} uint32 word(s) like {name_a}, "
-        f"got {b.shape[-1]} (shapes {tuple(a.shape)} and {tuple(b.shape)})")
+    raise ValueError(f"{name_b}: expected codes of {a.shape[-1]} uint32 word(s) like {name_a}, got shape {b.shape}")
 
 
 def num_words_for(num_bits: int) -> int:
@@ -117,14 +132,11 @@ def num_words_for(num_bits: int) -> int:
 def check_num_bits(num_bits: Any, *, words: Any = None, name: str = "num_bits",
                    words_name: str = "words") -> int:
   """``num_bits`` must be a positive int; if ``words`` is given it must fit them."""
-  if isinstance(num_bits, (bool, np.bool_)) or not isinstance(num_bits, (int, np.integer)):
-    raise ValueError(f"{name}: expected a positive Python int, got {num_bits!r}")
-  if num_bits < 1:
-    raise ValueError(f"{name}: expected a positive int, got {num_bits}")
-  if words is not None and words.shape[-1] != num_words_for(num_bits):
-    raise ValueError(
-        f"{name}: {num_bits} bits pack into {num_words_for(num_bits)} uint32 word(s), "
-        f"but {words_name} has {words.shape[-1]} (shape {tuple(words.shape)})")
+  if not is_int(num_bits) or num_bits < 1:
+    raise ValueError(f"{name}: expected a positive int, got {num_bits!r}")
+  want = num_words_for(num_bits)
+  if words is not None and words.shape[-1] != want:
+    raise ValueError(f"{name}: {num_bits} bits pack into {want} uint32 word(s), {words_name} has {words.shape[-1]}")
   return int(num_bits)
 
 
@@ -137,10 +149,8 @@ def check_padding_bits(name: str, words: Any, num_bits: int) -> None:
   bad = (np.asarray(words)[..., -1] >> np.uint32(32 - spare)) != 0
   if bad.any():
     first = tuple(int(i) for i in np.argwhere(bad)[0])
-    raise ValueError(
-        f"{name}: expected codes of {num_bits} bits, whose last word's top {spare} bit(s) are 0 "
-        f"(as pack_bits leaves them), got {int(bad.sum())} code(s) with bits set there "
-        f"(first at index {first})")
+    raise ValueError(f"{name}: expected codes of {num_bits} bits, whose last word's top {spare} bit(s) are 0 (as "
+                     f"pack_bits leaves them), got {int(bad.sum())} code(s) with bits set there (first at {first})")
 
 
 def check_nonempty(name: str, x: Any, axis: int = 0, what: str = "item") -> None:
@@ -157,22 +167,26 @@ def check_finite(name: str, x: Any) -> None:
     bad = ~np.isfinite(arr)
     if bad.any():
       first = tuple(int(i) for i in np.argwhere(bad)[0])
-      raise ValueError(
-          f"{name}: expected finite values, got {int(bad.sum())} NaN/inf entries "
-          f"(first at index {first}: {arr[first]!r})")
+      raise ValueError(f"{name}: expected finite values, got {int(bad.sum())} NaN/inf, first {arr[first]!r} at {first}")
 
 
-def check_int_range(name: str, x: Any, low: int, high: int, *, what: str = "values") -> None:
-  """Integer ``x`` with every entry in [low, high] (values checked when concrete)."""
-  if not hasattr(x, "dtype") or not (np.issubdtype(np.dtype(x.dtype), np.integer)
-                                     or np.dtype(x.dtype) == np.bool_):
-    raise ValueError(f"{name}: expected an integer array of {what} in [{low}, {high}], got "
-                     + desc(x))
-  if is_concrete(x) and x.size:
+def check_int_range(name: str, x: Any, low: Any = None, high: Any = None, *, what: str = "values",
+                    ndim: Any = None, shape_doc: str = "", shape: Any = None, like: str = "") -> None:
+  """An integer (or bool) array ``x``; with ``low`` and ``high``, every entry in ``[low, high]`` (values checked
+  when concrete); with ``ndim``, of that many dimensions, each of size >= 1 (``shape_doc`` shows them, as
+  :func:`check_array`); with ``shape``, of that shape (which ``like`` names, as :func:`check_shape`)."""
+  bounds = "" if low is None else f" in [{low}, {high}]"
+  if not hasattr(x, "dtype") or np.dtype(x.dtype).kind not in "biu":
+    raise ValueError(f"{name}: expected an integer array of {what}{bounds}, got {desc(x)}")
+  if ndim is not None:
+    check_array(name, x, ndim=ndim, shape_doc=shape_doc, kinds="biu", what=f"array of {what}")
+  if low is not None and is_concrete(x) and x.size:
     arr = np.asarray(x)
     lo, hi = arr.min(), arr.max()
     if lo < low or hi > high:
-      raise ValueError(f"{name}: expected {what} in [{low}, {high}], got values in [{lo}, {hi}]")
+      raise ValueError(f"{name}: expected {what}{bounds}, got values in [{lo}, {hi}]")
+  if shape is not None:
+    check_shape(name, x, shape, like=like)
 
 
 def check_shape(name: str, x: Any, shape: tuple, *, like: str) -> None:
@@ -182,17 +196,13 @@ def check_shape(name: str, x: Any, shape: tuple, *, like: str) -> None:
 
 def check_key(key: Any, *, name: str = "key") -> None:
   """A ``jax.random`` key: typed ``key<impl>[]`` or raw ``uint32[k]``."""
-  if key is None:
-    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got None")
   if not hasattr(key, "dtype") or not hasattr(key, "shape"):
-    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {type(key).__name__}")
+    raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {desc(key)}")
   if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
     if key.shape != ():
       raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
-    return
-  if key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
-    raise ValueError(
-        f"{name}: expected a jax.random key (jax.random.key(seed) or a raw uint32 PRNGKey), got {desc(key)}")
+  elif key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
+    raise ValueError(f"{name}: expected a jax.random key (jax.random.key(seed) or raw uint32 [k]), got {desc(key)}")
 
 
 def check_number(name: str, value: Any, *, low: Any = None, high: Any = None, low_open: bool = False,
@@ -241,9 +251,9 @@ def check_float_dtype(dtype: Any, *, name: str = "dtype") -> np.dtype:
   try:
     dt = np.dtype(dtype)
   except TypeError:
-    raise ValueError(f"{name}: expected None, float32 or float64, got {dtype!r}") from None
+    dt = None
   if dt not in (np.float32, np.float64):
-    raise ValueError(f"{name}: expected None, float32 or float64, got {dt.name}")
+    raise ValueError(f"{name}: expected None, float32 or float64, got {dtype!r}")
   if dt == np.float64 and not x64:
     raise ValueError(f"{name}: float64 needs jax x64 mode (use `with jax.enable_x64(True):`)")
   return dt
@@ -252,19 +262,12 @@ def check_float_dtype(dtype: Any, *, name: str = "dtype") -> np.dtype:
 def check_word_pair(query_words: Any, db_words: Any, num_bits: Any = None) -> Any:
   """``query_words[Q, W]`` and ``db_words[N, W]`` packed codes (uint32, ``Q, N >= 1``); with ``num_bits``, also
   that ``W`` fits it and that the padding bits are 0 (when concrete). Returns ``num_bits`` as int (or None)."""
-  check_words("query_words", query_words, min_ndim=2)
-  check_words("db_words", db_words, min_ndim=2)
-  if query_words.ndim != 2 or db_words.ndim != 2:
-    raise ValueError("query_words, db_words: expected 2-D arrays [Q, W] and [N, W], got shapes "
-                     f"{tuple(query_words.shape)} and {tuple(db_words.shape)}")
+  check_codes("query_words", query_words)
+  check_codes("db_words", db_words)
   check_same_width("query_words", query_words, "db_words", db_words)
-  check_nonempty("query_words", query_words, what="query")
-  check_nonempty("db_words", db_words, what="database item")
-  if num_bits is None:
-    return None
-  num_bits = check_num_bits(num_bits, words=query_words, words_name="query_words")
-  check_padding_bits("query_words", query_words, num_bits)
-  check_padding_bits("db_words", db_words, num_bits)
+  if num_bits is not None:  # the width and padding bits of query_words, then those of db_words
+    num_bits = check_codes("query_words", query_words, num_bits)
+    check_padding_bits("db_words", db_words, num_bits)
   return num_bits
 
 
@@ -284,12 +287,6 @@ def check_nonnegative(name: str, x: Any, *, what: str = "values") -> None:
     count = int(negative.sum())
     raise ValueError(f"{name}: expected non-negative {what}, got a smallest value of {arr.min().item()!r} "
                      f"({count} negative entr{'y' if count == 1 else 'ies'}, the first at index {first})")
-
-
-def check_integer_dtype(name: str, x: Any, *, what: str = "values") -> None:
-  """``x`` must be an integer (or bool) array; its values are not looked at."""
-  if not hasattr(x, "dtype") or not (np.issubdtype(np.dtype(x.dtype), np.integer) or np.dtype(x.dtype) == np.bool_):
-    raise ValueError(f"{name}: expected an integer array of {what}, got {desc(x)}")
 
 
 # ----------------------------------------------------------------------------
@@ -313,11 +310,7 @@ def check_rng(seed: Any, *, name: str = "seed") -> np.random.Generator:
 def check_k(k: Any, num_db: int, *, db_name: str = "db_words") -> int:
   """A neighbour count ``1 <= k <= num_db``: a query cannot have more neighbours than the database holds
   (there is no padding policy)."""
-  k = check_positive_int("k", k)
-  if k > num_db:
-    raise ValueError(f"k: expected k <= the {num_db} items of {db_name} (a query cannot have more neighbours "
-                     f"than the database holds), got {k}")
-  return k
+  return check_int_at_most("k", k, num_db, what=f"the {num_db} items of {db_name} (no padding)")
 
 
 def check_radius(r: Any, num_queries: int, *, name: str = "r") -> np.ndarray:
@@ -327,70 +320,69 @@ def check_radius(r: Any, num_queries: int, *, name: str = "r") -> np.ndarray:
   """
   if is_int(r):
     return np.full((num_queries,), check_int(name, r, low=0), np.int64)
-  if (not hasattr(r, "dtype") or not hasattr(r, "shape") or not is_concrete(r)
-      or not np.issubdtype(np.dtype(r.dtype), np.integer) or tuple(r.shape) != (num_queries,)):
-    raise ValueError(f"{name}: expected a non-negative int or a concrete integer array of shape ({num_queries},) "
+  if (not hasattr(r, "dtype") or not hasattr(r, "shape") or not is_concrete(r) or np.dtype(r.dtype).kind not in "iu"
+      or tuple(r.shape) != (num_queries,)):
+    raise ValueError(f"{name}: expected an int >= 0 or a concrete integer array of them of shape ({num_queries},) "
                      f"(one radius per query), got {desc(r) if hasattr(r, 'dtype') else repr(r)}")
-  arr = np.asarray(r).astype(np.int64)
-  if arr.size and arr.min() < 0:
-    raise ValueError(f"{name}: expected radii >= 0, got a smallest radius of {arr.min()}")
-  return arr
+  check_nonnegative(name, r, what="radii")
+  return np.asarray(r).astype(np.int64)
 
 
 def check_float_radius(r: Any, num_queries: int, *, name: str = "r") -> np.ndarray:
   """A weighted-distance radius as ``float64[Q]``: a finite number ``>= 0``, or a concrete real array ``[Q]``."""
   if not hasattr(r, "shape") or getattr(r, "ndim", 0) == 0:
     return np.full((num_queries,), check_number(name, r if not hasattr(r, "item") else r.item(), low=0))
-  if (not is_concrete(r) or np.dtype(r.dtype).kind not in "fiu" or tuple(r.shape) != (num_queries,)):
-    raise ValueError(f"{name}: expected a number or a concrete real array of shape ({num_queries},) "
-                     f"(one radius per query), got {desc(r)}")
-  arr = np.asarray(r, np.float64)
-  if not (np.isfinite(arr).all() and (arr >= 0).all()):
-    raise ValueError(f"{name}: expected finite radii >= 0, got values in [{arr.min()}, {arr.max()}]")
-  return arr
+  check_concrete(name, r, why="radius queries return results of varying length")
+  check_real(name, r, shape_doc="[Q] of radii >= 0 (one per query)", shape=(num_queries,), like="one radius per query",
+             nonnegative="radii")
+  return np.asarray(r, np.float64)
 
 
 def check_result_count(total: Any, *, name: str = "r") -> None:
   """A ragged result (``RaggedNeighbors``) indexes its items with int32 offsets: at most 2^31 - 1 of them."""
   if int(total) > INT32_MAX:
-    raise ValueError(f"{name}: {int(total)} results exceed the int32 offsets of RaggedNeighbors "
-                     f"(at most {INT32_MAX}); ask for a smaller radius or fewer queries at a time")
+    raise ValueError(f"{name}: {int(total)} results exceed the {INT32_MAX} of RaggedNeighbors' int32 offsets; use a "
+                     "smaller radius or fewer queries at a time")
 
 
 def check_mask(name: str, where: Any, shape: tuple, *, like: str) -> None:
   """An optional bool mask (``None`` = every entry) of the given shape."""
   if where is None:
     return
-  if not hasattr(where, "dtype") or np.dtype(where.dtype) != np.bool_:
-    raise ValueError(f"{name}: expected a bool mask shaped like {like} {tuple(shape)}, got {desc(where)}")
-  check_shape(name, where, shape, like=like)
+  check_array(name, where, ndim=len(shape), shape_doc=f"like {like}", kinds="b", what="bool mask", nonempty=False,
+              shape=shape, like=like)
 
 
 def check_label_pair(query_labels: Any, db_labels: Any, num_queries: int, num_db: int, *,
-                     query_like: str = "[len(query_words)]", db_like: str = "[len(db_words)]") -> bool:
-  """Class labels come as a pair: both ``query_labels[Q]`` and ``db_labels[N]`` (int32 range) or neither.
+                     query_like: str = "[len(query_words)]", db_like: str = "[len(db_words)]",
+                     affinity: Any = None) -> bool:
+  """Class labels come as a pair: both ``query_labels[Q]`` and ``db_labels[N]`` (int32 range) or neither, and
+  not with an ``affinity`` matrix.
 
   Returns True when both are given.
   """
   if query_labels is None and db_labels is None:
     return False
+  if affinity is not None:
+    raise ValueError("affinity, query_labels: expected an affinity matrix or labels, not both")
   for name, labels, size, like in (("query_labels", query_labels, num_queries, query_like),
                                    ("db_labels", db_labels, num_db, db_like)):
     if labels is None:
       raise ValueError(f"{name}: expected int labels of shape ({size},) with the other labels, got None")
-    check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels")
-    check_shape(name, labels, (size,), like=like)
+    check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels", shape=(size,), like=like)
   return True
 
 
 def check_array(name: str, x: Any, *, ndim: int, shape_doc: str, kinds: str = "biuf", what: str = "array",
-                nonempty: bool = True) -> None:
+                nonempty: bool = True, shape: Any = None, like: str = "") -> None:
   """``x`` must be an array of ``ndim`` dimensions (each of size >= 1 when ``nonempty``) whose dtype kind is in
-  ``kinds`` (numpy kind letters: ``b`` bool, ``i``/``u`` integer, ``f`` float); ``what`` names what it holds."""
+  ``kinds`` (numpy kind letters: ``b`` bool, ``i``/``u`` integer, ``f`` float); ``what`` names what it holds. With
+  ``shape``, of exactly that shape (which ``like`` names, as :func:`check_shape`)."""
   if not (hasattr(x, "dtype") and hasattr(x, "shape") and np.dtype(x.dtype).kind in kinds and x.ndim == ndim
           and (not nonempty or min(x.shape, default=1) >= 1)):
-    raise ValueError(f"{name}: expected a {'non-empty ' if nonempty else ''}{ndim}-D {what} {shape_doc}, "
-                     f"got {desc(x)}")
+    raise ValueError(f"{name}: expected a {'non-empty ' if nonempty else ''}{ndim}-D {what} {shape_doc}, got {desc(x)}")
+  if shape is not None:
+    check_shape(name, x, shape, like=like)
 
 
 def check_concrete(name: str, *arrays: Any,
@@ -404,13 +396,10 @@ def check_weights(weights: Any, num_words: int) -> int:
   """Bit weights ``float[num_bits]`` for codes of ``num_words = ceil(num_bits / 32)`` uint32 words: real,
   finite, non-negative, with a sum within ``float32``'s range (values checked when concrete). Returns
   ``num_bits``."""
-  if (not hasattr(weights, "dtype") or not hasattr(weights, "shape") or np.dtype(weights.dtype).kind not in "fiu"
-      or weights.ndim != 1 or weights.shape[0] == 0 or num_words_for(weights.shape[0]) != num_words):
-    raise ValueError(f"weights: expected a real array [num_bits] of non-negative weights, num_bits in "
-                     f"[{32 * num_words - 31}, {32 * num_words}] for codes of {num_words} uint32 word(s), "
-                     f"got {desc(weights)}")
-  check_finite("weights", weights)
-  check_nonnegative("weights", weights, what="weights")
+  check_real("weights", weights, ndim=1, shape_doc="[num_bits] of non-negative weights", nonnegative="weights")
+  if num_words_for(weights.shape[0]) != num_words:
+    raise ValueError(f"weights: expected {32 * num_words - 31} to {32 * num_words} for codes of {num_words} words, got "
+                     f"{len(weights)}")
   total = float(np.asarray(weights, np.float64).sum()) if is_concrete(weights) else 0.0
   if not total <= float(np.finfo(np.float32).max) / 2:
     raise ValueError(f"weights: expected a sum within float32's range, got a sum of {total!r}")
@@ -432,27 +421,24 @@ def check_hamming_distances(distances: Any, num_bits: Any = None, *, name: str =
   int32 ``>= 0``; values checked when concrete); returns ``num_bits`` as int (or None)."""
   if num_bits is not None:
     num_bits = check_num_bits(num_bits)
-  if hasattr(distances, "dtype") and np.dtype(distances.dtype) == np.bool_:
-    raise ValueError(f"{name}: expected integer Hamming distances, got dtype bool")
+  if (not hasattr(distances, "dtype") or not hasattr(distances, "shape") or np.dtype(distances.dtype).kind not in "iu"
+      or distances.ndim < 1 or distances.shape[-1] == 0):
+    raise ValueError(f"{name}: expected integer Hamming distances [..., N] with N >= 1, got {desc(distances)}")
   check_int_range(name, distances, 0, INT32_MAX if num_bits is None else num_bits, what="distances")
-  if distances.ndim < 1 or distances.shape[-1] == 0:
-    raise ValueError(f"{name}: expected shape [..., N] with N >= 1, got {tuple(distances.shape)}")
   return num_bits
 
 
 def check_real_distances(distances: Any, *, name: str = "distances") -> None:
   """Real-valued distances ``[..., N]``, ``N >= 1`` (int or float, not bool), without NaN (when concrete;
   ``+-inf`` are allowed)."""
-  if not hasattr(distances, "dtype") or not hasattr(distances, "shape") or np.dtype(distances.dtype).kind not in "iuf":
-    raise ValueError(f"{name}: expected a real (int or float) array [..., N] (smaller is closer), got {desc(distances)}")
-  if distances.ndim < 1 or distances.shape[-1] == 0:
-    raise ValueError(f"{name}: expected shape [..., N] with N >= 1, got {tuple(distances.shape)}")
+  if (not hasattr(distances, "dtype") or not hasattr(distances, "shape") or np.dtype(distances.dtype).kind not in "iuf"
+      or distances.ndim < 1 or distances.shape[-1] == 0):
+    raise ValueError(f"{name}: expected a real array [..., N], N >= 1 (smaller is closer), got {desc(distances)}")
   if is_concrete(distances) and np.dtype(distances.dtype).kind == "f":
     nan = np.isnan(np.asarray(distances))
     if nan.any():
       count, first = int(nan.sum()), tuple(int(i) for i in np.argwhere(nan)[0])
-      raise ValueError(f"{name}: expected no NaN (+-inf are allowed), got {count} NaN "
-                       f"entr{'y' if count == 1 else 'ies'} (first at index {first})")
+      raise ValueError(f"{name}: expected no NaN (+-inf are allowed), got {count} NaN (first at index {first})")
 
 
 def check_path(name: str, path: Any) -> str:
@@ -468,17 +454,12 @@ def check_columns(name: str, x: Any, dim: int, *, what: str) -> None:
     raise ValueError(f"{name}: expected {dim} columns ({what}), got shape {tuple(x.shape)}")
 
 
-def check_instance(name: str, value: Any, types: Any, *, what: str) -> Any:
-  """``value`` must be an instance of ``types``; ``what`` says what is expected. Returns it."""
-  if not isinstance(value, types):
-    raise ValueError(f"{name}: expected {what}, got {type(value).__name__}")
-  return value
-
-
-def check_type(name: str, value: Any, types: Any, *, what: str, allow_none: bool = False) -> None:
-  """``value`` must be an instance of ``types`` (or None when ``allow_none``); ``what`` describes what is expected."""
+def check_type(name: str, value: Any, types: Any, *, what: str, allow_none: bool = False) -> Any:
+  """``value`` must be an instance of ``types`` (or None when ``allow_none``); ``what`` describes what is expected.
+  Returns it."""
   if not (isinstance(value, types) or (allow_none and value is None)):
     raise ValueError(f"{name}: expected {what}{' or None' if allow_none else ''}, got {type(value).__name__}")
+  return value
 
 
 def check_nonempty_str(name: str, value: Any, *, what: str) -> str:
@@ -488,19 +469,19 @@ def check_nonempty_str(name: str, value: Any, *, what: str) -> str:
   return value
 
 
-def check_codes(name: str, words: Any, num_bits: Any, *, num_bits_name: str = "num_bits", why: str = "",
-                max_rows: Any = None) -> int:
-  """Packed codes ``uint32[N, W]`` of ``num_bits`` bits: ``N >= 1`` (at most ``max_rows`` unless None),
-  ``W = ceil(num_bits / 32)``, padding bits 0; concrete when ``why`` (what needs the values) is given.
-  Returns ``num_bits`` as int."""
+def check_codes(name: str, words: Any, num_bits: Any = None, *, num_bits_name: str = "num_bits", why: str = "",
+                max_rows: Any = None) -> Any:
+  """Packed codes ``uint32[N, W]``: ``N >= 1`` (at most ``max_rows`` unless None); concrete when ``why`` (what needs
+  the values) is given; with ``num_bits``, ``W = ceil(num_bits / 32)`` and the padding bits 0. Returns ``num_bits``
+  as int (or None)."""
   check_words(name, words, min_ndim=2)
   if words.ndim != 2 or not 1 <= words.shape[0] <= (max_rows or words.shape[0]):
-    raise ValueError(f"{name}: expected packed codes of shape [N, W] with 1 <= N"
-                     f"{f' <= {max_rows}' if max_rows else ''}, got shape {tuple(words.shape)}")
+    raise ValueError(f"{name}: expected codes [N, W], 1 <= N{f' <= {max_rows}' if max_rows else ''}, got {words.shape}")
   if why:
     check_concrete(name, words, why=why)
-  num_bits = check_num_bits(num_bits, words=words, name=num_bits_name, words_name=name)
-  check_padding_bits(name, words, num_bits)
+  if num_bits is not None:
+    num_bits = check_num_bits(num_bits, words=words, name=num_bits_name, words_name=name)
+    check_padding_bits(name, words, num_bits)
   return num_bits
 
 
@@ -508,14 +489,11 @@ def check_ranking_data(name: str, x: Any, labels: Any, query_ids: Any, *, ndim: 
   """Documents grouped by query: ``x`` a non-empty finite real array of ``ndim`` dimensions (``[n]`` scores or
   ``[n, d]`` features), ``labels`` graded relevance ``int[n] >= 0`` (None: nothing to check) and ``query_ids``
   ``int[n]``."""
-  check_real(name, x, shape_doc=shape_doc)
-  check_array(name, x, ndim=ndim, shape_doc=shape_doc, kinds="iuf", what="real array")
+  check_real(name, x, shape_doc=shape_doc, ndim=ndim)
   like = name if ndim == 1 else f"{name}[:, 0]"
   if labels is not None:
-    check_int_range("labels", labels, 0, INT32_MAX, what="relevance labels")
-    check_shape("labels", labels, x.shape[:1], like=like)
-  check_integer_dtype("query_ids", query_ids, what="query ids")
-  check_shape("query_ids", query_ids, x.shape[:1], like=like)
+    check_int_range("labels", labels, 0, INT32_MAX, what="relevance labels", shape=x.shape[:1], like=like)
+  check_int_range("query_ids", query_ids, what="query ids", shape=x.shape[:1], like=like)
 
 
 def check_int_at_most(name: str, value: Any, high: int, *, what: str, low: int = 1) -> int:
@@ -552,11 +530,9 @@ def check_histogram(name: str, hist: Any, *, integer: bool = True) -> None:
   if integer:
     check_int_range(name, hist, 0, INT32_MAX, what="counts")
   else:
-    check_real(name, hist, shape_doc="of counts [..., B, V]")
-    check_nonnegative(name, hist, what="counts")
+    check_real(name, hist, shape_doc="of counts [..., B, V]", nonnegative="counts")
   if hist.ndim < 2 or 0 in hist.shape[-2:]:
-    raise ValueError(f"{name}: expected counts [..., B, V] (B distance bins and V levels, both >= 1), "
-                     f"got shape {tuple(hist.shape)}")
+    raise ValueError(f"{name}: expected counts [..., B, V] with B, V >= 1, got shape {tuple(hist.shape)}")
 
 
 def check_gain_levels(num_levels: int, *, name: str = "affinity") -> int:
@@ -572,19 +548,11 @@ def check_class_labels(labels: Any, num_items: int, *, name: str = "labels", lik
   as ``int64[num_items]``."""
   if labels is None:
     raise ValueError(f"{name}: expected int class labels of shape ({num_items},) (a supervised method), got None")
-  check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels")
-  check_shape(name, labels, (num_items,), like=like)
+  check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels", shape=(num_items,), like=like)
   labels = np.asarray(labels).astype(np.int64)
   if np.unique(labels).size < 2:
     raise ValueError(f"{name}: expected at least two classes to learn from, got only class {labels[0]}")
   return labels
-
-
-def check_real_array(name: str, x: Any, *, ndim: int, shape_doc: str, what: str = "real array") -> None:
-  """``x`` must be a non-empty real (int or float, not bool) array of ``ndim`` dimensions without NaN or inf
-  (values checked when concrete); ``what`` names what it holds."""
-  check_array(name, x, ndim=ndim, shape_doc=shape_doc, kinds="iuf", what=what)
-  check_finite(name, x)
 
 
 def check_key_rng(key: Any, *, name: str = "key") -> np.random.Generator:
@@ -592,3 +560,24 @@ def check_key_rng(key: Any, *, name: str = "key") -> np.random.Generator:
   fits that draw on the host."""
   check_key(key, name=name)
   return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def check_step(step: Any) -> None:
+  """A training step: an integer scalar (a Python int, or a possibly traced integer array of shape ``()``)."""
+  ok = (np.issubdtype(np.dtype(step.dtype), np.integer) and np.ndim(step) == 0) if hasattr(step, "dtype") \
+      else is_int(step)
+  if not ok:
+    raise ValueError(f"step: expected an integer scalar, got {desc(step) if hasattr(step, 'dtype') else repr(step)}")
+
+
+def check_schedule(name: str, value: Any) -> Any:
+  """A value ``> 0`` (returned as float) or a schedule ``step -> value``; the schedule is probed at step 0 (an
+  int32 scalar, as a loss passes it) since its later values run traced and cannot be checked."""
+  if not callable(value):
+    return check_number(name, value, low=0, low_open=True)
+  start = value(np.int32(0))
+  if is_concrete(start) and np.ndim(start) == 0:
+    first = float(np.asarray(start))
+    if not (np.isfinite(first) and first > 0):
+      raise ValueError(f"{name}: expected a schedule of values > 0, got {name}(0) = {first!r}")
+  return value

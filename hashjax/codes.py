@@ -48,19 +48,6 @@ def binarize(x: Array) -> Array:
   return (jnp.asarray(x) > 0).astype(jnp.uint8)
 
 
-def _check_bits(name: str, bits) -> None:
-  if not hasattr(bits, "dtype") or np.dtype(bits.dtype).kind not in "biuf" or bits.ndim < 1 or bits.shape[-1] == 0:
-    raise ValueError(f"{name}: expected bits [..., num_bits] (num_bits >= 1) as bool, {{0,1}} or ±1 numbers, got "
-                     f"{_checks.desc(bits)}")
-  if _checks.is_concrete(bits) and np.dtype(bits.dtype) != np.bool_ and bits.size:
-    values = np.unique(np.asarray(bits))
-    if not (set(values.tolist()) <= {0, 1} or set(values.tolist()) <= {-1, 1}):
-      shown = values[:6].tolist()
-      raise ValueError(
-          f"{name}: expected bits in {{0, 1}} or in {{-1, +1}} (not a mix), got values {shown}"
-          + (" ..." if values.size > 6 else ""))
-
-
 @jax.jit
 def _pack(bits: Array) -> Array:
   # bits[..., 32 W] (already padded): one fused pass, no [..., W, 32] temporaries.
@@ -88,7 +75,7 @@ def pack_bits(bits: Array) -> Array:
   >>> pack_bits(np.array([[1, -1, 1, 1]])).tolist()
   [[13]]
   """
-  _check_bits("bits", bits)
+  _checks.check_bits("bits", bits)
   pad = _checks.num_words_for(bits.shape[-1]) * 32 - bits.shape[-1]
   if pad:
     xnp = np if isinstance(bits, np.ndarray) else jnp

@@ -88,8 +88,7 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db)
   radius = _checks.check_int("radius", radius, low=0)
   k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
-  dtype = _checks.check_float_dtype(dtype)
-  chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
+  dtype = _checks.check_float_dtype(dtype)  # the histograms check chunk_size
   # A database split by rows over several devices is counted shard by shard (the same counts).
   count = sharding.hamming_histogram if sharding.is_row_sharded(db_words) else histograms.hamming_histogram
   if labels_given:
@@ -192,8 +191,8 @@ def _check_levels(query_labels, db_labels, relevance, affinity, num_q: int, num_
   given = [name for name, used in (("query_labels/db_labels", query_labels is not None or db_labels is not None),
                                    ("relevance", relevance is not None), ("affinity", affinity is not None)) if used]
   if len(given) != 1:
-    raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels "
-                     f"(both query_labels and db_labels), relevance or affinity, got {given or 'none'}")
+    raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels (both), relevance "
+                     f"or affinity, got {given or 'none'}")
   return _checks.check_label_pair(query_labels, db_labels, num_q, num_db, **like)
 
 

@@ -169,9 +169,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, n = query_words.shape[0], db_words.shape[0]
-  if _checks.check_label_pair(query_labels, db_labels, num_q, n):
-    if affinity is not None:
-      raise ValueError("affinity, query_labels: expected an affinity matrix or labels, not both")
+  if _checks.check_label_pair(query_labels, db_labels, num_q, n, affinity=affinity):
     num_levels = 2
   elif affinity is None:
     num_levels = 1

@@ -128,8 +128,7 @@ def _check_features(name: str, features: Any, mapping: Any, params: Any = None) 
   (that of ``params`` when given, else that of its ``mean`` / ``scale`` when set)."""
   _checks.check_type("mapping", mapping, (Linear, MLP), what="a hashjax.mappings module from make_mapping")
   dim = _stat_dim(mapping) if params is None else _param_dim(mapping, params)
-  _checks.check_real(name, features, shape_doc="[..., dim]", min_ndim=1)
-  _checks.check_nonempty(name, features, axis=-1, what="feature column")
+  _checks.check_real(name, features, shape_doc="[..., dim]", min_ndim=1, nonempty="feature column")
   if dim is not None:
     _checks.check_columns(name, features, dim, what="the input width of the mapping")
 
@@ -235,7 +234,7 @@ class MLP(nn.Module):
 
 
 def _check_stat(name: str, value: Any, *, positive: bool) -> Constant:
-  _checks.check_real_array(name, value, ndim=1, shape_doc="[dim]", what="array of per-feature statistics")
+  _checks.check_real(name, value, shape_doc="[dim] of per-feature statistics", ndim=1)
   if positive and np.any(np.asarray(value) <= 0):
     raise ValueError(f"{name}: expected positive per-feature scales, got minimum {np.asarray(value).min()!r}")
   return Constant(np.asarray(value))
@@ -310,9 +309,8 @@ def _param_dim(mapping: Any, params: Any) -> int:
     kernel = params["kernel"] if isinstance(mapping, Linear) else params["hidden_0"]["kernel"]
     return int(kernel.shape[0])
   except (KeyError, TypeError, AttributeError, IndexError):
-    raise ValueError(
-        f"params: expected the parameters of a {type(mapping).__name__} mapping "
-        f"(from hashjax.mappings.init), got {type(params).__name__}") from None
+    raise ValueError(f"params: expected the parameters of a {type(mapping).__name__} mapping (mappings.init), got "
+                     f"{type(params).__name__}") from None
 
 
 def init(key: Any, mapping: nn.Module, example_features: Any) -> Any:
@@ -430,7 +428,7 @@ def feature_stats(features: Any, *, min_scale: float = 1e-6) -> tuple:
   >>> mean.tolist(), scale.tolist()
   ([1.0, 1.0], [1.0, 1.0])
   """
-  _checks.check_real_array("features", features, ndim=2, shape_doc="[num_items, dim]")
+  _checks.check_real("features", features, shape_doc="[num_items, dim]", ndim=2)
   min_scale = _checks.check_number("min_scale", min_scale, low=0)
   x = np.asarray(features)
   out = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float32)
@@ -464,8 +462,6 @@ def alpha_schedule(step: Any, *, init: float, final: float, steps: int) -> Array
   init = _checks.check_number("init", init, low=0, low_open=True)
   final = _checks.check_number("final", final, low=0, low_open=True)
   steps = _checks.check_positive_int("steps", steps)
-  if not (jnp.issubdtype(step.dtype, jnp.integer) and jnp.ndim(step) == 0 if hasattr(step, "dtype")
-          else _checks.is_int(step)):
-    raise ValueError(f"step: expected an integer scalar, got {_checks.desc(step) if hasattr(step, 'dtype') else step!r}")
+  _checks.check_step(step)
   schedule = optax.linear_schedule(init, final, steps)
   return jnp.asarray(schedule(step), jnp.float32)

@@ -89,7 +89,7 @@ def _json_plain(name: str, value: Any) -> Any:
   """``value`` (a dict or ``ml_collections.ConfigDict``) as the plain JSON types it reads back as."""
   if hasattr(value, "to_dict"):
     value = value.to_dict()
-  _checks.check_instance(name, value, dict, what="a dict or ml_collections.ConfigDict")
+  _checks.check_type(name, value, dict, what="a dict or ml_collections.ConfigDict")
   try:
     return json.loads(json.dumps(value, allow_nan=False))
   except (TypeError, ValueError) as e:
@@ -98,7 +98,7 @@ def _json_plain(name: str, value: Any) -> Any:
 
 def _train_stats(train_features: Any) -> Tuple[int, Tuple[float, float]]:
   """``(dim, (min, max))`` of ``train_features[N, dim]``."""
-  _checks.check_real_array("train_features", train_features, ndim=2, shape_doc="[N, dim]")
+  _checks.check_real("train_features", train_features, shape_doc="[N, dim]", ndim=2)
   _checks.check_concrete("train_features", train_features, why="its value range is recorded")
   x = np.asarray(train_features)
   return int(x.shape[1]), (float(x.min()), float(x.max()))
@@ -354,8 +354,8 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
   >>> bool((model.encode(x) == mappings.encode(mapping, params, x)).all())
   True
   """
-  _checks.check_instance("mapping", mapping, (mappings.Linear, mappings.MLP),
-                         what="a hashjax.mappings module from make_mapping (Linear or MLP)")
+  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP),
+                     what="a hashjax.mappings module from make_mapping (Linear or MLP)")
   dim, feature_range = _train_stats(train_features)
   for name in ("mean", "scale"):
     constant = getattr(mapping, name)
@@ -392,7 +392,7 @@ def from_baseline(method: str, params: Any, *, train_features: Any, config: Any 
   """
   _checks.check_option("method", method, tuple(_BASELINE_PARAMS))
   cls = _BASELINE_PARAMS[method]
-  _checks.check_instance("params", params, cls, what=f"{cls.__name__} from hashjax.baselines.fit({method!r}, ...)")
+  _checks.check_type("params", params, cls, what=f"{cls.__name__} from hashjax.baselines.fit({method!r}, ...)")
   dim, feature_range = _train_stats(train_features)
   _checks.check_columns("train_features", train_features, params.mean.shape[0], what="the width the params were fit on")
   return _baseline_model(method, params, dim=dim, feature_range=feature_range,
@@ -414,15 +414,14 @@ def _named_params(cls: Any, kind: str, arrays: Dict[str, np.ndarray]) -> Any:
   """The params NamedTuple ``cls`` of the arrays ``params/<field>`` of a saved model of ``kind``."""
   missing = [f"params/{f}" for f in cls._fields if f"params/{f}" not in arrays]
   if missing:
-    raise ValueError(f"params: a {kind!r} model needs arrays {[f'params/{f}' for f in cls._fields]}, "
-                     f"missing {missing}")
+    raise ValueError(f"params: a {kind!r} model needs the arrays params/{cls._fields}, missing {missing}")
   return cls(*(arrays[f"params/{f}"] for f in cls._fields))
 
 
 def _colgen_model(params: Any, bit_weights: Any, *, settings: Dict[str, Any], dim: int,
                   feature_range: Tuple[float, float], config: Optional[Dict[str, Any]]) -> Model:
   """A checked colgen :class:`Model` (float32 arrays) of ``params`` and ``bit_weights``."""
-  _checks.check_instance("params", params, colgen_features.HashParams, what="hashjax.colgen.features.HashParams")
+  _checks.check_type("params", params, colgen_features.HashParams, what="hashjax.colgen.features.HashParams")
   arrays = {name: np.asarray(value) for name, value in zip(colgen_features.PARAM_FIELDS, params)}
   for name, value in arrays.items():
     _checks.check_real(f"params.{name}", value)
@@ -433,13 +432,11 @@ def _colgen_model(params: Any, bit_weights: Any, *, settings: Dict[str, Any], di
   shapes = {name: value.shape for name, value in arrays.items()}
   if shapes != {"anchors": (num_anchors, dim), "scale": (), "mean": (width,), "projection": (width, num_bits),
                 "bias": (num_bits,)} or num_bits < 1 or not scale > 0:
-    raise ValueError(f"params: expected anchors (A, {dim}) (A = 0 for raw features), scale () > 0, mean (D,), "
-                     f"projection (D, num_bits >= 1) and bias (num_bits,), D = A or {dim} when A = 0; got shapes "
-                     f"{shapes} and scale {scale!r}")
+    raise ValueError(f"params: expected anchors (A, {dim}), scale () > 0, mean (D,), projection (D, B), bias (B,) with "
+                     f"B >= 1 and D = A, or {dim} if A = 0; got shapes {shapes} and scale {scale!r}")
   bit_weights = np.asarray(bit_weights)
-  _checks.check_real("bit_weights", bit_weights, shape_doc="[num_bits] of non-negative weights")
-  _checks.check_nonnegative("bit_weights", bit_weights, what="bit weights")
-  _checks.check_shape("bit_weights", bit_weights, (num_bits,), like="params.projection's columns, one per bit")
+  _checks.check_real("bit_weights", bit_weights, shape_doc="[num_bits] of non-negative weights", shape=(num_bits,),
+                     like="params.projection's columns, one per bit", nonnegative="bit weights")
   settings = {**settings, "features": "linear" if anchors.shape[0] == 0 else "rbf"}
   return Model(kind="colgen", num_bits=int(num_bits), dim=int(dim), settings=settings,
                params=colgen_features.HashParams(*(_checks.as_jax(arrays[f]) for f in colgen_features.PARAM_FIELDS)),
@@ -473,7 +470,7 @@ def from_colgen(params: Any, bit_weights: Any, *, train_features: Any, method: s
   ('colgen', 3, [1.0, 0.5, 0.0], (2, 1))
   """
   dim, feature_range = _train_stats(train_features)
-  _checks.check_instance("method", method, str, what="a string")
+  _checks.check_type("method", method, str, what="a string")
   return _colgen_model(params, bit_weights, settings={"method": method}, dim=dim, feature_range=feature_range,
                        config=None if config is None else _json_plain("config", config))
 
@@ -510,7 +507,7 @@ def save_model(model: Model, path: Any) -> str:
   >>> meta["format"], meta["version"], meta["kind"], meta["num_bits"], meta["dim"]
   ('hashjax-model', 3, 'sh', 6, 5)
   """
-  _checks.check_instance("model", model, Model, what="a hashjax.models.Model")
+  _checks.check_type("model", model, Model, what="a hashjax.models.Model")
   header = {"format": FORMAT, "version": VERSION, "kind": model.kind, "num_bits": model.num_bits, "dim": model.dim,
             "settings": model.settings, "feature_range": list(model.feature_range), "config": model.config}
   return io.save_arrays(_checks.check_path("path", path), model._arrays(), header,  # pylint: disable=protected-access
@@ -542,8 +539,7 @@ def _resolve(path: str) -> str:
     return several[0]
   if several:
     raise ValueError(f"path: {path!r} holds {len(several)} models; pass one of them: " + ", ".join(several))
-  raise ValueError(f"path: {path!r} holds no saved model (expected {MODEL_FILE}, model/{MODEL_FILE} or "
-                   f"models/<name>/{MODEL_FILE})")
+  raise ValueError(f"path: {path!r} holds no saved model (expected {MODEL_FILE} in it, model/ or models/<name>/)")
 
 
 def _check_meta(file: str, meta: Dict[str, Any]) -> None:
@@ -555,10 +551,9 @@ def _check_meta(file: str, meta: Dict[str, Any]) -> None:
   missing = [k for k in ("kind", "num_bits", "dim", "settings", "feature_range", "config", "arrays") if k not in meta]
   if missing:
     raise ValueError(f"{file}: missing field(s) {missing}")
-  _checks.check_option(f"{file}: kind", meta["kind"], KINDS)
-  if _KIND_VERSION.get(meta["kind"], 1) > version:
-    raise ValueError(f"{file}: kind {meta['kind']!r} needs format version {_KIND_VERSION[meta['kind']]} or newer, "
-                     f"got version {version}")
+  kind = _checks.check_option(f"{file}: kind", meta["kind"], KINDS)
+  if _KIND_VERSION.get(kind, 1) > version:
+    raise ValueError(f"{file}: kind {kind!r} needs format version {_KIND_VERSION[kind]} or newer, got {version}")
   for key in ("num_bits", "dim"):
     _checks.check_int(f"{file}: {key}", meta[key])
   span = meta["feature_range"]
@@ -566,7 +561,7 @@ def _check_meta(file: str, meta: Dict[str, Any]) -> None:
   _checks.check_number(f"{file}: feature_range[0]", lo)
   _checks.check_number(f"{file}: feature_range[1]", hi, low=lo)
   for key, types, what in (("settings", dict, "an object"), ("config", (dict, type(None)), "an object or null")):
-    _checks.check_instance(f"{file}: {key}", meta[key], types, what=what)
+    _checks.check_type(f"{file}: {key}", meta[key], types, what=what)
   if (version < 3) == ("checksum" in meta):
     raise ValueError(f"{file}: expected a checksum in format version 3 and none before, got version {version}")
 

@@ -85,8 +85,7 @@ def _check_codes(query, items, *, low=None, high=None, what=""):
   """Codes ``query[..., Q, b]`` and ``items[..., N, b]`` with broadcasting batch axes, in ``[low, high]`` (values
   checked when concrete) when ``low`` is given."""
   for name, x, rows in (("query", query, "Q"), ("items", items, "N")):
-    _checks.check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2)
-    _checks.check_nonempty(name, x, axis=-1, what="bit per code")
+    _checks.check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2, nonempty="bit per code")
     if low is not None and _checks.is_concrete(x) and x.size:
       lo, hi = np.asarray(x).min(), np.asarray(x).max()
       if lo < low or hi > high:
@@ -95,8 +94,7 @@ def _check_codes(query, items, *, low=None, high=None, what=""):
   try:
     np.broadcast_shapes(tuple(query.shape[:-2]), tuple(items.shape[:-2]))
   except ValueError:
-    raise ValueError(f"items: batch dimensions {tuple(items.shape[:-2])} do not broadcast with query's "
-                     f"{tuple(query.shape[:-2])}") from None
+    raise ValueError(f"items: batch axes {items.shape[:-2]} do not broadcast with query's {query.shape[:-2]}") from None
 
 
 def _check_metric(hist: Any, option: str, value: Any, options: tuple) -> str:
@@ -261,8 +259,7 @@ def off_diagonal(x: Array) -> Array:
   [[1, 2], [3, 5], [6, 7]]
   """
   if not hasattr(x, "shape") or x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape[-1] < 2:
-    raise ValueError("x: expected square matrices [..., M, M] with M >= 2, got "
-                     + (f"shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__))
+    raise ValueError(f"x: expected square matrices [..., M, M] with M >= 2, got {_checks.desc(x)}")
   x = jnp.asarray(x)
   m = x.shape[-1]
   # Row r keeps columns 0..r-1 and r+1..m-1: column k of the result is k + (k >= r).
@@ -321,8 +318,8 @@ def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_leve
   width = _checks.check_number("width", width, low=0, low_open=True)
   _checks.check_real("distances", distances, shape_doc="[..., N]", min_ndim=1)
   _checks.check_nonnegative("affinity", affinity, what="affinity levels")
-  _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels")
-  _checks.check_shape("affinity", affinity, distances.shape, like="distances")
+  _checks.check_int_range("affinity", affinity, 0, num_levels - 1, what="affinity levels", shape=distances.shape,
+                          like="distances")
   distances = jnp.asarray(distances)
   dt = _float_dtype(distances)
   r = distances.astype(dt)[..., :, None] - jnp.arange(num_bits + 1, dtype=dt)  # [..., N, b + 1]
@@ -356,8 +353,7 @@ def harmonic_number(x: Array) -> Array:
   >>> harmonic_number(jnp.array([0.0, 1.0, 3.0, 0.5])).round(5).tolist()
   [0.0, 1.0, 1.83333, 0.61371]
   """
-  _checks.check_real("x", x, shape_doc="[...]", min_ndim=0)
-  _checks.check_nonnegative("x", x)
+  _checks.check_real("x", x, shape_doc="[...]", nonnegative="values")
   dtype = _float_dtype(x)
   return _special.apply_xp(lambda x, xp: _special.harmonic_number(x.astype(dtype), xp), x)
 
@@ -396,8 +392,7 @@ def cumulative_discount(x: Array) -> Array:
   >>> cumulative_discount(jnp.array([0.0, 1.0, 2.0, 1.5])).round(5).tolist()
   [0.0, 1.0, 1.63093, 1.33877]
   """
-  _checks.check_real("x", x, shape_doc="[...]", min_ndim=0)
-  _checks.check_nonnegative("x", x)
+  _checks.check_real("x", x, shape_doc="[...]", nonnegative="values")
   dtype = _float_dtype(x)
   return _special.apply_xp(lambda x, xp: _special.cumulative_discount(x.astype(dtype), xp), x)
 
@@ -619,9 +614,8 @@ def ideal_dcg(level_totals: Array, *, discount: str = "exact") -> Array:
   >>> bool(np.isclose(float(ideal_dcg(np.array([1., 1., 1.]))), 3 + 1 / np.log2(3), rtol=1e-6))
   True
   """
-  _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", min_ndim=1)
-  _checks.check_nonempty("level_totals", level_totals, axis=-1, what="level")
-  _checks.check_nonnegative("level_totals", level_totals, what="(soft) counts")
+  _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", min_ndim=1, nonempty="level",
+                     nonnegative="(soft) counts")
   discount = _checks.check_option("discount", discount, DISCOUNTS)
   return _special.apply_xp(_ideal_dcg, level_totals, discount=discount, dtype=_float_dtype(level_totals))
 

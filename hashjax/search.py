@@ -516,10 +516,8 @@ def rerank(query_words: Array, db_words: Array, candidates: Array, k: int, *, we
   ([[1.0, 2.0]], [[1, 3]])
   """
   w = _weights(query_words, db_words, weights, required=True)
-  _checks.check_integer_dtype("candidates", candidates, what="database indices")
-  if candidates.ndim != 2 or candidates.shape[0] != query_words.shape[0]:
-    raise ValueError(f"candidates: expected shape ({query_words.shape[0]}, C) (a row per query), got "
-                     f"{tuple(candidates.shape)}")
+  _checks.check_array("candidates", candidates, ndim=2, shape_doc="[Q, C]", kinds="iu", what="index array")
+  _checks.check_shape("candidates", candidates, (query_words.shape[0], candidates.shape[1]), like="a row per query")
   k = _checks.check_k(k, candidates.shape[1], db_name="each row of candidates")
   if _checks.is_concrete(candidates):
     _checks.check_int_range("candidates", candidates, 0, db_words.shape[0] - 1, what="database indices")

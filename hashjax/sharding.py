@@ -69,14 +69,13 @@ def data_mesh(num_devices: Optional[int] = None, *, axis_name: str = "data") -> 
   available = jax.device_count()
   if num_devices is None:
     num_devices = available
-  num_devices = _checks.check_int_at_most("num_devices", num_devices, available,
-                                         what=f"the {available} device(s) jax sees (jax.device_count())")
+  n = _checks.check_int_at_most("num_devices", num_devices, available, what=f"the {available} device(s) jax sees")
   _checks.check_nonempty_str("axis_name", axis_name, what="a non-empty str")
-  return Mesh(np.asarray(jax.devices()[:num_devices]), (axis_name,))
+  return Mesh(np.asarray(jax.devices()[:n]), (axis_name,))
 
 
 def _check_mesh(mesh: Any) -> Mesh:
-  return _checks.check_instance("mesh", mesh, Mesh, what="a jax.sharding.Mesh (e.g. hashjax.sharding.data_mesh())")
+  return _checks.check_type("mesh", mesh, Mesh, what="a jax.sharding.Mesh (e.g. hashjax.sharding.data_mesh())")
 
 
 def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Array:
@@ -163,9 +162,8 @@ def shard_batch(batch: Any, mesh: Mesh, *, replicated: Sequence[str] = ()) -> An
     where = f"batch{jax.tree_util.keystr(path)}"
     rows = leaf.shape[0] if hasattr(leaf, "shape") and len(leaf.shape) else None
     if rows is None or rows % mesh.size:
-      raise ValueError(f"{where}: expected a leading axis divisible by the mesh's {mesh.size} devices (the batch "
-                       f"is split along it; or its key in replicated=), got "
-                       + (f"{rows} rows" if rows is not None else _checks.desc(leaf)))
+      raise ValueError(f"{where}: expected a leading axis divisible by the mesh's {mesh.size} devices (or its key in "
+                       f"replicated=), got {f'{rows} rows' if rows is not None else _checks.desc(leaf)}")
     return jax.device_put(leaf, split)
 
   if not replicated:
@@ -178,9 +176,8 @@ def _row_axes(name: str, x: Any):
   """``(mesh, axes, S)`` of an array split by rows over the mesh ``axes`` (``S`` shards); ValueError otherwise."""
   sharding = getattr(x, "sharding", None) if _checks.is_concrete(x) else None
   if not isinstance(sharding, NamedSharding):
-    raise ValueError(f"{name}: expected a jax.Array laid out with a NamedSharding that splits its rows "
-                     f"(hashjax.sharding.shard_rows), got "
-                     + (type(sharding).__name__ if sharding is not None else _checks.desc(x)))
+    raise ValueError(f"{name}: expected a jax.Array laid out with a NamedSharding that splits its rows (shard_rows), "
+                     f"got {type(sharding).__name__ if sharding is not None else _checks.desc(x)}")
   spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
   if any(s is not None for s in spec[1:]):
     raise ValueError(f"{name}: expected a layout that splits rows only, got PartitionSpec{spec}")
@@ -210,8 +207,7 @@ def _check_num_db(num_db: Any, rows: int) -> int:
   """``num_db`` (None: every row) as an int in ``[1, rows]``."""
   if num_db is None:
     return rows
-  return _checks.check_int_at_most("num_db", num_db, rows,
-                                   what=f"len(db_words) = {rows} real rows (the rest are padding)")
+  return _checks.check_int_at_most("num_db", num_db, rows, what=f"len(db_words) = {rows} (real rows; the rest pad)")
 
 
 def _place_queries(query_words, mesh: Mesh):
@@ -407,9 +403,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   rows_spec = P(axes if axes else None)
   pad_cols = lambda x, axis: np.concatenate(  # padding copies of the last real column (row) of the levels
       [x, np.repeat(np.take(x, [-1], axis=axis), total - num_db, axis=axis)], axis=axis) if total > num_db else x
-  if _checks.check_label_pair(query_labels, db_labels, num_q, num_db, db_like="[num_db]"):
-    if affinity is not None:
-      raise ValueError("affinity, query_labels: expected an affinity matrix or labels, not both")
+  if _checks.check_label_pair(query_labels, db_labels, num_q, num_db, db_like="[num_db]", affinity=affinity):
     _checks.check_concrete("query_labels, db_labels", query_labels, db_labels, why="they are laid out on devices")
     kind, num_levels = "labels", 2
     level_args = [split(np.asarray(query_labels, np.int32), P()),

@@ -79,10 +79,8 @@ _LOSS_FN = "(params, batch, step) -> (loss, aux)"
 def _check_step_args(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
   _checks.check_callable("loss_fn", loss_fn, what=_LOSS_FN)
   if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
-    raise ValueError(f"optimizer: expected an optax.GradientTransformation (with init and update), "
-                     f"got {type(optimizer).__name__}")
-  _checks.check_type("mesh", mesh, jax.sharding.Mesh, what="a jax.sharding.Mesh (hashjax.sharding.data_mesh)",
-                     allow_none=True)
+    raise ValueError(f"optimizer: expected an optax.GradientTransformation, got {type(optimizer).__name__}")
+  _checks.check_type("mesh", mesh, jax.sharding.Mesh, what="a jax.sharding.Mesh (sharding.data_mesh)", allow_none=True)
 
 
 def make_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation, *, mesh: Any = None) -> Callable:
@@ -265,8 +263,7 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
 def _batch_size_of(batch: Any) -> int:
   leaves = [x for x in jax.tree.leaves(batch) if hasattr(x, "shape") and len(x.shape) >= 1]
   if not leaves:
-    raise ValueError("batch_size: could not derive it from the batch (no array leaf with a leading "
-                     "axis); pass batch_size=")
+    raise ValueError("batch_size: the batch has no array leaf with a leading axis to derive it from; pass it")
   return int(leaves[0].shape[0])
 
 
@@ -388,10 +385,8 @@ class _Run:
     for (step, _), value in zip(todo, values):
       value = float(value)
       if not math.isfinite(value):
-        raise FloatingPointError(
-            f"train: the loss became non-finite ({value}) at step {step} (0-based: the loss on "
-            f"batch_fn({step}) after {step} updates). Lower the learning rate, check the data, "
-            f"or clip gradients.")
+        raise FloatingPointError(f"train: the loss became non-finite ({value}) at step {step} (batch_fn({step}) after "
+                                 f"{step} updates); lower the learning rate, check the data or clip gradients")
     self.pending[self.checked:] = [(s, float(v)) for (s, _), v in zip(todo, values)]
     self.checked = len(self.pending)
 

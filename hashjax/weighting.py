@@ -87,19 +87,14 @@ def _check_bits(bits: Any) -> np.ndarray:
   """``bits[n, num_bits]`` as bool, {0, 1} or ±1; returns {0, 1} ``uint8`` on the host."""
   _checks.check_array("bits", bits, ndim=2, shape_doc="[n, num_bits]", what="array of bool, {0, 1} or ±1 bits")
   _checks.check_concrete("bits", bits, why="the solvers run on the host")
-  arr = np.asarray(bits)
-  values = np.unique(arr)
-  if np.isin(values, (0, 1)).all() or np.isin(values, (-1, 1)).all():
-    return (arr > 0).astype(np.uint8)
-  raise ValueError(f"bits: expected values in {{0, 1}} or in {{-1, +1}} (not a mix), got values "
-                   f"{values[:6].tolist()}" + (" ..." if values.size > 6 else ""))
+  _checks.check_bits("bits", bits)
+  return (np.asarray(bits) > 0).astype(np.uint8)
 
 
 def _check_labels(labels: Any, n: Optional[int]) -> np.ndarray:
   """``int[n]`` class labels (any length when ``n`` is None)."""
-  _checks.check_array("labels", labels, ndim=1, shape_doc="[n]", kinds="iu", what="array of integer class labels")
-  if n is not None:
-    _checks.check_shape("labels", labels, (n,), like="one label per row of bits")
+  _checks.check_array("labels", labels, ndim=1, shape_doc="[n]", kinds="iu", what="array of integer class labels",
+                      shape=None if n is None else (n,), like="one label per row of bits")
   return np.asarray(labels)
 
 
@@ -116,9 +111,8 @@ def _check_penalties(lam: Any, mu: Any) -> tuple:
 
 def _check_tuples(tuples: Any, labels: Optional[np.ndarray], n: int) -> np.ndarray:
   """``int[T, 4]`` tuples ``(q, s, s', d)`` indexing ``n`` items, consistent with ``labels`` when given."""
-  _checks.check_array("tuples", tuples, ndim=2, shape_doc="[T, 4] of (q, s, s', d) indices", kinds="iu")
-  _checks.check_shape("tuples", tuples, (tuples.shape[0], 4), like="(q, s, s', d) rows")
-  _checks.check_int_range("tuples", tuples, 0, n - 1, what="indices into the n items")
+  _checks.check_int_range("tuples", tuples, 0, n - 1, what="item indices", ndim=2, shape_doc="[T, 4] of (q, s, s', d)")
+  _checks.check_shape("tuples", tuples, (len(tuples), 4), like="(q, s, s', d) rows")
   t = np.asarray(tuples, np.int64)
   if labels is not None:
     y = labels[t]
@@ -218,19 +212,16 @@ def sample_tuples(labels: Array, *, num_tuples: int = DEFAULT_NUM_TUPLES, seed: 
   rng = _checks.check_rng(seed)
   classes, inverse, sizes = np.unique(labels, return_inverse=True, return_counts=True)
   if classes.size < 2:
-    raise ValueError(f"labels: expected at least 2 classes (a dissimilar item comes from another class), got "
-                     f"{classes.size} ({classes.tolist()})")
+    raise ValueError(f"labels: expected 2 or more classes (d comes from another class), got {classes.tolist()}")
   if sizes.min() < 3:
     c = int(np.argmin(sizes))
-    raise ValueError(f"labels: class {classes[c]} has {sizes[c]} item(s); every class needs at least 3 "
-                     "(a query and two distinct similar items)")
+    raise ValueError(f"labels: class {classes[c]} has {sizes[c]} item(s); each needs 3 or more (q, s and s')")
   n = labels.size
   counts = _allocate(num_tuples, sizes)
   for c, (m, k) in enumerate(zip(sizes.tolist(), counts.tolist())):
     allowed = m * (m - 1) * (m - 2) * (n - m)
     if k > allowed:
-      raise ValueError(f"num_tuples: {num_tuples} tuples give class {classes[c]} ({m} items) {k} of them, but it "
-                       f"has only {allowed} distinct tuples")
+      raise ValueError(f"num_tuples: {num_tuples} give class {classes[c]} ({m} items) {k}, over its {allowed} tuples")
   parts = [_draw_distinct(rng, k, np.flatnonzero(inverse == c), np.flatnonzero(inverse != c))
            for c, k in enumerate(counts.tolist()) if k]
   tuples = np.concatenate(parts)
@@ -319,9 +310,8 @@ def objective(weights: Array, bits: Array, tuples: Array, *, lam: float = DEFAUL
   """
   bits = _check_bits(bits)
   n, num_bits = bits.shape
-  _checks.check_real("weights", weights, shape_doc=f"[{num_bits}]")
-  _checks.check_shape("weights", weights, (num_bits,), like="one weight per bit")
-  _checks.check_nonnegative("weights", weights, what="weights")
+  _checks.check_real("weights", weights, shape_doc=f"[{num_bits}]", shape=(num_bits,), like="one weight per bit",
+                     nonnegative="weights")
   weights = np.asarray(weights, np.float32)
   tuples = _check_tuples(tuples, None, n)
   lam, mu = _check_penalties(lam, mu)
@@ -669,8 +659,7 @@ def whrank(projections: Array, labels: Array, *, seed: Seed = 0, num_tuples: int
   >>> int(np.argmax(w)), w.shape
   (0, (3,))
   """
-  _checks.check_real("projections", projections, shape_doc="[n, num_bits]")
-  _checks.check_array("projections", projections, ndim=2, shape_doc="[n, num_bits]", kinds="iuf")
+  _checks.check_real("projections", projections, shape_doc="[n, num_bits]", ndim=2)
   labels = _check_labels(labels, projections.shape[0])
   return _whrank(np.asarray(projections), _training_tuples(labels, tuples, num_tuples, seed))
 

@@ -678,7 +678,7 @@ def test_talr_objectives_check_their_slope_where_they_are_built():
   builders = (lambda **kw: talr.query_vs_rest(m, **{"metric": ap, "num_bits": 8, **kw}),
               lambda **kw: talr.query_vs_database(m, **{"metric": ap, "num_bits": 8, **kw}))
   bad = [(dict(alpha=-3.0), "alpha: expected a finite number > 0, got -3.0"), (dict(alpha=0), "alpha"),
-         (dict(alpha=lambda t: -1.0 + 0.5 * t), r"alpha: expected a schedule of slopes > 0, got alpha\(0\) = -1.0"),
+         (dict(alpha=lambda t: -1.0 + 0.5 * t), r"alpha: expected a schedule of values > 0, got alpha\(0\) = -1.0"),
          (dict(alpha=functools.partial(mappings.alpha_schedule, init=-3.0, final=1.0, steps=10)), "init"),
          (dict(width=0.0), "width"), (dict(num_levels=0), "num_levels"), (dict(metric=None), "metric")]
   for build in builders:

@@ -202,7 +202,7 @@ def test_mesh_size_errors_name_the_argument(results):
   assert errors["shard_batch"].startswith("batch['features']: expected a leading axis divisible by the mesh's 8")
   assert "got 12 rows" in errors["shard_batch"]
   assert errors["knn_unsharded"].startswith("db_words: expected a jax.Array laid out with a NamedSharding")
-  assert errors["knn_k"].startswith("k: expected k <= the 203 items of db_words[:num_db]")
+  assert errors["knn_k"].startswith("k: expected at most the 203 items of db_words[:num_db]")
   assert errors["num_db"].startswith("num_db: expected at most len(db_words) = 208")
   assert errors["train_batch"].startswith("batch['affinity']: expected a leading axis divisible by the mesh's 8")
   assert "got 100 rows" in errors["train_batch"]

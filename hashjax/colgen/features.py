@@ -72,8 +72,7 @@ def fit_feature_map(features: Any, *, kind: str = "linear", num_anchors: int = 3
   ((2, 4), (2,), (2, 0))
   """
   _checks.check_option("kind", kind, FEATURE_KINDS)
-  _checks.check_real("features", features, shape_doc="[num_items, dim]")
-  _checks.check_array("features", features, ndim=2, shape_doc="[num_items, dim]")
+  _checks.check_real("features", features, shape_doc="[num_items, dim]", ndim=2)
   x = np.asarray(features, np.float64)
   if kind == "linear":
     anchors, scale = np.zeros((0, x.shape[1])), 1.0

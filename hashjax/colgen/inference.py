@@ -123,11 +123,9 @@ def most_violated(dp: Any, dn: Any, *, loss: str, k: Optional[int] = None) -> Ra
   """
   _checks.check_option("loss", loss, RANKING_LOSSES)
   k = _check_k(loss, k)
-  _checks.check_real("dp", dp, shape_doc="[n, P]")
-  _checks.check_real("dn", dn, shape_doc="[n, M]")
-  if dp.ndim != 2 or dn.ndim != 2 or dp.shape[0] != dn.shape[0] or 0 in dp.shape or 0 in dn.shape:
-    raise ValueError(f"dp, dn: expected non-empty [n, P] and [n, M] with the same n, got shapes "
-                     f"{tuple(dp.shape)} and {tuple(dn.shape)}")
+  _checks.check_real("dp", dp, shape_doc="[n, P]", ndim=2)
+  _checks.check_real("dn", dn, shape_doc="[n, M]", ndim=2)
+  _checks.check_shape("dn", dn, (dp.shape[0], dn.shape[1]), like="[n, M] with the n rows of dp")
   dp = np.asarray(dp, np.float64)
   dn = np.asarray(dn, np.float64)
   n, p = dp.shape

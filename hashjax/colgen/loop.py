@@ -94,7 +94,7 @@ def prepare(features: Any, labels: Any, *, num_bits: int, num_relevant: int, num
   >>> prepare(np.eye(4), np.array([0, 0, 1, 1]), num_bits=1, num_relevant=2, num_irrelevant=1)
   Traceback (most recent call last):
   ...
-  ValueError: num_relevant: expected at most 1 (class 0 has 2 training points, so each has 1 same-label others), got 2
+  ValueError: num_relevant: expected at most 1 (class 0 has 2 items), got 2
   """
   x = triplets.check_features(features)
   y = triplets.check_labels(labels, x.shape[0])

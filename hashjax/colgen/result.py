@@ -50,10 +50,8 @@ def prefix(result: ColgenResult, num_bits: int) -> ColgenResult:
   >>> prefix(r, 1).bit_weights.tolist()
   [3.0]
   """
-  r = _checks.check_int("num_bits", num_bits, low=1)
-  if r > result.num_bits:
-    raise ValueError(f"num_bits: expected at most {result.num_bits} (the bits this run learned; it stopped: "
-                     f"{result.stop_reason}), got {r}")
+  r = _checks.check_int_at_most("num_bits", num_bits, result.num_bits,
+                                what=f"{result.num_bits} (the bits this run learned; it stopped: {result.stop_reason})")
   params = result.params._replace(projection=result.params.projection[:, :r], bias=result.params.bias[:r])
   return result._replace(params=params, bit_weights=np.asarray(result.weight_path[r - 1], np.float64).copy(),
                          weight_path=result.weight_path[:r], train_bits=result.train_bits[:, :r],

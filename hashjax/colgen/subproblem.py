@@ -293,9 +293,7 @@ def new_bit(phi: Any, neighbors: triplets.Neighbors, weights: Any, *, existing: 
     n = phi.shape[0]
     nbr = neighbors.all
     w = np.asarray(weights, np.float64)
-    if w.shape != nbr.shape:
-      raise ValueError(f"weights: expected shape {nbr.shape} (the pairs of neighbors), got {w.shape}")
-    _checks.check_finite("weights", w)
+    _checks.check_real("weights", w, shape=nbr.shape, like="the pairs of neighbors")
     min_side = max(1, int(np.ceil(min_fraction * n)))
     phi32 = phi.astype(np.float32)
     rng = _checks.check_rng(seed)

@@ -47,8 +47,7 @@ def check_labels(labels: Any, num_items: int, *, name: str = "labels") -> np.nda
   >>> check_labels(np.array([0, 1, 1]), 3).tolist()
   [0, 1, 1]
   """
-  _checks.check_integer_dtype(name, labels, what="class labels")
-  _checks.check_shape(name, labels, (num_items,), like="one label per training point")
+  _checks.check_int_range(name, labels, what="class labels", shape=(num_items,), like="one label per training point")
   return np.asarray(labels, np.int64)
 
 
@@ -58,8 +57,7 @@ def check_features(features: Any, *, name: str = "features") -> np.ndarray:
   >>> check_features(np.zeros((2, 3), np.float32)).shape
   (2, 3)
   """
-  _checks.check_real(name, features, shape_doc="[num_items, dim]")
-  _checks.check_array(name, features, ndim=2, shape_doc="[num_items, dim]")
+  _checks.check_real(name, features, shape_doc="[num_items, dim]", ndim=2)
   return np.asarray(features, np.float64)
 
 
@@ -93,12 +91,10 @@ def sample_neighbors(labels: Any, *, num_relevant: int, num_irrelevant: int, see
   classes, counts = np.unique(y, return_counts=True)
   if counts.min(initial=np.iinfo(np.int64).max) - 1 < p:
     c = classes[np.argmin(counts)]
-    raise ValueError(f"num_relevant: expected at most {counts.min() - 1} (class {c} has {counts.min()} training "
-                     f"points, so each has {counts.min() - 1} same-label others), got {p}")
+    raise ValueError(f"num_relevant: expected at most {counts.min() - 1} (class {c} has {counts.min()} items), got {p}")
   if y.size - counts.max() < m:
     c = classes[np.argmax(counts)]
-    raise ValueError(f"num_irrelevant: expected at most {y.size - counts.max()} (class {c} has "
-                     f"{y.size - counts.max()} points of other labels), got {m}")
+    raise ValueError(f"num_irrelevant: expected at most {y.size - counts.max()} (the points not of class {c}), got {m}")
   rng = _checks.check_rng(seed)
   relevant = np.empty((y.size, p), np.int32)
   irrelevant = np.empty((y.size, m), np.int32)

@@ -61,8 +61,7 @@ def label_affinity(query_labels: Array, db_labels: Array, *, num_classes: Option
   num_classes = _checks.check_int("num_classes", num_classes, allow_none=True)
   high = _checks.INT32_MAX if num_classes is None else num_classes - 1
   for name, y in (("query_labels", query_labels), ("db_labels", db_labels)):
-    _checks.check_array(name, y, ndim=1, shape_doc="[n]", kinds="biu", what="array of class labels")
-    _checks.check_int_range(name, y, 0, high, what="class labels")
+    _checks.check_int_range(name, y, 0, high, what="class labels", ndim=1, shape_doc="[n]")
   return (jnp.asarray(query_labels)[:, None] == jnp.asarray(db_labels)[None, :]).astype(jnp.int32)
 
 
@@ -88,8 +87,7 @@ def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool =
   """
   binary = _checks.check_bool("binary", binary)
   for name, y in (("query_labels", query_labels), ("db_labels", db_labels)):
-    _checks.check_array(name, y, ndim=2, shape_doc="[n, num_labels]", kinds="biu", what="multi-hot matrix")
-    _checks.check_int_range(name, y, 0, 1, what="multi-hot label entries")
+    _checks.check_int_range(name, y, 0, 1, what="multi-hot label entries", ndim=2, shape_doc="[n, num_labels]")
   _checks.check_columns("db_labels", db_labels, query_labels.shape[1], what="the labels of query_labels")
   # An exact integer matmul: counts must not pass through a reduced-precision float product.
   counts = jnp.matmul(jnp.asarray(query_labels).astype(jnp.int32), jnp.asarray(db_labels).astype(jnp.int32).T,
@@ -99,8 +97,7 @@ def multilabel_affinity(query_labels: Array, db_labels: Array, *, binary: bool =
 
 def _features(name: str, x) -> np.ndarray:
   """``x`` as ``float64[n, d]``, ``n, d >= 1``: a finite real array."""
-  _checks.check_array(name, x, ndim=2, shape_doc="[n, d]", kinds="iuf", what="real array")
-  _checks.check_finite(name, x)
+  _checks.check_real(name, x, shape_doc="[n, d]", ndim=2)
   return np.asarray(x, np.float64)
 
 
@@ -205,9 +202,8 @@ def euclidean_affinity_levels(query_features: np.ndarray, db_features: np.ndarra
   q, x = _pair(query_features, db_features)
   t = _checks.check_numbers("thresholds", thresholds, low=0)
   lv = np.asarray(levels)
-  _checks.check_array("levels", lv, ndim=1, shape_doc="[F]", kinds="iu", what="int array")
-  _checks.check_int_range("levels", lv, 1, _checks.INT32_MAX, what="levels")
-  _checks.check_shape("levels", lv, t.shape, like="thresholds")
+  _checks.check_int_range("levels", lv, 1, _checks.INT32_MAX, what="levels", ndim=1, shape_doc="[F]", shape=t.shape,
+                          like="thresholds")
   order = np.argsort(lv, kind="stable")  # ascending levels: later writes win
   x_sq = (x * x).sum(1)
   out = np.zeros((q.shape[0], x.shape[0]), np.int32)

@@ -80,8 +80,7 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
   """
   num_features = _checks.check_positive_int("num_features", num_features)
   if max_label is not None:
-    max_label = _checks.check_int_at_most("max_label", max_label, _checks.INT32_MAX, low=0,
-                                          what=f"{_checks.INT32_MAX} (labels are int32)")
+    max_label = _checks.check_int_at_most("max_label", max_label, _checks.INT32_MAX, low=0, what="2^31 - 1 (int32)")
   path = pathlib.Path(_checks.check_file("path", path))
   if query_file is not None:
     query_file = pathlib.Path(_checks.check_file("query_file", query_file))
@@ -99,8 +98,7 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
   if query_file is None:
     if qid.shape[0] != n:
       line = _first_line_without_qid(path)
-      raise ValueError(f"path: {str(path)!r} line {line} has no 'qid:' (ranking data need a query id per line, "
-                       "or a query_file of per-query document counts)")
+      raise ValueError(f"path: {str(path)!r} line {line} has no 'qid:' (needed on every line, or a query_file)")
   else:
     if qid.shape[0]:
       line = int(lines()[0]) if qid.shape[0] == n else _first_line_with_qid(path)

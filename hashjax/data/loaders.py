@@ -83,9 +83,8 @@ def read_idx(path: PathLike) -> np.ndarray:
   ndim = raw[3] if len(raw) >= 4 else 0
   header = 4 + 4 * ndim
   if ndim == 0 or raw[:2] != b"\x00\x00" or raw[2] not in _IDX_DTYPES or len(raw) < header:
-    raise ValueError(f"path: {str(path)!r} is not an IDX file: expected two zero bytes, a type byte in {{0x08, 0x09, "
-                     f"0x0B, 0x0C, 0x0D, 0x0E}}, a dimension count k >= 1 and k 4-byte sizes, got {len(raw)} bytes "
-                     f"[{raw[:min(header, 16)].hex(' ')}]")
+    raise ValueError(f"path: {str(path)!r} is not an IDX file: expected 0x00 0x00, a type byte in {{0x08, 0x09, "
+                     f"0x0B-0x0E}}, k >= 1 dims and k sizes, got {len(raw)} bytes [{raw[:min(header, 16)].hex(' ')}]")
   shape = tuple(int(n) for n in np.frombuffer(raw, ">u4", count=ndim, offset=4))
   dtype = _IDX_DTYPES[raw[2]]
   expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -113,11 +112,10 @@ def _as_features(name: str, images: np.ndarray, scale: bool, source: str = "") -
   """float32 ``[n, d]`` from ``images[n, ...]``; errors as in :func:`_check_labels`."""
   where = f" (in {source})" if source else ""
   if images.dtype.kind not in "buif" or images.ndim < 2 or images.shape[0] == 0:
-    raise ValueError(f"{name}: expected a non-empty array of numeric images/features [n, ...], got dtype "
-                     f"{images.dtype.name} and shape {images.shape}{where}")
+    raise ValueError(f"{name}: expected a non-empty array of numeric images/features [n, ...], got "
+                     f"{_checks.desc(images)}{where}")
   if scale and images.dtype != np.uint8:
-    raise ValueError(f"{name}: scale=True divides uint8 pixels by 255, got {images.dtype.name} images "
-                     f"(pass scale=False to keep their values){where}")
+    raise ValueError(f"{name}: scale=True divides uint8 pixels by 255, got {images.dtype.name}; use scale=False{where}")
   features = images.reshape(images.shape[0], -1).astype(np.float32)
   if not np.all(np.isfinite(features)):
     raise ValueError(f"{name}: expected finite pixel values (within float32's range), got NaN or inf{where}")
@@ -353,10 +351,9 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
   except tfds.core.registered.DatasetNotFoundError as e:
     raise ValueError(f"name: tfds has no dataset {name!r}") from e
   except missing as e:
-    raise FileNotFoundError(
-        f"data_dir: tfds data for {name!r} split {split!r} were not found in array_record format under "
-        f"{data_dir or '$TFDS_DATA_DIR or ~/tensorflow_datasets'}; pass download=True (needs the network) "
-        f"or prepare them with tfds.data_source({name!r}, data_dir=...). tfds said: {e}") from e
+    raise FileNotFoundError(f"data_dir: no tfds data for {name!r} split {split!r} in array_record format under "
+                            f"{data_dir or '$TFDS_DATA_DIR or ~/tensorflow_datasets'}; pass download=True (needs the "
+                            f"network) or prepare them (tfds.data_source({name!r}, data_dir=...)); tfds: {e}") from e
 
   features_info = source.dataset_info.features
   for arg, key in (("image_key", image_key), ("label_key", label_key)):

@@ -35,8 +35,7 @@ class ValidationSplit(NamedTuple):
 
 def _indices(name: str, x, *, what: str) -> np.ndarray:
   """A non-empty 1-D integer array of values in ``[0, 2^31)`` on the host."""
-  _checks.check_array(name, x, ndim=1, shape_doc="[n]", kinds="iu", what=f"array of {what}")
-  _checks.check_int_range(name, x, 0, _checks.INT32_MAX, what=what)
+  _checks.check_int_range(name, x, 0, _checks.INT32_MAX, what=what, ndim=1, shape_doc="[n]")
   return np.asarray(x)
 
 
@@ -126,8 +125,7 @@ def random_split(num_items: int, *, num_queries: int, num_train: Optional[int] =
   (2, 8, 3)
   """
   n = _checks.check_positive_int("num_items", num_items)
-  nq = _checks.check_int_at_most("num_queries", num_queries, n - 1,
-                                 what=f"num_items - 1 = {n - 1} (the database must not be empty)")
+  nq = _checks.check_int_at_most("num_queries", num_queries, n - 1, what=f"num_items - 1 = {n - 1} (keeps a database)")
   nt = None if num_train is None else _checks.check_int_at_most(
       "num_train", num_train, n - nq, what=f"num_items - num_queries = {n - nq}", low=0)
   rng = _checks.check_rng(seed)
@@ -173,8 +171,7 @@ def validation_split(train_indices: np.ndarray, *, labels: Optional[np.ndarray] 
   if repeated:
     raise ValueError(f"train_indices: expected distinct indices, got {repeated} repeated among {train_indices.size}")
   if (per_class is None) == (fraction is None):
-    raise ValueError(f"per_class: give exactly one of per_class and fraction, got per_class={per_class!r}, "
-                     f"fraction={fraction!r}")
+    raise ValueError(f"per_class: give exactly one of per_class and fraction, got {per_class!r} and {fraction!r}")
   if per_class is not None and labels is None:
     raise ValueError("labels: per_class needs the class labels, got None")
   if per_class is not None:
@@ -194,8 +191,7 @@ def validation_split(train_indices: np.ndarray, *, labels: Optional[np.ndarray] 
   for group, members in groups.items():
     v = per_class if per_class is not None else max(1, _round(fraction * members.size))
     if v >= members.size:
-      raise ValueError(f"{group} has {members.size} training items, too few to hold out {v} for validation "
-                       "and keep one for training")
+      raise ValueError(f"{group} has {members.size} training items, too few to hold out {v} and keep one to train")
     perm = rng.permutation(members)
     held.append(perm[:v])
     keep.append(perm[v:])

@@ -93,8 +93,7 @@ def from_faiss_codes(codes: Any, *, num_bits: int) -> np.ndarray:
   num_bits = _checks.check_num_bits(num_bits)
   codes = np.asarray(codes)
   if 8 * codes.shape[1] < num_bits:
-    raise ValueError(f"num_bits: {codes.shape[1]} bytes per code hold {8 * codes.shape[1]} bits, got "
-                     f"num_bits={num_bits}")
+    raise ValueError(f"num_bits: {codes.shape[1]} bytes per code hold {8 * codes.shape[1]} bits, got {num_bits}")
   spare = ~((1 << np.clip(num_bits - 8 * np.arange(codes.shape[1]), 0, 8)) - 1).astype(np.uint8)  # per byte
   if (codes & spare).any():
     raise ValueError(f"codes: bits from {num_bits} on must be 0 for codes of num_bits={num_bits}")

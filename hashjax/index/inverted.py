@@ -145,13 +145,12 @@ def _check_short_words(name: str, words, num_bits: int) -> np.ndarray:
 def _check_index_bits(num_bits) -> int:
   num_bits = _checks.check_num_bits(num_bits)
   if num_bits > 32:
-    raise ValueError(f"num_bits: the inverted index holds codes of at most 32 bits, got {num_bits} "
-                     "(use hashjax.search for longer codes)")
+    raise ValueError(f"num_bits: expected at most 32 bits for the inverted index (use hashjax.search), got {num_bits}")
   return num_bits
 
 
 def _check_index(index) -> None:
-  _checks.check_instance("index", index, InvertedIndex, what="an InvertedIndex from build_inverted_index")
+  _checks.check_type("index", index, InvertedIndex, what="an InvertedIndex from build_inverted_index")
 
 
 # ----------------------------------------------------------------------------
@@ -212,9 +211,8 @@ def build_inverted_index(db_words: Array, *, num_bits: int,
   """
   num_bits = _check_index_bits(num_bits)
   values = _check_short_words("db_words", db_words, num_bits)
-  if filter_bits is not None and not (_checks.is_int(filter_bits) and 1 <= filter_bits <= min(num_bits, 30)):
-    raise ValueError(f"filter_bits: expected None or an int in [1, min(num_bits, 30) = {min(num_bits, 30)}], "
-                     f"got {filter_bits!r}")
+  if filter_bits is not None:
+    _checks.check_int_at_most("filter_bits", filter_bits, min(num_bits, 30), what="min(num_bits, 30) (or None)")
   order = np.argsort(values, kind="stable")
   sorted_values = values[order]
   starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])

@@ -130,7 +130,7 @@ def _check_db(db_words, num_bits) -> Tuple[np.ndarray, int]:
 
 
 def _check_index(index) -> None:
-  _checks.check_instance("index", index, MultiIndex, what="a MultiIndex from build_multi_index")
+  _checks.check_type("index", index, MultiIndex, what="a MultiIndex from build_multi_index")
 
 
 def _check_queries(index: MultiIndex, query_words) -> np.ndarray:
@@ -230,9 +230,8 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
   low = -(-num_bits // MAX_SUBSTRING_BITS)
   if num_tables is None:
     num_tables = default_num_tables(db.shape[0], num_bits)
-  elif not _checks.is_int(num_tables) or not low <= num_tables <= num_bits:
-    raise ValueError(f"num_tables: expected None or an int in [{low}, {num_bits}] (substrings of 1 to "
-                     f"{MAX_SUBSTRING_BITS} bits of a {num_bits}-bit code), got {num_tables!r}")
+  else:  # substrings of 1 to MAX_SUBSTRING_BITS bits
+    _checks.check_int_at_most("num_tables", num_tables, num_bits, low=low, what=f"num_bits = {num_bits} (or None)")
   bounds = _bounds(num_bits, int(num_tables))
   keys, offsets, items = [], [], []
   for j in range(int(num_tables)):
@@ -314,9 +313,8 @@ class _Batch:
     if not rows.size:
       return np.concatenate(handed)
     if count > MAX_PROBES:
-      raise ValueError(f"method: {count} substrings at distance {r} of a {size}-bit substring exceed MAX_PROBES "
-                       f"= {MAX_PROBES} (a large k or radius); use method='auto', which hands such queries to the "
-                       "linear scan")
+      raise ValueError(f"method: {count} substrings at distance {r} of a {size}-bit substring exceed MAX_PROBES = "
+                       f"{MAX_PROBES} (a large k or radius); use method='auto' (it scans such queries linearly)")
     masks, weights = _common.masks(size, r)
     masks = masks[np.searchsorted(weights, r):]
     step = max(1, _PROBE_BLOCK // masks.shape[0])

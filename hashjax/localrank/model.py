@@ -77,7 +77,7 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
   >>> bool(w[0, 0] > w[0, 1]), bool(w[1, 0] < w[1, 1])
   (True, True)
   """
-  _checks.check_instance("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
+  _checks.check_type("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
   _checks.check_int_range("clusters", clusters, 0, num_clusters - 1, what="cluster indices")
   _checks.check_shape("clusters", clusters, pairs.query_ids.shape, like="pairs.query_ids")
@@ -147,7 +147,7 @@ def fit(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, *, num_
 
 def _check_test(model: LocalRankModel, features: np.ndarray, query_ids: np.ndarray, selection: str) -> None:
   """The arguments of :func:`select` and :func:`score`."""
-  _checks.check_instance("model", model, LocalRankModel, what="a LocalRankModel (hashjax.localrank.fit)")
+  _checks.check_type("model", model, LocalRankModel, what="a LocalRankModel (hashjax.localrank.fit)")
   _checks.check_ranking_data("features", features, None, query_ids, ndim=2, shape_doc="[n, d]")
   _checks.check_columns("features", features, model.weights.shape[1], what="the model's training features")
   if _checks.check_option("selection", selection, SELECTIONS) == "lsh" and model.lsh is None:
@@ -297,7 +297,7 @@ def knn_scores(pairs: rankers.RankNetPairs, train_query_features: np.ndarray, fe
   >>> knn_scores(p, query_features(x, q), x[:5], q[:5], num_neighbors=3).shape
   (5,)
   """
-  _checks.check_instance("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
+  _checks.check_type("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   g = len(pairs.query_ids)
   num_neighbors = _checks.check_int_at_most("num_neighbors", num_neighbors, g, what=f"the {g} training queries")
   z = query_features(features, query_ids, rank_feature=rank_feature, top=top)
@@ -338,7 +338,7 @@ def dk_scores(pairs: rankers.RankNetPairs, features: np.ndarray, query_ids: np.n
   >>> dk_scores(rankers.ranknet_pairs(x, y, q), x[:5], q[:5]).shape
   (5,)
   """
-  _checks.check_instance("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
+  _checks.check_type("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   test = sim_lib.cloud_summaries(features, query_ids, similarity="pca", num_components=num_components,
                                  variance_fraction=variance_fraction)
   _checks.check_columns("features", features, pairs.features.shape[1], what="the features of pairs")

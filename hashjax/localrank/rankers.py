@@ -151,7 +151,7 @@ def fit_ranknet_pairs(pairs: RankNetPairs, *, queries: Optional[np.ndarray] = No
   >>> bool(w[0] > 0 > w[1])
   True
   """
-  _checks.check_instance("pairs", pairs, RankNetPairs, what="RankNetPairs (ranknet_pairs)")
+  _checks.check_type("pairs", pairs, RankNetPairs, what="RankNetPairs (ranknet_pairs)")
   _checks.check_mask("queries", queries, pairs.query_ids.shape, like="pairs.query_ids")
   queries = np.ones(len(pairs.query_ids), bool) if queries is None else np.asarray(queries)
   l2 = _checks.check_number("l2", l2, low=0, low_open=True)

@@ -48,9 +48,8 @@ def complete_link_tree(distances: np.ndarray) -> np.ndarray:
   >>> complete_link_tree(np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]]))[:, 2].tolist()
   [1.0, 4.0]
   """
-  _checks.check_real("distances", distances, shape_doc="[G, G]")
-  if distances.ndim != 2 or distances.shape[0] != distances.shape[1] or distances.shape[0] == 0:
-    raise ValueError(f"distances: expected a square matrix [G, G], got shape {tuple(distances.shape)}")
+  _checks.check_real("distances", distances, shape_doc="[G, G]", ndim=2)
+  _checks.check_shape("distances", distances, (len(distances),) * 2, like="a square matrix [G, G]")
   d = np.asarray(distances, np.float64)
   if not np.allclose(d, d.T, rtol=1e-9, atol=1e-12):
     raise ValueError("distances: expected a symmetric matrix, got one that is not")
@@ -126,8 +125,7 @@ def nearest_training_query(distances: np.ndarray) -> np.ndarray:
   >>> nearest_training_query(np.array([[0.5, 0.2, 0.2], [0.0, 1.0, 0.0]])).tolist()
   [1, 0]
   """
-  _checks.check_array("distances", distances, ndim=2, shape_doc="[T, G]", kinds="iuf", what="real array")
-  _checks.check_finite("distances", distances)
+  _checks.check_real("distances", distances, shape_doc="[T, G]", ndim=2)
   return np.argmin(np.asarray(distances), axis=1).astype(np.int64)
 
 
@@ -238,7 +236,7 @@ def lsh_nearest(tables: LshTables, train: sim_lib.CloudSummary, test: sim_lib.Cl
   >>> nearest.tolist(), fallback.tolist()
   ([0, 1], [False, False])
   """
-  _checks.check_instance("tables", tables, LshTables, what="LshTables (build_lsh)")
+  _checks.check_type("tables", tables, LshTables, what="LshTables (build_lsh)")
   sim_lib.check_summaries(("train", "test"), (train, test), similarity="pca")
   _checks.check_columns("tables.members", tables.members, len(train.query_ids), what="one per query of train")
   _checks.check_columns("tables.planes", tables.planes, train.vectors.shape[-1], what="the features of train")

@@ -85,8 +85,7 @@ def principal_components(cloud: np.ndarray, *, num_components: Optional[int] = N
   >>> u.shape, np.round(np.abs(u[0]), 3).tolist()
   ((1, 2), [1.0, 0.0])
   """
-  _checks.check_array("cloud", cloud, ndim=2, shape_doc="[n, d]", kinds="iuf", what="real array")
-  _checks.check_finite("cloud", cloud)
+  _checks.check_real("cloud", cloud, shape_doc="[n, d]", ndim=2)
   _check_components(num_components, variance_fraction, cloud.shape[1])
   return _components(np.asarray(cloud, np.float64), num_components, variance_fraction)
 
@@ -212,12 +211,12 @@ def check_summaries(names, summaries, *, similarity: Optional[str] = None) -> No
   """Each of ``summaries`` (named by ``names``) must be a :class:`CloudSummary` of ``similarity`` (None: that of
   the first) over the first one's features."""
   for name, s in zip(names, summaries):
-    _checks.check_instance(name, s, CloudSummary, what="a CloudSummary (cloud_summaries)")
+    _checks.check_type(name, s, CloudSummary, what="a CloudSummary (cloud_summaries)")
   similarity, dim = similarity or summaries[0].similarity, summaries[0].vectors.shape[-1]
   for name, s in zip(names, summaries):
     if s.similarity != similarity or s.vectors.shape[-1] != dim:
-      raise ValueError(f"{name}: expected a {similarity!r} summary of clouds of {dim} features, "
-                       f"got a {s.similarity!r} summary of clouds of {s.vectors.shape[-1]}")
+      raise ValueError(f"{name}: expected a {similarity!r} summary over {dim} features, got {s.similarity!r} over "
+                       f"{s.vectors.shape[-1]}")
 
 
 def pca_similarity(a: CloudSummary, b: CloudSummary) -> np.ndarray:

@@ -52,8 +52,7 @@ def counting(kind, distances, labels, *, num_bits, where, option=None, real=Fals
     num_bits = _checks.check_hamming_distances(distances, _checks.check_num_bits(num_bits))
   num_levels = None
   if kind == "relevance":
-    _checks.check_int_range("relevance", labels, 0, 1, what="relevance labels")
-    _checks.check_shape("relevance", labels, distances.shape, like="distances")
+    _checks.check_int_range("relevance", labels, 0, 1, what="relevance labels", shape=distances.shape, like="distances")
     num_levels = 2
   elif kind == "affinity":
     num_levels = _checks.check_gain_levels(histograms.num_levels_of(labels, option))

@@ -60,9 +60,8 @@ def _check_codes(query_codes: Any, doc_codes: Any, from_logits: Any) -> None:
   """``query_codes[Q, B]`` and ``doc_codes[N, B]`` or ``[Q, N, B]``: logits, or sigmoid outputs in [0, 1]."""
   _checks.check_bool("from_logits", from_logits)
   what = "logits" if from_logits else "sigmoid outputs in [0, 1]"
-  _checks.check_real("query_codes", query_codes, shape_doc=f"[Q, num_bits] of {what}")
+  _checks.check_real("query_codes", query_codes, shape_doc=f"[Q, num_bits] of {what}", ndim=2)
   _checks.check_real("doc_codes", doc_codes, shape_doc=f"[N, num_bits] or [Q, N, num_bits] of {what}")
-  _checks.check_array("query_codes", query_codes, ndim=2, shape_doc=f"[Q, num_bits] of {what}", kinds="iuf")
   q, b = query_codes.shape
   if (doc_codes.ndim < 2 or doc_codes.shape[:-2] not in ((), (q,)) or doc_codes.shape[-1] != b
       or not doc_codes.shape[-2]):
@@ -83,8 +82,7 @@ def _num_docs(query_codes, doc_codes):
 
 
 def _check_per_doc(name: str, x: Any, shape: tuple, *, what: str) -> None:
-  _checks.check_real(name, x, shape_doc=f"{list(shape)} of {what}")
-  _checks.check_shape(name, x, shape, like="[Q, N], one entry per query and document")
+  _checks.check_real(name, x, shape_doc=f"{list(shape)} of {what}", shape=shape, like="[Q, N], one per query and doc")
 
 
 # --------------------------------------------------------------------------- scores and pairs
@@ -277,8 +275,8 @@ def subsample_documents(key: Array, num_queries: int, num_documents: int, *, num
   available = num_documents - (0 if query_indices is None else 1)
   _checks.check_int_at_most("num_samples", num_samples, available, what=f"the {available} documents available")
   if query_indices is not None:
-    _checks.check_int_range("query_indices", query_indices, 0, num_documents - 1, what="pool indices")
-    _checks.check_shape("query_indices", query_indices, (num_queries,), like="one pool index per query")
+    _checks.check_int_range("query_indices", query_indices, 0, num_documents - 1, what="pool indices",
+                            shape=(num_queries,), like="one pool index per query")
   return _subsample(key, int(num_queries), int(num_documents), int(num_samples),
                     None if query_indices is None else jnp.asarray(query_indices))
 
@@ -383,8 +381,7 @@ def _check_lambdarank(distances: Any, affinity: Any, deltas_fn: Any, preference:
     _checks.check_shape("distances", distances, shape, like="[Q, N] of the codes")
   _checks.check_real("affinity", affinity, shape_doc="[Q, N, ...] (what deltas_fn reads)", min_ndim=2)
   if tuple(affinity.shape[:2]) != tuple(distances.shape):
-    raise ValueError(f"affinity: expected a per-document array [Q, N, ...] = {tuple(distances.shape)} like distances, "
-                     f"got shape {tuple(affinity.shape)}")
+    raise ValueError(f"affinity: expected [Q, N, ...] with [Q, N] = {tuple(distances.shape)}, got {affinity.shape}")
   if preference is None and affinity.ndim != 2:
     raise ValueError(f"preference: required when affinity is not [Q, N]; got affinity of shape {tuple(affinity.shape)}")
   if preference is not None:
@@ -397,8 +394,7 @@ def _weights(distances, affinity, deltas_fn, preference, pair_mask):
   delta = jax.vmap(deltas_fn)(distances, affinity)
   shape = tuple(distances.shape) + (distances.shape[-1],)
   _checks.check_array("deltas_fn", delta, ndim=3, shape_doc="[Q, N, N] (a real [N, N] swap matrix per query)",
-                      kinds="iuf", what="output")
-  _checks.check_shape("deltas_fn", delta, shape, like="an [N, N] swap matrix per query over the batch")
+                      kinds="iuf", what="output", shape=shape, like="an [N, N] swap matrix per query")
   dt = jnp.promote_types(delta.dtype, jnp.float32)
   pairs = _pairs(preference)
   allowed = pairs if pair_mask is None else pairs & pair_mask

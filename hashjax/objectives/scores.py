@@ -93,11 +93,9 @@ def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document v
 
 def check_similarity(similarity: Any) -> int:
   """``similarity`` must be a finite real non-negative square table ``F[C, C]``; returns ``C``."""
-  _checks.check_array("similarity", similarity, ndim=2, shape_doc="F[num_classes, num_classes]", kinds="iuf")
-  _checks.check_shape("similarity", similarity, (similarity.shape[0],) * 2, like="a square table F[C, C]")
-  _checks.check_finite("similarity", similarity)
   # F(l_q, l_i) is the graded relevance of a document of class l_i to a query of class l_q.
-  _checks.check_nonnegative("similarity", similarity, what="class similarities")
+  _checks.check_real("similarity", similarity, shape_doc="F[C, C]", ndim=2, nonnegative="class similarities")
+  _checks.check_shape("similarity", similarity, (similarity.shape[0],) * 2, like="a square table F[C, C]")
   return int(similarity.shape[0])
 
 
@@ -115,15 +113,15 @@ def _check_query_label(query_label: Any, hist: Any) -> None:
   try:
     np.broadcast_shapes(tuple(query_label.shape), tuple(hist.shape[:-2]))
   except ValueError:
-    raise ValueError(f"query_label: shape {tuple(query_label.shape)} does not broadcast with the "
-                     f"batch shape {tuple(hist.shape[:-2])} of hist") from None
+    raise ValueError(f"query_label: shape {query_label.shape} does not broadcast with hist's batch shape "
+                     f"{hist.shape[:-2]}") from None
 
 
 def _check_query_doc_shapes(query_name: str, query: Any, doc_name: str, doc: Any, *, what: str) -> None:
   """Per-query values ``[Q]`` and per-document values ``[N]`` (shared documents) or ``[Q, N]`` (one row per query)."""
   if query.ndim != 1 or doc.ndim == 0 or doc.shape[:-1] not in ((), query.shape):
-    raise ValueError(f"{query_name}, {doc_name}: expected [Q] and [N] or [Q, N] (one row per query) {what}, "
-                     f"got shapes {tuple(query.shape)} and {tuple(doc.shape)}")
+    raise ValueError(f"{query_name}, {doc_name}: expected [Q] and [N] or [Q, N] {what}, got shapes {query.shape} and "
+                     f"{doc.shape}")
 
 
 # --------------------------------------------------------------------------- neighbour sets
@@ -276,8 +274,8 @@ def majority_from_votes(votes: Array, query_votes: Array, *, ties: str = "expect
   """
   ties = _checks.check_option("ties", ties, TIES)
   winners = metrics.vote_winners(votes)
-  _checks.check_real("query_votes", query_votes, shape_doc="of vote counts")
-  _checks.check_shape("query_votes", query_votes, votes.shape[:-1], like="votes without its class axis")
+  _checks.check_real("query_votes", query_votes, shape_doc="of vote counts", shape=votes.shape[:-1],
+                     like="votes without its class axis")
   num_top = jnp.sum(winners, axis=-1)
   win = jnp.any(winners, axis=-1) & (jnp.asarray(query_votes) == jnp.max(jnp.asarray(votes), axis=-1))
   if ties == "expected":

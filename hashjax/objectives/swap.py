@@ -148,8 +148,7 @@ def swap_deltas(score_fn: Callable[[Array, Array], Array], distances: Array, aff
   _checks.check_callable("score_fn", score_fn, what="score function")
   _check_one_query(distances)
   if not hasattr(affinity, "shape") or affinity.ndim < 1 or affinity.shape[0] != distances.shape[0]:
-    raise ValueError(f"affinity: expected a per-document array [{distances.shape[0]}, ...] (one entry per "
-                     f"document of distances), got {_checks.desc(affinity)}")
+    raise ValueError(f"affinity: expected [{distances.shape[0]}, ...] (one per document), got {_checks.desc(affinity)}")
   distances, affinity = jnp.asarray(distances), jnp.asarray(affinity)
   n = distances.shape[0]
   base = _check_scalar_score("score_fn", score_fn(distances, affinity))

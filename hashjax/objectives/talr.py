@@ -27,7 +27,6 @@ Two retrieval settings:
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Callable, Union
 
 import jax
@@ -87,25 +86,12 @@ def _alpha(alpha: Schedule, step: Array) -> Union[float, Array]:
   return alpha(step) if callable(alpha) else alpha
 
 
-def _check_alpha(alpha: Schedule) -> Schedule:
-  """A fixed slope ``> 0`` (as float), or a schedule ``step -> alpha``, probed at step 0 when that is concrete."""
-  if not callable(alpha):
-    return _checks.check_number("alpha", alpha, low=0, low_open=True)
-  # The slope under jit is traced and cannot be checked there: try the schedule's start here instead.
-  start = alpha(jnp.zeros((), jnp.int32))  # as the loss passes the step: an int32 scalar
-  if _checks.is_concrete(start) and getattr(start, "ndim", 0) == 0:
-    value = float(np.asarray(start))
-    if not (math.isfinite(value) and value > 0):
-      raise ValueError(f"alpha: expected a schedule of slopes > 0, got alpha(0) = {value!r}")
-  return alpha
-
-
 def _check_objective(metric: Any, num_bits: Any, num_levels: Any, alpha: Schedule, width: Any) -> tuple:
   """The options shared by the objectives, checked where the objective is built (the loss runs traced)."""
   _checks.check_callable("metric", metric, what="relaxed metric hist[..., num_bits + 1, V] -> [...]")
   num_bits = _checks.check_num_bits(num_bits)
   num_levels = _checks.check_positive_int("num_levels", num_levels)
-  alpha = _check_alpha(alpha)
+  alpha = _checks.check_schedule("alpha", alpha)
   width = _checks.check_number("width", width, low=0, low_open=True)
   return num_bits, num_levels, alpha, width
 
