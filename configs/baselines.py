@@ -27,6 +27,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Any of hashjax.baselines.BASELINES: lsh, pca, itq, sh, iso, sph, agh (unsupervised), ksh, sdh, cosdish,
   # fasthash, bre, splh (supervised: fitted with the training items' labels); --config.methods=ksh,sdh
   config.methods = ("lsh", "pca", "itq", "sh")
+  config.weighted = ()  # of config.methods, also ranked by learned bit weights (EGD, hashjax.weighting.fit)
+  config.models = ()  # saved models (hashjax.load_model paths) on the same protocol, scored beside the methods
   config.bits = (16, 32, 64)  # code lengths: --config.bits=16,32 (pca and itq: at most the input dimension)
   config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
   config.precision_k = 100  # tie-aware precision@100

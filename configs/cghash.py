@@ -7,10 +7,10 @@ r"""CGHash (Lin et al., Sec. 3): column generation for a triplet loss on weighte
 One 64-bit run (its first 16 and 32 bits are the shorter models) on 200 training items per class, 50 relevant
 and 100 irrelevant neighbours each (10^7 triplets), perceptron hash functions on RBF responses to 300 training
 anchors, squared hinge loss with l1 regularisation; beside ITQ and a linear TALR-AP mapping of 1,000 steps per
-length. Expected (docs/results/colgen.md): tie-aware AP 0.815 / 0.847 / 0.870 at 16 / 32 / 64 bits by plain
-Hamming distance, 0.822 / 0.851 / 0.875 by the learned weights; 85 s of column generation on a quiet 2-core CPU
-(207 s at load 4-5), and 3 min 18 s for the whole command with the three TALR runs (AP_T 0.817 / 0.861 /
-0.879). ``C`` weighs the *mean* triplet loss (the paper's per-triplet C is C / 10^7 = 3e-5); under ``regularizer="linf"`` it is the weight bound C'. C and the features
+length. Expected (docs/results/colgen.md): tie-aware AP 0.822 / 0.858 / 0.875 at 16 / 32 / 64 bits by plain
+Hamming distance, 0.830 / 0.863 / 0.878 by the learned weights; 114 s of column generation on a 2-core CPU at
+load 4, and about 3 minutes more for the three TALR runs (AP_T 0.817 / 0.861 / 0.879 when last measured, at
+commit aa96786). ``C`` weighs the *mean* triplet loss (the paper's per-triplet C is C / 10^7 = 3e-5); under ``regularizer="linf"`` it is the weight bound C'. C and the features
 were chosen on the validation split (``--config.eval_split=validation_heldout``), never on the queries.
 """
 

@@ -8,8 +8,8 @@ One 64-bit run (its first 16 and 32 bits are the shorter models) on 200 training
 and 100 irrelevant neighbours each, the hash family of configs/cghash.py (RBF features to 300 anchors); the weights
 of every bit by cutting planes (HiGHS LPs) with the loss-augmented inference of ``config.loss`` (``"sndcg"``,
 ``"ndcg"`` at ``config.ndcg_k`` or ``"auc"``). Stage-wise (the default) learns two weights per bit and ranks by
-plain Hamming distance. Expected (docs/results/colgen.md): tie-aware NDCG@100 0.857 / 0.883 / 0.904 at 16 / 32 /
-64 bits; 54 s of training on a quiet 2-core CPU (111 s at load 4-5). C was chosen on the validation split
+plain Hamming distance. Expected (docs/results/colgen.md): tie-aware NDCG@100 0.851 / 0.883 / 0.900 at 16 / 32 /
+64 bits; 79 s of training on a 2-core CPU at load 4. C was chosen on the validation split
 (``--config.eval_split=validation_heldout``), never on the queries.
 """
 

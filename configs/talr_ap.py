@@ -7,10 +7,10 @@ r"""TALR-AP (He et al. 2018): a hash mapping trained on relaxed tie-aware AP, MN
 
 Test AP_T, seed 0, 2 threads (training time on a 2-core CPU; under load it grows):
 
-  (default) linear, 32 bits   0.8726   65 s (0.8720 under ``taskset -c 0``)
-  bits=16 / bits=64           0.8252 / 0.8881
-  model=mlp                   0.9654   85 s
-  model=mlp,bits=16 / 64      0.9665 / 0.9662
+  (default) linear, 32 bits   0.8724   132 s at load 4 (65 s on a quiet machine, earlier)
+  bits=16 / bits=64           0.8230 / 0.8878
+  model=mlp                   0.9662   87 s
+  model=mlp,bits=16 / 64      0.9609 / 0.9746
   runlocal (digits)           0.8203   seconds
 
 The argument sets the model and code length together with the options chosen for

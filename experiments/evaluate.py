@@ -1,14 +1,21 @@
-r"""Hashes a dataset with the unsupervised baselines and prints tie-aware metrics.
+r"""Hashes a dataset with the baselines (and saved learned models) and prints tie-aware metrics.
 
   python -m experiments.evaluate --config=configs/baselines.py
   python -m experiments.evaluate --config=configs/baselines.py --config.bits=32 --workdir=runs/b32
   python -m experiments.evaluate --config=configs/baselines.py --config.methods=lsh,itq --config.bits=16,32
+  python -m experiments.evaluate --config=configs/supervised.py --config.models=runs/talr_ap  # a trained model too
   python -m experiments.evaluate --config=configs/baselines.py --help   # the config's fields and defaults
 
 For every method and code length: fit on the protocol's training subset, encode
 queries and database, and evaluate the Hamming ranking with
 :func:`hashjax.evaluate.evaluate_codes` (tie-aware AP and NDCG, optimistic and
 pessimistic AP, precision within Hamming radius 2, tie-aware precision@100).
+Every saved model of ``config.models`` (a TALR, CGHash or StructHash run on the
+same protocol) is scored beside them on the same queries and database, and by
+its learned bit weights too when it has them; every method of
+``config.weighted`` is also ranked by bit weights learned on its training codes
+(:func:`hashjax.weighting.fit`, EGD; Feng, Liu, Wang), which rank by the
+weighted Hamming distance, so its radius columns are left empty.
 The table goes to stdout and, with the timings, to ``<workdir>/results.json``; each fitted baseline to
 ``<workdir>/models/<method>-<bits>`` (``hashjax.load_model``), and with ``--config.plots=True`` the figures
 (AP against code length, precision-recall curves, distance histograms) to ``<workdir>/*.png``.
@@ -22,50 +29,128 @@ from typing import Dict, List
 
 from absl import logging
 import ml_collections
+import numpy as np
 
 from experiments import cli, fitting, plots, reporting, tasks
-from hashjax import io
-from hashjax.evaluate import evaluate_codes
+from hashjax import codes, io, load_model, models, weighting
+from hashjax.evaluate import evaluate_codes, evaluate_distances
 
+#: What a saved model of ``config.models`` must share with the run: the same queries (a model trained on a
+#: different split may have trained on this run's queries).
+PROTOCOL_FIELDS = ("dataset", "seed", "queries_per_class")
+
+
+def model_paths(path: str) -> List[str]:
+  """The saved models a ``config.models`` entry names: a model's directory or a workdir with one model
+  (:func:`hashjax.load_model` reads either), or every model under a run's ``models/`` (a colgen run's
+  ``models/cghash-16``, ``-32``, ...), ordered by their directories' names."""
+  root = os.path.join(path, "models")
+  if os.path.isfile(os.path.join(path, models.MODEL_FILE)) or not os.path.isdir(root):
+    return [path]
+  found = sorted(os.path.join(root, d) for d in os.listdir(root)
+                 if os.path.isfile(os.path.join(root, d, models.MODEL_FILE)))
+  return found or [path]
+
+
+def saved_model(path: str, config: ml_collections.ConfigDict):
+  """``hashjax.load_model(path)``, refused when the config it records splits the data differently."""
+  model = load_model(path)
+  recorded = dict(model.config or {})
+  for field in PROTOCOL_FIELDS:
+    if field in recorded and recorded[field] != config[field]:
+      raise ValueError(f"config.models: {path} was trained with {field}={recorded[field]!r}, this run has "
+                       f"{config[field]!r}; its training items may be this run's queries")
+  if not all(field in recorded for field in PROTOCOL_FIELDS):
+    logging.warning("%s records no protocol (%s): it is assumed not to have trained on this run's queries",
+                    path, ", ".join(PROTOCOL_FIELDS))
+  return model
+
+
+def codes_row(method: str, num_bits: int, query_words, db_words, protocol: tasks.Protocol,
+              config: ml_collections.ConfigDict, **extra) -> Dict:
+  """The row of a Hamming ranking: :func:`hashjax.evaluate.evaluate_codes` (and the plots' curves)."""
+  split = protocol.split
+  labels = {"query_labels": protocol.labels[split.query], "db_labels": protocol.labels[split.database]}
+  start = time.perf_counter()
+  result = evaluate_codes(query_words, db_words, num_bits=num_bits, radius=config.radius, k=config.precision_k,
+                          **labels)
+  row = {"method": method, "bits": int(num_bits), **reporting.plain(result), **extra,
+         "eval_seconds": time.perf_counter() - start}
+  if config.plots:
+    row["curves"] = plots.distance_curves(query_words, db_words, num_bits=num_bits, **labels)
+  logging.info("%s %d bits: AP_T %.4f", method, num_bits, row["tie_aware_ap"])
+  return row
+
+
+def weighted_row(method: str, num_bits: int, query_words, db_words, weights, protocol: tasks.Protocol,
+                 config: ml_collections.ConfigDict, **extra) -> Dict:
+  """The row of a ranking by the weighted Hamming distance (no radius: the distances are real)."""
+  split = protocol.split
+  distances = np.asarray(codes.weighted_hamming_distance(query_words, db_words, weights))
+  result = evaluate_distances(distances, query_labels=protocol.labels[split.query],
+                              db_labels=protocol.labels[split.database], k=config.precision_k)
+  logging.info("%s %d bits: AP_T %.4f", method, num_bits, result["tie_aware_ap"])
+  return {"method": method, "bits": int(num_bits), **reporting.plain(result), **extra}
+
+
+def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: ml_collections.ConfigDict,
+                  workdir: str) -> List[Dict]:
+  """Baseline ``method`` fitted on the training items and saved to ``<workdir>/models/<method>-<bits>``; its
+  row, and with ``method`` in ``config.weighted`` the row of EGD bit weights learned on its training codes."""
+  x, labels, split = protocol.features, protocol.labels, protocol.split
+  start = time.perf_counter()
+  model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed,
+                                 train_labels=labels[split.train], config=config)
+  query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
+  seconds = time.perf_counter() - start
+  model_dir = os.path.join("models", f"{method}-{num_bits}")
+  model.save(os.path.join(workdir, model_dir))
+  rows = [codes_row(method, num_bits, query_words, db_words, protocol, config, fit_encode_seconds=seconds,
+                    model=model_dir)]
+  if method in config.weighted:
+    start = time.perf_counter()
+    train_bits = codes.unpack_bits(model.encode(x[split.train]), num_bits)
+    weights = np.asarray(weighting.fit(train_bits, labels[split.train], solver="egd", seed=config.seed))
+    rows.append(weighted_row(f"{method}+w", num_bits, query_words, db_words, weights, protocol, config,
+                             fit_encode_seconds=seconds + time.perf_counter() - start, model=model_dir))
+  return rows
+
+
+def model_rows(path: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict) -> List[Dict]:
+  """A saved model's row (named by its directory), and the row of its own bit weights when it has them."""
+  x, split = protocol.features, protocol.split
+  name = os.path.basename(os.path.normpath(path))
+  query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
+  rows = [codes_row(name, model.num_bits, query_words, db_words, protocol, config, model=path)]
+  if model.bit_weights is not None:
+    rows.append(weighted_row(f"{name}+w", model.num_bits, query_words, db_words, model.bit_weights, protocol,
+                             config, model=path))
+  return rows
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
-  """Runs every (method, bits) of ``config``; returns the result rows and writes JSON.
+  """Runs every (method, bits) of ``config`` and scores every model of ``config.models``; returns the result
+  rows and writes JSON.
 
   Each fitted baseline is saved to ``<workdir>/models/<method>-<bits>`` (its row's ``"model"``), which
-  ``hashjax.load_model`` restores; its ``encode`` gives the words evaluated here.
+  ``hashjax.load_model`` restores; its ``encode`` gives the words evaluated here. The saved models' rows
+  follow the baselines of their code length (those of a length not in ``config.bits`` come last).
   """
   if config.plots:
     plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
   protocol = tasks.load_protocol(config)
   split = protocol.split
-  x = protocol.features
   logging.info("%s: %d queries, %d database items, %d training items, dim %d", protocol.name,
-               len(split.query), len(split.database), len(split.train), x.shape[1])
+               len(split.query), len(split.database), len(split.train), protocol.features.shape[1])
+  learned = [(path, saved_model(path, config)) for entry in config.models for path in model_paths(entry)]
   rows = []
   for num_bits in config.bits:
     for method in config.methods:
-      start = time.perf_counter()
-      model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed,
-                                      train_labels=protocol.labels[split.train], config=config)
-      query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
-      fit_seconds = time.perf_counter() - start
-      model_dir = os.path.join("models", f"{method}-{num_bits}")
-      model.save(os.path.join(workdir, model_dir))
-      start = time.perf_counter()
-      result = evaluate_codes(
-          query_words, db_words, query_labels=protocol.labels[split.query],
-          db_labels=protocol.labels[split.database], num_bits=num_bits,
-          radius=config.radius, k=config.precision_k)
-      row = {"method": method, "bits": int(num_bits), **reporting.plain(result),
-             "fit_encode_seconds": fit_seconds, "eval_seconds": time.perf_counter() - start, "model": model_dir}
-      if config.plots:
-        row["curves"] = plots.distance_curves(query_words, db_words, num_bits=num_bits,
-                                              query_labels=protocol.labels[split.query],
-                                              db_labels=protocol.labels[split.database])
-      logging.info("%s %d bits: AP_T %.4f (fit+encode %.2fs, eval %.2fs)", method, num_bits,
-                   row["tie_aware_ap"], row["fit_encode_seconds"], row["eval_seconds"])
-      rows.append(row)
+      rows += baseline_rows(method, num_bits, protocol, config, workdir)
+    for path, model in learned:
+      rows += model_rows(path, model, protocol, config) if model.num_bits == num_bits else []
+  for path, model in learned:
+    rows += model_rows(path, model, protocol, config) if model.num_bits not in config.bits else []
   io.atomic_write_json(os.path.join(workdir, "results.json"),
                        {"config": config.to_dict(), "dataset": protocol.name, "rows": rows})
   if config.plots:

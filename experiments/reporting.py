@@ -143,9 +143,10 @@ def _cell(value) -> str:
 
 def format_table(rows: Sequence[Dict], columns: Sequence = COLUMNS) -> str:
   """A fixed-width text table: method, bits, then one column per metric."""
-  header = f"{'method':<14}{'bits':>5}" + "".join(f"{title:>10}" for _, title in columns)
+  width = max([14] + [len(str(row["method"])) + 1 for row in rows])
+  header = f"{'method':<{width}}{'bits':>5}" + "".join(f"{title:>10}" for _, title in columns)
   lines: List[str] = [header, "-" * len(header)]
   for row in rows:
     cells = "".join(_cell(row.get(key)) for key, _ in columns)
-    lines.append(f"{row['method']:<14}{row['bits']:>5}" + cells)
+    lines.append(f"{row['method']:<{width}}{row['bits']:>5}" + cells)
   return "\n".join(lines)

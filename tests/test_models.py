@@ -374,3 +374,53 @@ def test_evaluate_writes_one_model_per_baseline_and_length(tmp_path):
                                   db_labels=protocol.labels[split.database], num_bits=16,
                                   radius=config.radius, k=config.precision_k)
   assert float(result["tie_aware_ap"]) == rows[0]["tie_aware_ap"]
+
+
+def test_evaluate_scores_saved_models_and_learned_bit_weights_beside_the_baselines(tmp_path):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate, tasks  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits, config.weighted = ("lsh", "itq"), (16,), ("itq",)
+  first = evaluate.evaluate(config, str(tmp_path / "first"))
+  config.methods, config.weighted = ("lsh",), ()
+  config.models = (str(tmp_path / "first"),)  # a run's workdir: every model under its models/
+  second = evaluate.evaluate(config, str(tmp_path / "second"))
+  assert [r["method"] for r in first] == ["lsh", "itq", "itq+w"]
+  assert [r["method"] for r in second] == ["lsh", "itq-16", "lsh-16"]
+  # A saved model scores what it scored when it was fitted: the same queries and database.
+  assert second[1]["tie_aware_ap"] == first[1]["tie_aware_ap"]
+  assert second[2]["tie_aware_ap"] == second[0]["tie_aware_ap"] == first[0]["tie_aware_ap"]
+  weighted = first[2]
+  assert weighted.get("precision_at_radius") is None  # real-valued distances: no Hamming radius
+  # The weights: EGD on the training codes; the distances by a loop over the bits.
+  protocol = tasks.load_protocol(config)
+  split = protocol.split
+  model = hashjax.load_model(tmp_path / "first" / "models" / "itq-16")
+  train_bits = hashjax.codes.unpack_bits(model.encode(protocol.features[split.train]), 16)
+  w = np.asarray(hashjax.weighting.fit(train_bits, protocol.labels[split.train], solver="egd", seed=config.seed),
+                 np.float64)
+  qb, db = (np.asarray(hashjax.codes.unpack_bits(model.encode(protocol.features[i]), 16)) for i in (split.query,
+                                                                                                    split.database))
+  distances = sum(w[j] * (qb[:, j][:, None] != db[:, j][None, :]) for j in range(16))
+  result = hashjax.evaluate_distances(distances, query_labels=protocol.labels[split.query],
+                                      db_labels=protocol.labels[split.database], k=config.precision_k)
+  assert weighted["tie_aware_ap"] == pytest.approx(float(result["tie_aware_ap"]), abs=1e-6)
+  assert weighted["pessimistic_ap"] <= weighted["tie_aware_ap"] <= weighted["optimistic_ap"]
+
+
+def test_evaluate_refuses_a_saved_model_of_another_split_and_weights_of_an_unrun_method(tmp_path):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate  # pylint: disable=g-import-not-at-top
+  from experiments.methods import checks  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits = ("lsh",), (16,)
+  evaluate.evaluate(config, str(tmp_path / "first"))
+  config.seed = 1  # another split: the saved model may have trained on this run's queries
+  config.models = (str(tmp_path / "first" / "models" / "lsh-16"),)
+  with pytest.raises(ValueError, match=r"config.models: .* seed=0, this run has 1"):
+    evaluate.evaluate(config, str(tmp_path / "second"))
+  config.models, config.weighted = (), ("itq",)
+  with pytest.raises(checks.ConfigError, match=r"config.weighted: expected methods among config.methods"):
+    checks.check_config(config)

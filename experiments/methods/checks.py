@@ -259,7 +259,7 @@ def _rules() -> Dict[str, Callable]:
       "checkpoint_every": _int(0, True), "target": _num(0), "precision_k": _int(1), "num_devices": _int(1),
       "exact_l2": _bool, "plots": _bool,
       "baselines": _names(baselines.BASELINES, nonempty=False), "methods": _names(baselines.BASELINES, nonempty=True),
-      "models": _folders,
+      "models": _folders, "weighted": _names(baselines.BASELINES, nonempty=False),
       # experiments.colgen
       "regularizer": _choice(cghash.REGULARIZERS), "features": _choice(colgen_features.FEATURE_KINDS),
       "C": _num(0, low_open=True), "num_relevant": _int(1), "num_irrelevant": _int(1), "num_anchors": _int(1),
@@ -329,6 +329,8 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
     if c("batch_per_class") > left:
       raise ConfigError(f"config.batch_per_class: expected at most the {left} training items per class of "
                         f"config.eval_split={c('eval_split')!r}, got {c('batch_per_class')}")
+  if kind == "baselines" and not set(c("weighted") or ()) <= set(c("methods")):
+    raise _fail("config.weighted", f"methods among config.methods={list(c('methods'))}", c("weighted"))
   if kind in ("baselines", "colgen") and not c("bits"):
     raise _fail("config.bits", "at least one code length", c("bits"))
   if kind == "colgen":
