@@ -424,3 +424,6 @@ def test_evaluate_refuses_a_saved_model_of_another_split_and_weights_of_an_unrun
   config.models, config.weighted = (), ("itq",)
   with pytest.raises(checks.ConfigError, match=r"config.weighted: expected methods among config.methods"):
     checks.check_config(config)
+  config.weighted, config.methods = (), ("lsh", "ksh")  # 1,000 anchors from runlocal's 500 training items
+  with pytest.raises(checks.ConfigError, match=r"config.methods: ksh draws 1000 anchors .* gives 500"):
+    checks.check_baselines_fit(config)

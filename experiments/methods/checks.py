@@ -644,17 +644,24 @@ def check_memory(config: ml_collections.ConfigDict, *, available: Optional[int] 
 
 
 def check_baselines_fit(config: ml_collections.ConfigDict, *, shape: Optional[DataShape] = None) -> None:
-  """PCA and ITQ need ``bits <= dim`` (one bit per principal direction): checked where the dimension is known."""
+  """PCA and ITQ need ``bits <= dim`` (one bit per principal direction), the kernel baselines at least as many
+  training items as their anchors (``hashjax.baselines.MIN_TRAIN_ITEMS``): checked where the sizes are known."""
   shape = shape or dataset_shape(config)
   kind = run_kind(config)
   if not shape.known or kind in (None, "localrank"):
     return
   bits = config.bits if isinstance(config.bits, (tuple, list)) else (config.bits,)
   field = {"baselines": "config.methods", "bit_weights": "config.base_codes"}.get(kind, "config.baselines")
+  per_class = config.get("train_per_class")
+  train = (per_class * shape.num_classes if per_class
+           else shape.num_items - config.get("queries_per_class", 0) * shape.num_classes)
   for m in (config.get(field[len("config."):]) or ()):
     if m in ("pca", "itq", "iso", "splh") and max(bits, default=0) > shape.dim:
       raise ConfigError(f"config.bits={format_value(config.bits)}: {m} needs at most {shape.dim} bits on "
                         f"{config.dataset} ({shape.dim} features); lower config.bits or drop {m} from {field}")
+    if train < baselines.MIN_TRAIN_ITEMS.get(m, 0):
+      raise ConfigError(f"{field}: {m} draws {baselines.MIN_TRAIN_ITEMS[m]} anchors from the training items, but "
+                        f"config.train_per_class={per_class} gives {train}; raise it or drop {m}")
 
 
 def check_run(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

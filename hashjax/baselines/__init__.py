@@ -46,6 +46,11 @@ Array = jax.Array
 BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral, "iso": isohash, "sph": spherical, "agh": agh,
              "ksh": ksh, "sdh": sdh, "cosdish": cosdish, "fasthash": fasthash, "bre": bre, "splh": splh}
 
+#: Name -> the training items its ``fit`` needs with its default anchors (one anchor per item at most).
+MIN_TRAIN_ITEMS = {"agh": agh.DEFAULT_NUM_ANCHORS, "ksh": ksh.DEFAULT_NUM_ANCHORS, "sdh": sdh.DEFAULT_NUM_ANCHORS,
+                   "cosdish": cosdish.DEFAULT_NUM_ANCHORS, "fasthash": fasthash.DEFAULT_NUM_ANCHORS,
+                   "bre": bre.DEFAULT_NUM_ANCHORS}
+
 #: The methods whose ``fit`` learns from class labels (``labels=``).
 SUPERVISED = ("ksh", "sdh", "cosdish", "fasthash", "bre", "splh")
 
@@ -54,7 +59,7 @@ PARAMS = {"lsh": LSHParams, "pca": PCAParams, "itq": ITQParams, "sh": SpectralPa
           "sph": SphericalParams, "agh": AGHParams, "ksh": KSHParams, "sdh": SDHParams, "cosdish": CosdishParams,
           "fasthash": FastHashParams, "bre": BREParams, "splh": SPLHParams}
 
-__all__ = ["BASELINES", "SUPERVISED", "PARAMS", "fit", "encode", "project", "lsh", "pca", "itq", "spectral",
+__all__ = ["BASELINES", "SUPERVISED", "PARAMS", "MIN_TRAIN_ITEMS", "fit", "encode", "project", "lsh", "pca", "itq", "spectral",
            "isohash", "spherical", "agh", "ksh", "sdh", "cosdish", "fasthash", "bre", "splh", "LSHParams",
            "PCAParams", "ITQParams", "SpectralParams", "IsoHashParams", "SphericalParams", "AGHParams", "KSHParams",
            "SDHParams", "CosdishParams", "FastHashParams", "BREParams", "SPLHParams"]

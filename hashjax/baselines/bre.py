@@ -45,6 +45,9 @@ from hashjax.baselines import _common
 
 Array = jax.Array
 
+#: Anchors of the RBF features when ``fit`` is not told (a fit needs at least as many training items).
+DEFAULT_NUM_ANCHORS = 200
+
 
 class BREParams(NamedTuple):
   """``mean[dim]``, centred ``anchors[A, dim]``, RBF width ``scale[]``, mean responses ``offset[A]`` and
@@ -104,7 +107,7 @@ def _descend(kernel: np.ndarray, onehot: np.ndarray, weights: np.ndarray, num_sw
 
 
 def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_train: int = 800,
-        num_anchors: int = 200, num_sweeps: int = 1, ridge: float = 1.0) -> BREParams:
+        num_anchors: int = DEFAULT_NUM_ANCHORS, num_sweeps: int = 1, ridge: float = 1.0) -> BREParams:
   r"""Learns BRE kernel hash functions from class ``labels``.
 
   .. math:: \min_W \sum_{i, j \le n} \Big([y_i \ne y_j] - \frac{1}{b} \|h(x_i) - h(x_j)\|_1\Big)^2

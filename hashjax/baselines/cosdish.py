@@ -49,6 +49,9 @@ from hashjax.baselines import _common
 
 Array = jax.Array
 
+#: Anchors of the RBF features when ``fit`` is not told (a fit needs at least as many training items).
+DEFAULT_NUM_ANCHORS = 1000
+
 
 class CosdishParams(NamedTuple):
   """``mean[dim]``, ``anchors[A, dim]`` (centred by ``mean``; ``A = 0``: linear), RBF ``scale[]``, regression
@@ -151,7 +154,7 @@ def objective(codes: np.ndarray, labels: np.ndarray) -> float:
 
 
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: Any = None,
-        num_anchors: int = 1000, regularization: float = 1e-7, num_columns: int = 100, num_rounds: int = 10,
+        num_anchors: int = DEFAULT_NUM_ANCHORS, regularization: float = 1e-7, num_columns: int = 100, num_rounds: int = 10,
         num_alternations: int = 3) -> CosdishParams:
   r"""Learns COSDISH's discrete training codes and the kernel regression that hashes new items.
 

@@ -36,6 +36,9 @@ from hashjax.baselines import _common
 
 Array = jax.Array
 
+#: Anchors of the RBF features when ``fit`` is not told (a fit needs at least as many training items).
+DEFAULT_NUM_ANCHORS = 1000
+
 
 class FastHashParams(NamedTuple):
   """``mean[dim]``, ``anchors[A, dim]`` (centred by ``mean``), RBF ``scale[]``, per-bit classifier ``weights[A,
@@ -119,7 +122,7 @@ def objective(codes: np.ndarray, labels: np.ndarray) -> float:
 
 
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: Any = None,
-        num_anchors: int = 1000, regularization: float = 1e-7, block_size: int = 50,
+        num_anchors: int = DEFAULT_NUM_ANCHORS, regularization: float = 1e-7, block_size: int = 50,
         num_sweeps: int = 2) -> FastHashParams:
   r"""Learns FastHash's bits one by one: block-wise code inference, then a kernel classifier per bit.
 
