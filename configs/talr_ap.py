@@ -46,8 +46,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.val_heldout_per_class = 175  # "validation_heldout": kept out of training, in the database
   config.affinity = "label"  # or "euclidean": TALR's multi-level 5/1/0.2/0.1% -> 1/2/5/10
   # Model: centred, unscaled inputs (standardize=True also divides by the std).
-  config.model = arg.model  # "linear" or "mlp"
-  config.hidden = (1024,)  # the MLP's hidden widths: --config.hidden=512,256
+  config.model = arg.model  # "linear" or "mlp" (or --config.model=cnn)
+  config.hidden = (1024,)  # the MLP's hidden widths (a CNN's dense layers): --config.hidden=512,256
+  config.image_shape = (28, 28, 1)  # model="cnn": the features as (height, width, channels) images
+  config.channels = (16, 32)  # model="cnn": channels of its 3x3 convolution + 2x2 max-pool blocks
   config.init = "lecun"  # or "nair": weights ~ N(0, 1e-3)
   config.standardize = False  # True: also divide the centred inputs by their std
   config.bits = arg.bits  # code length
@@ -98,6 +100,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.num_steps = 1000
   if arg.runlocal:  # scikit-learn digits, seconds
     config.dataset = "digits"
+    config.image_shape = (8, 8, 1)
     config.queries_per_class = 10
     config.train_per_class = 60
     config.val_per_class = 20

@@ -24,13 +24,21 @@ def make_mapping(config: ml_collections.ConfigDict, task: tasks.Task):
 
   ``config.standardize`` also divides by the training standard deviation;
   ``config.init`` is the weight initialisation (``"lecun"`` or Nair's ``"nair"``),
-  ``config.hidden`` the MLP's hidden widths; ``config.seed`` draws the weights.
+  ``config.hidden`` the MLP's hidden widths (a CNN's dense layers after its
+  convolutions); for ``config.model == "cnn"``, ``config.image_shape`` and
+  ``config.channels`` (defaults :data:`hashjax.mappings.DEFAULT_IMAGE_SHAPE`
+  and :data:`hashjax.mappings.DEFAULT_CHANNELS` where the config has no such
+  field); ``config.seed`` draws the weights.
   """
   x = task.features[task.train]
   mean, scale = mappings.feature_stats(x)
-  hidden = tuple(config.hidden) if config.model == "mlp" else None
+  hidden = tuple(config.hidden) if config.model in ("mlp", "cnn") else None
+  cnn = config.model == "cnn"
+  image_shape = tuple(config.get("image_shape", mappings.DEFAULT_IMAGE_SHAPE)) if cnn else None
+  channels = tuple(config.get("channels", mappings.DEFAULT_CHANNELS)) if cnn else None
   mapping = mappings.make_mapping(config.model, num_bits=config.bits, hidden=hidden, init=config.init,
-                                  mean=mean, scale=scale if config.standardize else None)
+                                  mean=mean, scale=scale if config.standardize else None, image_shape=image_shape,
+                                  channels=channels)
   return mapping, mappings.init(jax.random.key(config.seed), mapping, x[:2])
 
 

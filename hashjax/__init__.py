@@ -13,7 +13,7 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.sharding`: databases and training batches over several devices (jax.sharding): sharded k-NN,
   radius search, histograms;
 * :mod:`hashjax.relaxations`: relaxed codes, distances, soft histograms, relaxed AP/NDCG;
-* :mod:`hashjax.mappings`: hash functions (linear, MLP);
+* :mod:`hashjax.mappings`: hash functions (linear, MLP, CNN);
 * :mod:`hashjax.objectives`: TALR, RankNet and LambdaRank losses, swap deltas, task scores;
 * :mod:`hashjax.train`: the shared optax training loop with checkpoints;
 * :mod:`hashjax.data`: datasets, protocols, affinities;

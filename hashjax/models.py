@@ -62,14 +62,14 @@ FORMAT = "hashjax-model"
 VERSION = 3
 #: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, the baselines of :mod:`hashjax.baselines`, then the
 #: column-generation hashes of :mod:`hashjax.colgen` (CGHash, StructHash).
-KINDS = ("linear", "mlp", *baselines.BASELINES, "colgen")
+KINDS = ("linear", "mlp", "cnn", *baselines.BASELINES, "colgen")
 #: The first format version that can hold each kind (the others: 1).
-_KIND_VERSION = {"colgen": 2, **{k: 3 for k in ("sph", "agh", *baselines.SUPERVISED)}}
+_KIND_VERSION = {"colgen": 2, **{k: 3 for k in ("cnn", "sph", "agh", *baselines.SUPERVISED)}}
 #: The manifest of a saved model directory, and the arrays file of format versions 1 and 2.
 MODEL_FILE = "model.json"
 ARRAYS_FILE = "arrays.npz"
 
-_MAPPING_KINDS = ("linear", "mlp")
+_MAPPING_KINDS = ("linear", "mlp", "cnn")
 _BASELINE_PARAMS = baselines.PARAMS
 
 
@@ -152,22 +152,37 @@ def _check_mapping_params(mapping: Any, params: Any, dim: int) -> None:
       raise ValueError(f"params: expected floating-point parameters, got {_checks.desc(leaf)} at {name!r}")
 
 
+#: The settings each mapping kind saves beyond ``init`` and ``param_dtype``.
+_MAPPING_SETTINGS = {"linear": (), "mlp": ("hidden", "activation"),
+                     "cnn": ("image_shape", "channels", "hidden", "activation")}
+
+
+def _mapping_kind(mapping: Any) -> str:
+  return {mappings.Linear: "linear", mappings.MLP: "mlp", mappings.CNN: "cnn"}[type(mapping)]
+
+
 def _mapping_settings(mapping: Any) -> Dict[str, Any]:
   settings = {"init": mapping.weight_init, "param_dtype": np.dtype(mapping.param_dtype).name}
-  if isinstance(mapping, mappings.MLP):
-    settings.update(hidden=list(mapping.hidden), activation=mapping.activation)
+  for key in _MAPPING_SETTINGS[_mapping_kind(mapping)]:
+    value = getattr(mapping, key)
+    settings[key] = list(value) if isinstance(value, tuple) else value
   return settings
 
 
 def _build_mapping(kind: str, num_bits: int, settings: Dict[str, Any], mean: Any, scale: Any) -> Any:
-  known = {"init", "param_dtype"} | ({"hidden", "activation"} if kind == "mlp" else set())
+  known = {"init", "param_dtype", *_MAPPING_SETTINGS[kind]}
   unknown = sorted(set(settings) - known)
   if unknown:
     raise ValueError(f"settings: unknown keys {unknown} for a {kind!r} mapping (expected {sorted(known)})")
-  hidden = settings.get("hidden")
-  return mappings.make_mapping(kind, num_bits=num_bits, hidden=None if hidden is None else tuple(hidden),
-                               activation=settings.get("activation"), init=settings.get("init", "lecun"),
-                               mean=mean, scale=scale, param_dtype=settings.get("param_dtype", "float32"))
+
+  def sizes(key):  # JSON lists back to tuples
+    value = settings.get(key)
+    return tuple(value) if isinstance(value, list) else value
+
+  return mappings.make_mapping(kind, num_bits=num_bits, hidden=sizes("hidden"), image_shape=sizes("image_shape"),
+                               channels=sizes("channels"), activation=settings.get("activation"),
+                               init=settings.get("init", "lecun"), mean=mean, scale=scale,
+                               param_dtype=settings.get("param_dtype", "float32"))
 
 
 def _colgen_words(params: Any, features: jax.Array) -> jax.Array:
@@ -196,12 +211,13 @@ class Model:
   does not); it is immutable (its attributes cannot be set).
 
   Attributes:
-    kind: ``"linear"`` or ``"mlp"`` (:mod:`hashjax.mappings`), ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or
+    kind: ``"linear"``, ``"mlp"`` or ``"cnn"`` (:mod:`hashjax.mappings`), ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or
       ``"iso"`` (:mod:`hashjax.baselines`), or ``"colgen"`` (:mod:`hashjax.colgen`).
     num_bits: code length ``b``.
     dim: feature width the model encodes.
     settings: JSON-friendly dict of the hash function's options (a mapping's ``init`` and
-      ``param_dtype``; an MLP's ``hidden`` widths and ``activation``; a colgen hash's ``features`` and
+      ``param_dtype``; an MLP's ``hidden`` widths and ``activation``; a CNN's ``image_shape``,
+      ``channels``, ``hidden`` and ``activation``; a colgen hash's ``features`` and
       ``method``; empty for a baseline).
     params: the parameters: a mapping's nested dict of arrays, a baseline's params NamedTuple, or a colgen
       hash's :class:`hashjax.colgen.features.HashParams`.
@@ -338,13 +354,13 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
   ``train_features`` only supply the feature width and the value range.
 
   Args:
-    mapping: a module from :func:`hashjax.mappings.make_mapping` (``Linear`` or ``MLP``).
+    mapping: a module from :func:`hashjax.mappings.make_mapping` (``Linear``, ``MLP`` or ``CNN``).
     params: its trained parameters (the tree :func:`hashjax.mappings.init` gives).
     train_features: ``[N, dim]`` the features it was trained on.
     config: the run's config (a ``ml_collections.ConfigDict`` or a JSON-serialisable dict), or None.
 
   Returns:
-    A :class:`Model` of kind ``"linear"`` or ``"mlp"``.
+    A :class:`Model` of kind ``"linear"``, ``"mlp"`` or ``"cnn"``.
 
   >>> import jax, numpy as np
   >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
@@ -354,8 +370,8 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
   >>> bool((model.encode(x) == mappings.encode(mapping, params, x)).all())
   True
   """
-  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP),
-                     what="a hashjax.mappings module from make_mapping (Linear or MLP)")
+  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP, mappings.CNN),
+                     what="a hashjax.mappings module from make_mapping (Linear, MLP or CNN)")
   dim, feature_range = _train_stats(train_features)
   for name in ("mean", "scale"):
     constant = getattr(mapping, name)
@@ -364,9 +380,8 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
   _check_mapping_params(mapping, params, dim)
   config = None if config is None else _json_plain("config", config)
   params = jax.tree.map(_checks.as_jax, params)
-  kind = "linear" if isinstance(mapping, mappings.Linear) else "mlp"
-  return Model(kind=kind, num_bits=mapping.num_bits, dim=dim, settings=_mapping_settings(mapping), params=params,
-               feature_range=feature_range, config=config, mapping=mapping)
+  return Model(kind=_mapping_kind(mapping), num_bits=mapping.num_bits, dim=dim, settings=_mapping_settings(mapping),
+               params=params, feature_range=feature_range, config=config, mapping=mapping)
 
 
 def from_baseline(method: str, params: Any, *, train_features: Any, config: Any = None) -> Model:

@@ -29,7 +29,7 @@ GB = 10 ** 9
 COMMANDS = {
     "help_config": ("train", ["--config=configs/talr_ap.py:runlocal", "--help"]),
     "help_configs": ("train", ["-h"]),
-    "model_cnn": ("train", ["--config=configs/talr_ap.py", "--config.model=cnn"]),
+    "model_vit": ("train", ["--config=configs/talr_ap.py", "--config.model=vit"]),
     "unknown_field": ("train", ["--config=configs/talr_ap.py", "--config.alpah=1"]),
     "too_big": ("train", ["--config=configs/talr_ap.py", "--config.bits=10000000"]),
     "too_big_baselines": ("evaluate", ["--config=configs/baselines.py", "--config.methods=lsh,sh",
@@ -98,7 +98,8 @@ def test_help_without_a_config_lists_the_launchers_configs(runs):
 
 
 def test_an_unknown_choice_names_the_valid_ones(runs):
-  assert _one_error_line(runs["model_cnn"]) == "error: config.model: expected one of ['linear', 'mlp'], got 'cnn'"
+  assert _one_error_line(runs["model_vit"]) == ("error: config.model: expected one of ['linear', 'mlp', 'cnn'], "
+                                                "got 'vit'")
 
 
 def test_an_unknown_field_names_the_close_ones(runs):
@@ -313,7 +314,7 @@ def test_every_shipped_config_variant_passes_and_fits_in_4_gb():
 
 
 @pytest.mark.parametrize("field, value, fragment", [
-    ("model", "cnn", "config.model: expected one of ['linear', 'mlp'], got 'cnn'"),
+    ("model", "vit", "config.model: expected one of ['linear', 'mlp', 'cnn'], got 'vit'"),
     ("alpha", -3.0, "config.alpha: expected a finite number > 0, got -3.0"),
     ("width", 0.0, "config.width: expected a finite number > 0"),
     ("learning_rate", 0.0, "config.learning_rate: expected a finite number > 0"),
@@ -348,7 +349,7 @@ def test_check_config_names_the_field_the_expectation_and_the_value(field, value
 
 @pytest.mark.parametrize("field, value, fragment", [
     ("method", "lambda",
-     "config.method: expected one of ['talr', 'ranknet', 'lambdarank', 'cghash', 'structhash'], got 'lambda'"),
+     "config.method: expected one of ['talr', 'ranknet', 'lambdarank', 'deep', 'cghash', 'structhash'], got 'lambda'"),
     ("score", "mrr", "config.score: expected one of ['knn_count', 'knn_majority', 'retrieval', 'ap']"),
     ("threshold", "fixed", "config.threshold: expected one of ['relative', 'absolute']"),
     ("doc_pool", 0, "config.doc_pool: expected an int >= 1 or None"),

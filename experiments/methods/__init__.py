@@ -3,10 +3,17 @@
 ==========================  ==============================================  =========================
 ``config.method``           module                                          configs
 ==========================  ==============================================  =========================
-``"talr"``                  :mod:`experiments.methods.talr` (He et al.)     talr_ap, talr_ndcg
+``"talr"``                  :mod:`experiments.methods.talr` (He et al.)     talr_ap, talr_ndcg,
+                                                                            deep_hashing
 ``"ranknet"``,              :mod:`experiments.methods.nair` (Nair et al.)   lambdarank_knn,
-``"lambdarank"``                                                            lambdarank_retrieval
+``"lambdarank"``                                                            lambdarank_retrieval,
+                                                                            deep_hashing
+``"deep"``                  :mod:`experiments.methods.deep` (DPSH, DTSH,    deep_hashing
+                            HashNet, CSQ, GreedyHash)
 ==========================  ==============================================  =========================
+
+``configs/deep_hashing.py`` is the launcher of one comparison: every deep hashing objective, TALR-AP,
+TALR-NDCG and LambdaRank on the same backbone, optimizer, steps and augmentation (``:objective=<name>``).
 
 Every trainer reads its task, mapping, optimizer and training run from
 :mod:`experiments.tasks`, :mod:`experiments.fitting` and :mod:`experiments.augment`, writes ``<workdir>/results.json``
@@ -30,11 +37,11 @@ import ml_collections
 from experiments import plots
 from experiments.methods import checks
 from experiments.methods.checks import ConfigError
-from experiments.methods import nair, talr
+from experiments.methods import deep, nair, talr
 from hashjax import io
 
 #: ``config.method`` -> the module whose ``train_and_evaluate`` runs it.
-TRAINERS = {"talr": talr, "ranknet": nair, "lambdarank": nair}
+TRAINERS = {"talr": talr, "ranknet": nair, "lambdarank": nair, "deep": deep}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:

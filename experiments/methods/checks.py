@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from experiments import fitting, tasks
+from experiments.methods.deep import CLASS_OBJECTIVES as DEEP_CLASS_OBJECTIVES, OBJECTIVES as DEEP_OBJECTIVES
 from experiments.methods.nair import AFFINITIES as NAIR_AFFINITIES, SCORES as NAIR_SCORES
 from experiments.methods.talr import EVAL_KEYS as TALR_EVAL_KEYS, OBJECTIVES as TALR_OBJECTIVES
 from experiments.methods.talr import SETTINGS as TALR_SETTINGS
@@ -30,7 +31,7 @@ from hashjax.objectives import ranknet as ranknet_lib
 from hashjax.objectives import talr as talr_lib
 
 #: ``config.method`` of ``experiments.train``: the trained methods (``experiments.methods.TRAINERS`` runs each).
-METHODS = ("talr", "ranknet", "lambdarank")
+METHODS = ("talr", "ranknet", "lambdarank", "deep")
 #: ``config.method`` of ``experiments.colgen``.
 COLGEN_METHODS = ("cghash", "structhash")
 #: ``config.solvers`` of ``experiments.bit_weights``: :data:`hashjax.weighting.SOLVERS` and WhRank.
@@ -38,7 +39,7 @@ BIT_WEIGHT_SOLVERS = weighting.SOLVERS + ("whrank",)
 #: ``config.select_by`` of ``experiments.localrank`` (``hashjax.ranking.query_metrics`` keys).
 LOCALRANK_METRICS = ("ap", "ndcg@1", "ndcg@5", "ndcg@10")
 #: ``config.target_metric``: what each method's periodic evaluation logs.
-TARGETS = {"talr": TALR_EVAL_KEYS, "nair": ("knn_error", "precision_at_radius")}
+TARGETS = {"talr": TALR_EVAL_KEYS, "nair": ("knn_error", "precision_at_radius"), "deep": TALR_EVAL_KEYS}
 #: Command-line words of a bool (any case).
 TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
 
@@ -183,6 +184,16 @@ def _hidden(name, v):
     raise _fail(name, "a list of positive layer widths (--config.hidden=512,256)", v)
 
 
+def _image_shape(name, v):
+  if not (isinstance(v, (tuple, list)) and len(v) == 3 and all(_checks.is_int(n) and n >= 1 for n in v)):
+    raise _fail(name, "(height, width, channels), three positive ints (--config.image_shape=28,28,1)", v)
+
+
+def _channels(name, v):
+  if not (isinstance(v, (tuple, list)) and v and all(_checks.is_int(n) and n >= 1 for n in v)):
+    raise _fail(name, "one or more positive channel counts (--config.channels=16,32)", v)
+
+
 def _bits(name, v):
   if isinstance(v, (tuple, list)):  # several code lengths (evaluate, colgen, bit_weights)
     if not all(_checks.is_int(b) and b >= 1 for b in v):
@@ -245,10 +256,14 @@ def _rules() -> Dict[str, Callable]:
       "affinity": _choice(tasks.AFFINITIES), "num_neighbors": _int(1), "train_neighbors": _train_neighbors,
       "model": _choice(mappings.MAPPINGS), "hidden": _hidden, "init": _choice(mappings.INITS),
       "activation": _choice(mappings.ACTIVATIONS), "standardize": _bool, "bits": _bits,
-      "objective": _choice(TALR_OBJECTIVES), "harmonic": _choice(relaxations.HARMONICS),
+      "image_shape": _image_shape, "channels": _channels,
+      "harmonic": _choice(relaxations.HARMONICS),
       "discount": _choice(relaxations.DISCOUNTS), "distance": _choice(talr_lib.DISTANCES),
       "alpha": _num(0, low_open=True), "alpha_final": _num(0), "width": _num(0, low_open=True),
       "setting": _choice(TALR_SETTINGS), "database_size": _int(0), "database_cached": _bool,
+      # config.method="deep" (experiments.methods.deep): each objective's options
+      "eta": _num(0), "dtsh_alpha": _num(0), "hashnet_alpha": _positive_or_none, "hashnet_gamma": _num(0),
+      "csq_lambda": _num(0), "greedy_alpha": _num(0),
       "score": _choice(NAIR_SCORES), "k": _int(1), "radius": _int(0), "top_bins": _int(1, True),
       "swap_bins": _int(1, True), "threshold": _choice(ranknet_lib.THRESHOLDS),
       "queries_per_batch": _int(1), "docs_per_query": _int(1), "doc_pool": _int(1, True),
@@ -287,12 +302,17 @@ def _positive_numbers(name, v):
     raise _fail(name, "a non-empty list of numbers > 0", v)
 
 
+def _positive_or_none(name, v):
+  if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")):
+    raise _fail(name, "a number > 0, or None", v)
+
+
 def run_kind(config: ml_collections.ConfigDict) -> Optional[str]:
-  """Whose config: ``"talr"``, ``"nair"`` (``experiments.train``), ``"colgen"``, ``"baselines"``
+  """Whose config: ``"talr"``, ``"nair"``, ``"deep"`` (``experiments.train``), ``"colgen"``, ``"baselines"``
   (``experiments.evaluate``), ``"bit_weights"``, ``"localrank"``, or None."""
   method = config.get("method")
-  if method == "talr":
-    return "talr"
+  if method in ("talr", "deep"):
+    return method
   if method in ("ranknet", "lambdarank"):
     return "nair"
   if method in COLGEN_METHODS:
@@ -305,14 +325,19 @@ def run_kind(config: ml_collections.ConfigDict) -> Optional[str]:
 
 def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> None:
   c = config.get
-  if kind in ("talr", "nair"):
-    affinities = ("label", "euclidean") if kind == "talr" else NAIR_AFFINITIES
+  if kind in ("talr", "nair", "deep"):
+    affinities = NAIR_AFFINITIES if kind == "nair" else ("label", "euclidean")
     if c("affinity") is not None and c("affinity") not in affinities:
       raise _fail("config.affinity", f"one of {list(affinities)} for config.method={c('method')!r}", c("affinity"))
     targets = TARGETS[kind]
     if c("target_metric") is not None and c("target_metric") not in targets:
       raise _fail("config.target_metric", f"one of {list(targets)} for config.method={c('method')!r}",
                   c("target_metric"))
+  if "objective" in config:  # the losses of the method: TALR's, or the deep hashing ones
+    _choice(DEEP_OBJECTIVES if kind == "deep" else TALR_OBJECTIVES)("config.objective", c("objective"))
+  if kind == "deep" and c("objective") in DEEP_CLASS_OBJECTIVES and c("affinity") != "label":
+    raise _fail("config.affinity", f"'label' for config.objective={c('objective')!r} (it trains on class labels)",
+                c("affinity"))
   if "warmup_steps" in config and "num_steps" in config and c("warmup_steps") >= max(c("num_steps"), 1):
     raise ConfigError(f"config.warmup_steps: expected fewer than config.num_steps={c('num_steps')} "
                       f"(at least 1), got {c('warmup_steps')}")
@@ -323,7 +348,7 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
     if held >= c("train_per_class"):
       raise ConfigError(f"config.train_per_class: expected more than the {held} items per class held out for "
                         f"config.eval_split={c('eval_split')!r}, got {c('train_per_class')}")
-  if kind == "talr" and c("batch_per_class") is not None:
+  if kind in ("talr", "deep") and c("batch_per_class") is not None:
     left = c("train_per_class") - (c("val_per_class") if c("eval_split") != "test" else 0) \
         - (c("val_heldout_per_class") if c("eval_split") == "validation_heldout" else 0)
     if c("batch_per_class") > left:
@@ -363,7 +388,7 @@ def check_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict
   """Checks every field of ``config`` it knows (choices, ranges, their relations); returns ``config``.
 
   Raises ConfigError naming the field, what was expected and what came,
-  e.g. ``config.model: expected one of ['linear', 'mlp'], got 'cnn'``.
+  e.g. ``config.model: expected one of ['linear', 'mlp', 'cnn'], got 'vit'``.
   Fields it does not know pass unchecked. One checker serves every launcher:
   a field means the same in each config, and the relations between fields
   follow :func:`run_kind`.
@@ -412,7 +437,7 @@ RUNTIME_BYTES = 500 * 10 ** 6
 #: histograms and the metrics' float arrays over them), and of the radius metrics of Nair's evaluation;
 #: its kNN classification (hashjax.metrics.knn_classify on distances) takes bytes per query, item and bin.
 #: Each is peak resident memory on the CPU.
-EVAL_BYTES_PER_BIN = {"talr": 480, "baselines": 480, "nair": 32}
+EVAL_BYTES_PER_BIN = {"talr": 480, "baselines": 480, "nair": 32, "deep": 480}
 KNN_BYTES_PER_ITEM_BIN = 0.125
 
 
@@ -471,9 +496,16 @@ def _n(x: int) -> str:
   return f"{int(x):,}"
 
 
-def _param_count(model: str, dim: int, hidden: Sequence[int], bits: int) -> int:
-  widths = [dim] + (list(hidden) if model == "mlp" else []) + [bits]
-  return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+def _param_count(model: str, dim: int, hidden: Sequence[int], bits: int, *, image_shape: Sequence[int] = (),
+                 channels: Sequence[int] = ()) -> int:
+  convs = 0
+  if model == "cnn":  # a 3x3 kernel and a bias per output channel; each 2x2 pool halves (floors) the sides
+    height, width, dim = image_shape
+    for out in channels:
+      convs, height, width, dim = convs + (9 * dim + 1) * out, height // 2, width // 2, out
+    dim *= height * width
+  widths = [dim] + (list(hidden) if model in ("mlp", "cnn") else []) + [bits]
+  return convs + sum((a + 1) * b for a, b in zip(widths, widths[1:]))
 
 
 def _sizes(config, shape: DataShape) -> Tuple[int, int, int]:
@@ -490,7 +522,8 @@ def _sizes(config, shape: DataShape) -> Tuple[int, int, int]:
 
 def _model_terms(config, shape: DataShape, bits: int) -> List[_Term]:
   c = config.get
-  params = _param_count(c("model"), shape.dim, c("hidden") or (), bits)
+  params = _param_count(c("model"), shape.dim, c("hidden") or (), bits, image_shape=_image_shape_of(config),
+                        channels=c("channels", mappings.DEFAULT_CHANNELS))
   moments = {"adam": 2}.get(c("optimizer"), 1 if c("momentum") else 0)
   copies = 3 + moments
   what = "parameters, gradients, " + (f"{moments} optimizer moment(s), " if moments else "") + "checkpoint copy"
@@ -560,19 +593,37 @@ def _nair_terms(config, shape: DataShape, bits: int, train: int) -> List[_Term]:
   ]
 
 
+def _deep_terms(config, shape: DataShape, bits: int, train: int) -> List[_Term]:
+  del train  # each minibatch item against the others
+  c = config.get
+  batch = c("batch_per_class") * shape.num_classes
+  hidden = sum(c("hidden") or ()) if c("model") == "mlp" else 0
+  fields = ("config.bits", "config.batch_per_class")
+  terms = [
+      _Term("pair terms", f"batch {_n(batch)} x {_n(batch)} pairs x 4 B x 8", 32.0 * batch * batch, "train",
+            fields[1:]),
+      _Term("mapped items", f"{_n(batch)} items x ({_n(shape.dim)} x 2 + {_n(hidden)} x 3 + {_n(bits)} x 3) x 4 B",
+            4.0 * batch * (2 * shape.dim + 3 * hidden + 3 * bits), "train", fields),
+  ]
+  if c("objective") == "dtsh":  # every (anchor, similar, dissimilar) triplet of the minibatch
+    terms.append(_Term("triplets", f"batch {_n(batch)} x {_n(batch - 1)} x {_n(batch - 1)} x 4 B x 4",
+                       16.0 * batch * (batch - 1) ** 2, "train", fields[1:]))
+  return terms
+
+
 def _terms(config: ml_collections.ConfigDict, shape: DataShape) -> List[_Term]:
   kind = run_kind(config)
   terms = [_Term("runtime", "Python, jax and XLA", RUNTIME_BYTES, "always", ()),
            _Term("data", f"{_n(shape.num_items)} items x {_n(shape.dim)} features x 4 B x 3",
                  12.0 * shape.num_items * shape.dim, "always", ("config.dataset",))]
-  if kind not in ("talr", "nair", "baselines"):  # the others: sizes not modelled
+  if kind not in ("talr", "nair", "deep", "baselines"):  # the others: sizes not modelled
     return terms
   queries, database, train = _sizes(config, shape)
   if kind == "baselines":
     return terms + _eval_terms(config, shape, kind, max(config.bits), queries, database)
   bits = config.bits
   terms += _model_terms(config, shape, bits)
-  terms += (_talr_terms if kind == "talr" else _nair_terms)(config, shape, bits, train)
+  terms += {"talr": _talr_terms, "nair": _nair_terms, "deep": _deep_terms}[kind](config, shape, bits, train)
   return terms + _eval_terms(config, shape, kind, bits, queries, database)
 
 
@@ -664,10 +715,27 @@ def check_baselines_fit(config: ml_collections.ConfigDict, *, shape: Optional[Da
                         f"config.train_per_class={per_class} gives {train}; raise it or drop {m}")
 
 
+def _image_shape_of(config: ml_collections.ConfigDict) -> Tuple[int, ...]:
+  """A CNN's ``config.image_shape`` (:data:`hashjax.mappings.DEFAULT_IMAGE_SHAPE` where the config has none)."""
+  return tuple(config.get("image_shape", mappings.DEFAULT_IMAGE_SHAPE))
+
+
+def check_image_shape(config: ml_collections.ConfigDict, *, shape: Optional[DataShape] = None) -> None:
+  """A CNN's ``config.image_shape`` must multiply to the dataset's feature width: checked where it is known."""
+  shape = shape or dataset_shape(config)
+  if config.get("model") != "cnn" or not shape.known:
+    return
+  image = _image_shape_of(config)
+  if int(np.prod(image)) != shape.dim:
+    raise ConfigError(f"config.image_shape={format_value(image)}: expected a shape whose product is the "
+                      f"{shape.dim} features of {config.dataset}, got product {int(np.prod(image))}")
+
+
 def check_run(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """What every run checks before it loads data: :func:`check_config`, :func:`check_memory`, then
-  :func:`check_baselines_fit`; returns ``config``."""
+  """What every run checks before it loads data: :func:`check_config`, :func:`check_image_shape`,
+  :func:`check_memory`, then :func:`check_baselines_fit`; returns ``config``."""
   shape = dataset_shape(check_config(config))
+  check_image_shape(config, shape=shape)
   check_memory(config, shape=shape)
   check_baselines_fit(config, shape=shape)
   return config

@@ -70,7 +70,8 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task)
   raise ValueError(f"config.setting: expected one of {list(SETTINGS)}, got {config.setting!r}")
 
 
-def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable[[int], Dict]:
+def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task, *, labels: bool = False
+                  ) -> Callable[[int], Dict]:
   """``batch_fn(step)`` of ``config.setting``, a pure function of the step.
 
   ``"query_vs_rest"``: a class-balanced minibatch (``config.batch_per_class``
@@ -82,12 +83,15 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callab
   with ``config.input_noise = sigma > 0`` Gaussian noise of standard deviation
   ``sigma`` is added to every training feature (after any shift). Affinities
   are those of the original items; AP reads binary relevance (any level >= 1).
+  A config without ``setting`` (``config.method="deep"``) trains query-vs-rest; ``labels``
+  adds the minibatch's class labels ``"labels"`` ``int32[M]`` (the class-based deep hashing losses).
   """
   if task.affinity == "neighbors":
     raise ValueError("config.affinity: expected 'label' or 'euclidean' for TALR, got 'neighbors'")
   x = task.features
   sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
-  db_size = int(config.database_size)
+  setting = config.get("setting", "query_vs_rest")
+  db_size = int(config.get("database_size", 0))
   shift = augment.check_augment_shift(config, x)
   noise = float(config.input_noise)
 
@@ -110,16 +114,33 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callab
   def batch_fn(step):
     picked = sampler(step)
     idx = task.train[picked]
-    if config.setting != "query_vs_database":
-      return {"features": features(idx, step, 2), "affinity": relevance(idx, idx)}
-    rest = np.delete(task.train, picked)
-    if db_size:
-      rng = np.random.default_rng([config.seed, step, 1])
-      rest = rest[np.sort(rng.choice(len(rest), db_size, replace=False))]
-    return {"features": features(idx, step, 2), "db_features": features(rest, step, 3),
-            "affinity": relevance(idx, rest)}
+    if setting != "query_vs_database":
+      batch = {"features": features(idx, step, 2), "affinity": relevance(idx, idx)}
+    else:
+      rest = np.delete(task.train, picked)
+      if db_size:
+        rng = np.random.default_rng([config.seed, step, 1])
+        rest = rest[np.sort(rng.choice(len(rest), db_size, replace=False))]
+      batch = {"features": features(idx, step, 2), "db_features": features(rest, step, 3),
+               "affinity": relevance(idx, rest)}
+    if labels:
+      batch["labels"] = task.labels[idx]
+    return batch
 
   return batch_fn
+
+
+def make_eval_fn(config: ml_collections.ConfigDict, task: tasks.Task, mapping) -> Callable[[object], Dict]:
+  """``eval_fn(params)``: the :data:`EVAL_KEYS` of :func:`evaluate` on the mapping's codes of the queries and
+  the database, what :func:`experiments.fitting.fit` logs periodically."""
+  x = task.features
+
+  def eval_fn(params):
+    result = evaluate(config, task, mappings.encode(mapping, params, x[task.query]),
+                      mappings.encode(mapping, params, x[task.database]))
+    return {k: result[k] for k in EVAL_KEYS}
+
+  return eval_fn
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
@@ -127,21 +148,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   the results dict."""
   task = tasks.make_task(config)
   mapping, params = fitting.make_mapping(config, task)
-  x = task.features
   score = functools.partial(evaluate, config, task)
-
-  def words(p):
-    return mappings.encode(mapping, p, x[task.query]), mappings.encode(mapping, p, x[task.database])
-
-  def eval_fn(p):
-    result = score(*words(p))
-    return {k: result[k] for k in EVAL_KEYS}
-
   mesh = fitting.device_mesh(config, batch_rows=config.batch_per_class * task.num_classes,
                             rows_from=f"config.batch_per_class x {task.num_classes} classes")
+  replicated = ("db_features",) if mesh and config.setting == "query_vs_database" else ()
   params, history = fitting.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
-                               batch_fn=make_batch_fn(config, task), eval_fn=eval_fn, mesh=mesh,
-                               replicated=("db_features",) if mesh and config.setting == "query_vs_database" else ())
+                               batch_fn=make_batch_fn(config, task), eval_fn=make_eval_fn(config, task, mapping),
+                               mesh=mesh, replicated=replicated)
   record = reporting.recorded_config(config)  # every TALR option is a literal value of its config
   model = reporting.save_model(workdir, mapping, params, task, record)
   rows = reporting.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",

@@ -60,7 +60,7 @@ __all__ = ["dpsh", "dtsh", "hashnet", "hashnet_beta", "csq", "hash_centers", "gr
 def _check_mapping(mapping: Any, num_bits: Any) -> int:
   """``num_bits`` a positive int equal to the mapping's code length."""
   num_bits = _checks.check_num_bits(num_bits)
-  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP),
+  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP, mappings.CNN),
                      what="a hashjax.mappings module from make_mapping")
   if mapping.num_bits != num_bits:
     raise ValueError(f"num_bits: expected the mapping's code length {mapping.num_bits}, got {num_bits}")
