@@ -233,11 +233,17 @@ class MLP(nn.Module):
   def __call__(self, features: Array) -> Array:
     x = _standardize(self, features)
     act = ACTIVATIONS[self.activation]
-    for i, width in enumerate(self.hidden):
-      x = act(nn.Dense(width, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
-                       precision=jax.lax.Precision.HIGHEST, name=f"hidden_{i}")(x))
-    return nn.Dense(self.num_bits, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
-                    precision=jax.lax.Precision.HIGHEST, name="output")(x)
+    return _dense_head(self, x, act)
+
+
+def _dense_head(module: Any, x: Array, act: Callable) -> Array:
+  """The dense layers ``hidden_i`` (with ``act``) and the ``output`` logits of an MLP or a CNN, built inside its
+  compact ``__call__`` at full precision."""
+  dense = lambda width, name: nn.Dense(width, kernel_init=_kernel_init(module.weight_init),
+                                       param_dtype=module.param_dtype, precision=jax.lax.Precision.HIGHEST, name=name)
+  for i, width in enumerate(module.hidden):
+    x = act(dense(width, f"hidden_{i}")(x))
+  return dense(module.num_bits, "output")(x)
 
 
 def _max_pool_2x2(x: Array) -> Array:
@@ -311,12 +317,7 @@ class CNN(nn.Module):
                       param_dtype=self.param_dtype, precision=jax.lax.Precision.HIGHEST, name=f"conv_{i}")(x))
       x = _max_pool_2x2(x)
     x = x.reshape(x.shape[0], -1)
-    for i, width in enumerate(self.hidden):
-      x = act(nn.Dense(width, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
-                       precision=jax.lax.Precision.HIGHEST, name=f"hidden_{i}")(x))
-    x = nn.Dense(self.num_bits, kernel_init=_kernel_init(self.weight_init), param_dtype=self.param_dtype,
-                 precision=jax.lax.Precision.HIGHEST, name="output")(x)
-    return x.reshape(lead + (self.num_bits,))
+    return _dense_head(self, x, act).reshape(lead + (self.num_bits,))
 
 
 # ----------------------------------------------------------------------------
