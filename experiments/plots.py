@@ -64,7 +64,7 @@ def require_matplotlib() -> None:
                       f"{matplotlib.__version__}; upgrade it with pip install -U '{EXTRA}'")
 
 
-def _new_figure(width: float, height: float):
+def new_figure(width: float, height: float):
   """A Figure with an Agg canvas of its own (no pyplot, no global backend)."""
   require_matplotlib()
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
@@ -74,7 +74,7 @@ def _new_figure(width: float, height: float):
   return fig
 
 
-def _save(fig, path: str) -> str:
+def save_figure(fig, path: str) -> str:
   """Renders ``fig`` as PNG into memory, then writes it atomically (no half-written file on a crash)."""
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=_DPI)
@@ -264,7 +264,7 @@ def plot_ap_vs_bits(entries: Sequence[Mapping], path: str, *, title: Optional[st
   if len(lengths) < 2:
     return None
   styles = _styles(entries)
-  fig = _new_figure(7.6, 4.4)
+  fig = new_figure(7.6, 4.4)
   ax = fig.add_subplot()
   for method in dict.fromkeys(e["method"] for e in rows):
     points = sorted((int(e["bits"]), *(_number(e[k]) for k in _AP_KEYS)) for e in rows if e["method"] == method)
@@ -288,7 +288,7 @@ def plot_ap_vs_bits(entries: Sequence[Mapping], path: str, *, title: Optional[st
   labels.append("pessimistic to optimistic AP")
   fig.legend(handles, labels, loc="outside right upper", fontsize="small")
   ax.set_title(_title("tie-aware AP against code length", title))
-  return _save(fig, path)
+  return save_figure(fig, path)
 
 
 def plot_pr_curves(entries: Sequence[Mapping], path: str, *, title: Optional[str] = None) -> Optional[str]:
@@ -309,7 +309,7 @@ def plot_pr_curves(entries: Sequence[Mapping], path: str, *, title: Optional[str
   styles = _styles(entries)
   lengths = sorted({int(e["bits"]) for e in rows})
   num_rows, num_cols = _grid(len(lengths))
-  fig = _new_figure(1.0 + 3.6 * num_cols, 0.6 + 3.4 * num_rows)
+  fig = new_figure(1.0 + 3.6 * num_cols, 0.6 + 3.4 * num_rows)
   axes = fig.subplots(num_rows, num_cols, squeeze=False, sharey=True)
   for ax in axes.flat[len(lengths):]:
     ax.set_visible(False)
@@ -332,7 +332,7 @@ def plot_pr_curves(entries: Sequence[Mapping], path: str, *, title: Optional[str
       ax.set_ylabel("precision")
     ax.legend(fontsize="small")
   fig.suptitle(_title("precision-recall over Hamming radii 0..b", title))
-  return _save(fig, path)
+  return save_figure(fig, path)
 
 
 def plot_distance_histograms(entries: Sequence[Mapping], path: str, *,
@@ -360,7 +360,7 @@ def plot_distance_histograms(entries: Sequence[Mapping], path: str, *,
   else:
     num_rows, num_cols = _grid(len(methods))
     place = {(m, lengths[0]): i for i, m in enumerate(methods)}
-  fig = _new_figure(0.6 + 3.4 * num_cols, 0.8 + 2.5 * num_rows)
+  fig = new_figure(0.6 + 3.4 * num_cols, 0.8 + 2.5 * num_rows)
   from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
   axes = fig.subplots(num_rows, num_cols, squeeze=False).flat
   used = set()
@@ -387,7 +387,7 @@ def plot_distance_histograms(entries: Sequence[Mapping], path: str, *,
   handles, labels = axes[min(used)].get_legend_handles_labels()
   fig.legend(handles, labels, loc="outside lower center", ncols=2)
   fig.suptitle(_title("Hamming distances of relevant and irrelevant pairs", title))
-  return _save(fig, path)
+  return save_figure(fig, path)
 
 
 def write_plots(workdir: str, entries: Sequence[Mapping], *, title: Optional[str] = None) -> List[str]:

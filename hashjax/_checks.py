@@ -271,6 +271,14 @@ def check_word_pair(query_words: Any, db_words: Any, num_bits: Any = None) -> An
   return num_bits
 
 
+def check_within(name: str, x: Any, low: float, high: float, *, what: str) -> None:
+  """A real array ``x`` must hold values in ``[low, high]`` (checked when concrete); ``what`` names them."""
+  if is_concrete(x) and x.size:
+    lo, hi = np.asarray(x).min(), np.asarray(x).max()
+    if lo < low or hi > high:
+      raise ValueError(f"{name}: expected {what} in [{low:g}, {high:g}], got values in [{lo:g}, {hi:g}]")
+
+
 def check_nonnegative(name: str, x: Any, *, what: str = "values") -> None:
   """A real array ``x`` must hold no negative entry (checked when concrete: a traced ``x`` cannot be).
 

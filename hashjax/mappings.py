@@ -402,11 +402,7 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
                weight_init=init, mean=mean_c, scale=scale_c, param_dtype=param_dtype.type)
   hidden = _check_widths("hidden", DEFAULT_CNN_HIDDEN if hidden is None else hidden, allow_empty=True)
   channels = _check_widths("channels", DEFAULT_CHANNELS if channels is None else channels, allow_empty=False)
-  image_shape = DEFAULT_IMAGE_SHAPE if image_shape is None else image_shape
-  if not (isinstance(image_shape, (tuple, list)) and len(image_shape) == 3
-          and all(_checks.is_int(n) and n >= 1 for n in image_shape)):
-    raise ValueError(f"image_shape: expected (height, width, channels), three positive ints, got {image_shape!r}")
-  image_shape = tuple(int(n) for n in image_shape)
+  image_shape = _check_widths("image_shape", DEFAULT_IMAGE_SHAPE if image_shape is None else image_shape, image=True)
   side = 2 ** len(channels)
   if min(image_shape[:2]) < side:
     raise ValueError(f"image_shape: expected height and width of at least {side} for {len(channels)} blocks of "
@@ -420,11 +416,13 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
              weight_init=init, mean=mean_c, scale=scale_c, param_dtype=param_dtype.type)
 
 
-def _check_widths(name: str, widths: Any, *, allow_empty: bool) -> tuple:
-  """``widths`` a sequence of positive ints (non-empty unless ``allow_empty``), as a tuple of ints."""
-  if not (isinstance(widths, (tuple, list)) and (widths or allow_empty)
+def _check_widths(name: str, widths: Any, *, allow_empty: bool = False, image: bool = False) -> tuple:
+  """``widths`` a sequence of positive ints (non-empty unless ``allow_empty``; three, ``(height, width, channels)``,
+  for an ``image`` shape), as a tuple of ints."""
+  if not (isinstance(widths, (tuple, list)) and (widths or allow_empty) and (len(widths) == 3 or not image)
           and all(_checks.is_int(w) and w >= 1 for w in widths)):
     what = "a sequence of positive ints" if allow_empty else "a non-empty sequence of positive ints"
+    what = "(height, width, channels), three positive ints" if image else what
     raise ValueError(f"{name}: expected {what}, got {widths!r}")
   return tuple(int(w) for w in widths)
 

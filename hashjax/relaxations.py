@@ -86,10 +86,8 @@ def _check_codes(query, items, *, low=None, high=None, what=""):
   checked when concrete) when ``low`` is given."""
   for name, x, rows in (("query", query, "Q"), ("items", items, "N")):
     _checks.check_real(name, x, shape_doc=f"[..., {rows}, num_bits]", min_ndim=2, nonempty="bit per code")
-    if low is not None and _checks.is_concrete(x) and x.size:
-      lo, hi = np.asarray(x).min(), np.asarray(x).max()
-      if lo < low or hi > high:
-        raise ValueError(f"{name}: expected {what} in [{low:g}, {high:g}], got values in [{lo:g}, {hi:g}]")
+    if low is not None:
+      _checks.check_within(name, x, low, high, what=what)
   _checks.check_columns("items", items, query.shape[-1], what="the bits per code of query")
   try:
     np.broadcast_shapes(tuple(query.shape[:-2]), tuple(items.shape[:-2]))

@@ -272,7 +272,7 @@ def _rules() -> Dict[str, Callable]:
       "warmup_steps": _int(0), "lr_final_fraction": _num(0, 1), "augment_shift": _int(0), "input_noise": _num(0),
       "batch_per_class": _int(1), "num_steps": _int(0), "log_every": _int(1), "eval_every": _int(0, True),
       "checkpoint_every": _int(0, True), "target": _num(0), "precision_k": _int(1), "num_devices": _int(1),
-      "exact_l2": _bool, "plots": _bool,
+      "exact_l2": _bool, "plots": _bool, "trials": _int(1),
       "baselines": _names(baselines.BASELINES, nonempty=False), "methods": _names(baselines.BASELINES, nonempty=True),
       "models": _folders, "weighted": _names(baselines.BASELINES, nonempty=False),
       # experiments.colgen

@@ -35,7 +35,6 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from hashjax import _checks
 from hashjax import relaxations
@@ -68,13 +67,7 @@ def _check_codes(query_codes: Any, doc_codes: Any, from_logits: Any) -> None:
     raise ValueError(f"doc_codes: expected shape [N, {b}] or [{q}, N, {b}] (N >= 1), got {tuple(doc_codes.shape)}")
   if not from_logits:
     for name, x in (("query_codes", query_codes), ("doc_codes", doc_codes)):
-      _check_unit_interval(name, x)
-
-
-def _check_unit_interval(name: str, x: Any) -> None:
-  if _checks.is_concrete(x) and x.size and not (0 <= np.min(x) and np.max(x) <= 1):
-    raise ValueError(f"{name}: expected sigmoid outputs in [0, 1] (or pass from_logits=True), "
-                     f"got values in [{np.min(x):g}, {np.max(x):g}]")
+      _checks.check_within(name, x, 0, 1, what="sigmoid outputs (or pass from_logits=True)")
 
 
 def _num_docs(query_codes, doc_codes):

@@ -107,7 +107,9 @@ def check_label_pairs(affinity: Any, distances: Any, num_classes: Any) -> int:
 
 
 def _check_query_label(query_label: Any, hist: Any) -> None:
-  """A ``query_label`` in ``[0, V)`` broadcasting with the batch shape of a checked ``hist[..., B, V]``."""
+  """A histogram ``hist[..., B, V]`` of non-negative counts and a ``query_label`` in ``[0, V)`` broadcasting with
+  its batch shape."""
+  _checks.check_histogram("hist", hist, integer=False)
   query_label = np.asarray(query_label) if _checks.is_int(query_label) else query_label
   _checks.check_int_range("query_label", query_label, 0, hist.shape[-1] - 1, what="class labels")
   try:
@@ -540,7 +542,6 @@ def knn_majority_from_histogram(hist: Array, *, query_label: Any, k: int = 3, ti
   >>> knn_majority_from_histogram(h, query_label=0, k=3).tolist()
   0.5
   """
-  _checks.check_histogram("hist", hist, integer=False)
   _check_query_label(query_label, hist)  # majority_from_votes checks ties
   votes = _votes_of_hist(jnp.asarray(hist), k)
   lq = jnp.broadcast_to(jnp.asarray(query_label), votes.shape[:-1]).astype(jnp.int32)
@@ -570,9 +571,8 @@ def hierarchical_from_histogram(hist: Array, *, query_label: Any, similarity: Ar
   1.5
   """
   num_classes = check_similarity(similarity)
-  _checks.check_histogram("hist", hist, integer=False)
-  _checks.check_columns("hist", hist, num_classes, what="one level per class of similarity")
   _check_query_label(query_label, hist)
+  _checks.check_columns("hist", hist, num_classes, what="one level per class of similarity")
   hist, similarity = jnp.asarray(hist), jnp.asarray(similarity)
   dt = jnp.promote_types(jnp.promote_types(hist.dtype, similarity.dtype), _float())
   votes = _votes_of_hist(hist.astype(dt), k)
