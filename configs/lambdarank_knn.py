@@ -91,6 +91,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.queries_per_batch = 100
   config.docs_per_query = 100
   config.num_devices = 1  # > 1: data-parallel over that many devices (queries split, parameters replicated)
+  # Several processes (hosts), jax.distributed: None reads JAX_NUM_PROCESSES / JAX_PROCESS_ID / JAX_COORDINATOR_ADDRESS.
+  config.num_processes = config_dict.placeholder(int)  # processes in the run (None and unset: one)
+  config.process_id = config_dict.placeholder(int)  # this process, 0 .. num_processes - 1 (process 0 writes)
+  config.coordinator_address = config_dict.placeholder(str)  # "host:port" of process 0
   config.doc_pool = config_dict.placeholder(int)  # None: documents from the whole training set
   config.optimizer = "sgd"  # or "adam"
   config.momentum = 0.8  # "sgd"'s momentum, in [0, 1)

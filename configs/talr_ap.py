@@ -24,6 +24,7 @@ device, up to the order of float sums (e.g. ``XLA_FLAGS=--xla_force_host_platfor
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from configs import common
 
@@ -78,6 +79,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.input_noise = 0.0  # > 0: Gaussian noise of this std added to the training features
   config.batch_per_class = 25  # class-balanced minibatches of 250
   config.num_devices = 1  # > 1: data-parallel over that many devices (batch split, parameters replicated)
+  # Several processes (hosts), jax.distributed: None reads JAX_NUM_PROCESSES / JAX_PROCESS_ID / JAX_COORDINATOR_ADDRESS.
+  config.num_processes = config_dict.placeholder(int)  # processes in the run (None and unset: one)
+  config.process_id = config_dict.placeholder(int)  # this process, 0 .. num_processes - 1 (process 0 writes)
+  config.coordinator_address = config_dict.placeholder(str)  # "host:port" of process 0
   config.num_steps = 3000
   config.log_every = 100
   config.eval_every = 100  # periodic evaluation on the queries (0 or None: at the start and end only)

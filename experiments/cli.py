@@ -12,6 +12,8 @@ Every launcher (``experiments.train``, ``evaluate``, ``tune``, ``nair_study``) h
   choice against the library's own names, every number against its range) and refuses a run that cannot
   fit in memory (:func:`experiments.methods.checks.check_memory`, from :func:`~experiments.methods.checks.estimate_memory`);
 * checks that ``--workdir`` is a directory it can write to, or can create (:func:`check_workdir`);
+* joins the processes of a config's ``num_processes``, ``process_id`` and ``coordinator_address`` (None: the
+  ``JAX_*`` environment variables) before ``main`` (:func:`experiments.fitting.start_processes`);
 * reports each of these problems as one line ``error: ...`` with exit status 2, no traceback; so is a
   ``ValueError`` raised later whose message names a config field (``config.<field>: ...``).
 
@@ -34,7 +36,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from absl import app, flags
 import ml_collections
 
-from experiments import process
+from experiments import fitting, process
 from experiments.methods import checks
 
 HELP_FLAGS = ("-h", "--help", "--helpfull", "--helpshort", "-?")
@@ -441,6 +443,8 @@ def run(main: Callable, *, config: bool = True, required: Sequence[str] = (),
         check(cfg)
       elif check is not None:
         check()
+      if config and "num_processes" in cfg:
+        fitting.start_processes(cfg)  # before any jax computation
       process.pad_malloc_heaps()
       return main(cfg) if config else main()
     except ConfigError as e:

@@ -64,14 +64,33 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
   raise ValueError(f"config.optimizer: expected one of {list(OPTIMIZERS)}, got {config.optimizer!r}")
 
 
+def start_processes(config: ml_collections.ConfigDict) -> int:
+  """Joins the run of ``config.num_processes`` processes (:func:`hashjax.sharding.initialize_processes`, with
+  ``config.process_id`` and ``config.coordinator_address``; a None field: its ``JAX_*`` environment variable);
+  returns the number of processes (1: nothing started). Called before any jax computation."""
+  try:
+    return sharding.initialize_processes(num_processes=config.get("num_processes"),
+                                         process_id=config.get("process_id"),
+                                         coordinator_address=config.get("coordinator_address"))
+  except ValueError as e:
+    raise ValueError(f"config.{e}") from None
+
+
 def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: int, rows_from: str):
   """The mesh of ``config.num_devices > 1`` (data parallelism, :func:`hashjax.sharding.data_mesh`), else None.
 
-  ``batch_rows`` is the leading axis of the batch's split leaves (``rows_from`` tells which config fields make
-  it, for the error): the device count must divide it, since a padded batch would change the loss.
+  Over several processes (:func:`start_processes`), the mesh spans every device of every process
+  (``config.num_devices`` is then 1 or that count). ``batch_rows`` is the leading axis of the batch's split
+  leaves (``rows_from`` tells which config fields make it, for the error): the device count must divide it,
+  since a padded batch would change the loss.
   """
   n = config.get("num_devices", 1)
   n = _checks.check_int("config.num_devices", 1 if n is None else n, low=1)
+  if jax.process_count() > 1:
+    if n not in (1, jax.device_count()):
+      raise ValueError(f"config.num_devices: expected 1 or the {jax.device_count()} devices of the "
+                       f"{jax.process_count()} processes (the mesh spans them all), got {n}")
+    n = jax.device_count()
   if n == 1:
     return None
   if n > jax.device_count():

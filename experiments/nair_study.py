@@ -4,6 +4,7 @@ r"""Nair et al. (2012) error tables: RankNet / LambdaRank against LSH, ITQ and e
   python -m experiments.nair_study --parts=tables --datasets=mnist_t10k
   python -m experiments.nair_study --parts=search                    # LambdaRank vs RankNet, validation
   python -m experiments.nair_study --parts=mlp                       # MLP mapping, 32 bits
+  python -m experiments.nair_study --parts=metric --datasets=mnist_t10k  # NCA and LMNN (not in the default)
   python -m experiments.nair_study --runlocal                        # a quick check (digits, 2 bit lengths)
 
 Parts (``--parts``):
@@ -25,6 +26,12 @@ Parts (``--parts``):
 * ``mlp``: the MLP mapping (Nair Sec. 6) with LambdaRank and RankNet at 32
   bits (``configs/lambdarank_knn.py:model=mlp``, options chosen on the
   validation split), test queries, with the same baselines.
+* ``metric``: the metric-learning rows of Nair et al.'s Table 4, for every dataset of ``--datasets`` and seed
+  of ``--seeds`` on the ``tables`` split: exact 3-NN (the ``exact L2`` row's code,
+  :func:`experiments.methods.nair.exact_l2_row`) with Euclidean distance on the raw features, after PCA to
+  :data:`METRIC` ``["pca_components"]`` dimensions (fitted on the training items), and after NCA and LMNN
+  (:mod:`hashjax.metric_learning`, fitted on the PCA features of the training items; options in
+  :data:`METRIC`), with the fit seconds. Run only when named: ``--parts=metric``.
 
 Datasets: ``mnist_t10k`` (1,000 queries, 9,000 database, 5,000 of it for
 training) and ``digits`` (scikit-learn's 1,797 8x8 digits: 30 queries per
@@ -52,7 +59,7 @@ from experiments import cli, fitting, methods, tasks
 from experiments.methods import checks, nair
 from hashjax import io
 
-_PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search.")
+_PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search, metric.")
 _DATASETS = flags.DEFINE_list("datasets", ["mnist_t10k", "digits"], "Datasets of the tables.")
 _BITS = flags.DEFINE_list("bits", ["8", "16", "32", "64"], "Code lengths of the learned codes.")
 _BASELINE_BITS = flags.DEFINE_list("baseline_bits", ["128"], "Extra code lengths for LSH and ITQ only.")
@@ -104,6 +111,15 @@ SEARCH = {
     "64 bits ranknet lr 20": {"method": "ranknet", "bits": 64, "learning_rate": 20.0},
     "64 bits ranknet lr 50 (default)": {"method": "ranknet", "bits": 64, "learning_rate": 50.0},
 }
+
+
+#: The ``metric`` part: PCA dimensions before the metric learners (the LMNN paper also reduces MNIST by PCA),
+#: NCA's L-BFGS iterations at most, LMNN's gradient steps at most (it stops earlier once converged, see
+#: :func:`hashjax.metric_learning.fit_lmnn`). Both learners keep all PCA dimensions; LMNN takes k = config.k
+#: target neighbours and its defaults otherwise.
+METRIC = {"pca_components": 50, "nca_iterations": 100, "lmnn_iterations": 1000}
+#: The ``metric`` part's rows: key, printed name.
+METRIC_ROWS = (("l2", "exact L2 3-NN, raw"), ("pca", "L2 3-NN, PCA"), ("nca", "NCA 3-NN"), ("lmnn", "LMNN 3-NN"))
 
 
 #: Keys of a :data:`SEARCH` entry that go through the config's argument (they choose other values).
@@ -308,6 +324,71 @@ def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
   return out
 
 
+def metric_row(config: ml_collections.ConfigDict, task: tasks.Task, method: str, pca_features: np.ndarray) -> Dict:
+  """One row of the ``metric`` part: ``method`` (a key of :data:`METRIC_ROWS`) fitted on the training items of
+  ``pca_features`` (``"l2"``: the raw features, nothing fitted), scored by :func:`nair.exact_l2_row`."""
+  from hashjax import metric_learning  # pylint: disable=g-import-not-at-top
+  train_x, train_y = pca_features[task.train], task.labels[task.train]
+  start = time.perf_counter()
+  if method == "l2":
+    features = task.features
+  elif method == "pca":
+    features = pca_features
+  elif method == "nca":
+    features = pca_features @ metric_learning.fit_nca(train_x, train_y, max_iterations=METRIC["nca_iterations"],
+                                                      seed=config.seed)
+  else:
+    features = pca_features @ metric_learning.fit_lmnn(train_x, train_y, k=config.k,
+                                                       max_iterations=METRIC["lmnn_iterations"])
+  seconds = time.perf_counter() - start
+  return {**nair.exact_l2_row(config, task._replace(features=features)), "method": method, "fit_seconds": seconds}
+
+
+def metric(datasets, seeds, workdir, *, runlocal=False) -> Dict:
+  """The ``metric`` part: exact 3-NN error with Euclidean, PCA, NCA and LMNN distances; returns the summary.
+
+  Each (dataset, method, seed) is stored as ``<workdir>/metric/<dataset>/<method>_s<seed>/results.json`` and
+  reused. The PCA fit's seconds go with the ``pca`` row; NCA's and LMNN's exclude it.
+  """
+  from sklearn.decomposition import PCA  # pylint: disable=g-import-not-at-top
+  summary = {}
+  for dataset in datasets:
+    per_seed: Dict[str, Dict[int, float]] = {}
+    seconds: Dict[str, List[float]] = {}
+    for seed in seeds:
+      config = base_config(dataset, runlocal=runlocal)
+      config.seed = seed
+      task = pca_features = None
+      for method, _ in METRIC_ROWS:
+        path = os.path.join(workdir, "metric", dataset, f"{method}_s{seed}", "results.json")
+        if not os.path.exists(path):
+          if task is None:
+            task = tasks.make_task(config)
+            x = np.asarray(task.features, np.float64)
+            start = time.perf_counter()
+            pca = PCA(n_components=min(METRIC["pca_components"], x.shape[1], len(task.train)), svd_solver="full")
+            pca_features = pca.fit(x[task.train]).transform(x)
+            pca_seconds = time.perf_counter() - start
+          row = metric_row(config, task, method, pca_features)
+          if method == "pca":
+            row["fit_seconds"] = pca_seconds
+          io.atomic_write_json(path, {"rows": [row], "options": {**METRIC, "k": config.k}, "dataset": dataset,
+                                      "seed": seed, "num_pca_components": int(pca_features.shape[1])})
+          logging.info("%s: %s 3-NN error %.4f, fit %.1f s", path, method, row["knn_error"], row["fit_seconds"])
+        row = _read_json(path)["rows"][0]
+        per_seed.setdefault(method, {})[seed] = row["knn_error"]
+        seconds.setdefault(method, []).append(row["fit_seconds"])
+    stats = {m: mean_sd(list(s.values())) for m, s in per_seed.items()}
+    print(f"\nmetric: {dataset}, exact 3-NN error, test queries, seeds {list(seeds)}, "
+          f"PCA to {METRIC['pca_components']} dimensions on the training items")
+    for method, name in METRIC_ROWS:
+      print(f"  {name:<22}{_ms(stats[method]):>14}   " + " / ".join(_pct(e) for e in per_seed[method].values())
+            + f"   fit {np.mean(seconds[method]):.1f} s (mean)")
+    summary[dataset] = {"per_seed": per_seed, "stats": stats,
+                        "fit_seconds": {m: float(np.mean(t)) for m, t in seconds.items()}, "options": dict(METRIC)}
+  return summary
+
+
 def _ints(flag: str, values: Sequence[str], *, low: int) -> List[int]:
   try:
     out = [int(v) for v in values]
@@ -330,7 +411,7 @@ def study_flags() -> Dict:
 
   Raises ConfigError (one line) for a bad flag value or a run that cannot go.
   """
-  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search")),
+  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search", "metric")),
        "datasets": _names("datasets", _DATASETS.value, list(PROTOCOLS)),
        "bits": _ints("bits", _BITS.value, low=1), "baseline_bits": _ints("baseline_bits", _BASELINE_BITS.value, low=1),
        "methods": _names("methods", _METHODS.value, nair.METHODS), "seeds": _ints("seeds", _SEEDS.value, low=0),
@@ -368,13 +449,15 @@ def main():
     elif part == "mlp":
       study["mlp"] = tables(["digits" if runlocal else "mnist_t10k"], [16 if runlocal else 32],
                             [], f["methods"], seeds, workdir(), runlocal=runlocal, model="mlp", part="mlp")
+    elif part == "metric":
+      study["metric"] = metric(f["datasets"], seeds, workdir(), runlocal=runlocal)
     else:
       study["search"] = search(seeds, workdir(), names=f["search"], runlocal=runlocal)
   study["seconds"] = time.perf_counter() - start
   path = os.path.join(workdir(), "study.json")
   merged = _read_json(path) if os.path.exists(path) else {}  # parts run separately accumulate
   for key, value in study.items():
-    if key in ("tables", "mlp", "search") and isinstance(merged.get(key), dict):
+    if key in ("tables", "mlp", "search", "metric") and isinstance(merged.get(key), dict):
       merged[key].update(value)  # per dataset / per search entry
     elif key != "flags":
       merged[key] = value

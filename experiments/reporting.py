@@ -8,6 +8,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from absl import logging
+import jax
 import ml_collections
 import numpy as np
 
@@ -70,11 +71,12 @@ def save_model(workdir: str, mapping, params, task: tasks.Task, record: Dict) ->
   """Writes the trained mapping to ``<workdir>/model`` with the run's config ``record``; returns the model.
 
   Its ``encode`` gives the words the run evaluates (:func:`model_words`), and
-  ``hashjax.load_model(workdir)`` restores it.
+  ``hashjax.load_model(workdir)`` restores it. Of several processes, only process 0 writes.
   """
   model = models.from_mapping(mapping, params, train_features=task.features[task.train], config=record)
-  path = model.save(os.path.join(workdir, MODEL_DIR))
-  logging.info("model: %s (hashjax.load_model(%r) restores it)", path, workdir)
+  if jax.process_index() == 0:  # of several processes (experiments.fitting.start_processes), the first writes
+    path = model.save(os.path.join(workdir, MODEL_DIR))
+    logging.info("model: %s (hashjax.load_model(%r) restores it)", path, workdir)
   return model
 
 
@@ -87,11 +89,14 @@ def write_results(workdir: str, config, rows: List[Dict], history: List[Dict],
                   columns: Sequence = None) -> Dict:
   """``{"config", "rows", "summary", "history", "columns"}``, written atomically to ``<workdir>/results.json``.
 
-  ``config``: the record of :func:`recorded_config` (or a ConfigDict, recorded as it is).
+  ``config``: the record of :func:`recorded_config` (or a ConfigDict, recorded as it is). Of several
+  processes, only process 0 writes.
   """
   record = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
   results = {"config": record, "rows": rows, "summary": train_summary(history), "history": history,
              "columns": [list(c) for c in (COLUMNS if columns is None else columns)]}
+  if jax.process_index() != 0:  # of several processes, the first writes
+    return results
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
   if record.get("plots"):
     for path in plots.write_plots(workdir, rows, title=record.get("dataset")):

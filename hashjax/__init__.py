@@ -24,11 +24,13 @@ Modules, one concept each (``docs/design.md`` has the map and the rules):
 * :mod:`hashjax.ranking`: learning-to-rank metrics of real-valued scores grouped by query (tie-aware, and LETOR
   4.0's official conventions), and a paired bootstrap;
 * :mod:`hashjax.localrank`: LocalRank (Banerjee et al.): query point-cloud similarity, clustered local linear
-  rankers, LSH model selection, and the KNN and D&K baselines.
+  rankers, LSH model selection, and the KNN, D&K, RankBoost, SVM-MAP and LambdaMART baselines;
+* :mod:`hashjax.metric_learning`: NCA and LMNN, the metric-learning baselines of Nair et al.'s kNN task.
 """
 
 from hashjax import baselines, codes, colgen, data, evaluate, histograms, index, io, localrank, mappings  # noqa: F401
-from hashjax import metrics, models, objectives, ranking, relaxations, search, sharding, train, weighting  # noqa: F401
+from hashjax import metric_learning, metrics, models, objectives, ranking, relaxations, search, sharding  # noqa: F401
+from hashjax import train, weighting  # noqa: F401
 from hashjax.codes import binarize, hamming_distance, pack_bits, unpack_bits, weighted_hamming_distance  # noqa: F401
 from hashjax.evaluate import evaluate_codes, evaluate_distances  # noqa: F401
 from hashjax.histograms import distance_histogram, hamming_histogram  # noqa: F401

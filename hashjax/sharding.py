@@ -23,12 +23,18 @@ Training (:func:`hashjax.train.train` with ``mesh=``) is data-parallel: :func:`r
 and optimizer state to every device, :func:`shard_batch` splits the batch along its leading axis, and the one
 jitted step computes the loss of the whole batch, its gradient summed across devices by XLA: the numbers of
 one device, up to the order of float sums.
+
+Several processes (hosts) are one program run by each of them: :func:`initialize_processes` joins them through
+:func:`jax.distributed.initialize` before any computation, :func:`data_mesh` then spans every process's devices,
+each process loads only the rows :func:`process_rows` names, and :func:`shard_process_rows` assembles the blocks
+into one row-split array, searched and counted as above. Results come back replicated on every process.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import Any, Optional, Sequence, Union
 
 import jax
@@ -43,8 +49,71 @@ from hashjax import search
 
 Array = jax.Array
 
-__all__ = ["data_mesh", "shard_rows", "replicate", "shard_batch", "is_row_sharded", "knn", "radius_search",
-           "hamming_histogram"]
+__all__ = ["initialize_processes", "data_mesh", "shard_rows", "process_rows", "shard_process_rows", "replicate",
+           "shard_batch", "is_row_sharded", "knn", "radius_search", "hamming_histogram"]
+
+# ----------------------------------------------------------------------------
+# Processes.
+
+#: The environment variables :func:`initialize_processes` reads for the settings it is not given
+#: (``JAX_COORDINATOR_ADDRESS`` is read by :func:`jax.distributed.initialize` itself).
+PROCESS_ENV = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+
+
+def _env_int(name: str, variable: str) -> Optional[int]:
+  text = os.environ.get(variable)
+  if text is None or not text.strip():
+    return None
+  try:
+    return int(text)
+  except ValueError:
+    raise ValueError(f"{name}: expected an int in the environment variable {variable}, got {text!r}") from None
+
+
+def initialize_processes(*, coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
+                         process_id: Optional[int] = None) -> int:
+  r"""Joins this process to a run of ``P`` processes (:func:`jax.distributed.initialize`); returns ``P``.
+
+  Every process runs the same program and calls this first, before any jax computation; afterwards
+  :func:`data_mesh` spans the devices of every process (``jax.devices()``), and each process lays out its own
+  rows with :func:`process_rows` and :func:`shard_process_rows`. On the CPU backend, the collectives between
+  processes are gloo's (``jax_cpu_collectives_implementation``, set to ``"gloo"`` only when it names none).
+
+  .. math:: \mathrm{devices} = \textstyle\bigcup_{p < P} \mathrm{local\_devices}(p)
+
+  Args:
+    coordinator_address: ``"host:port"`` of process 0, where the others meet it; None: the variable
+      ``JAX_COORDINATOR_ADDRESS``, read by jax.
+    num_processes: ``P >= 1``; None: the variable ``JAX_NUM_PROCESSES``, else 1. One process starts nothing.
+    process_id: this process's number, ``0 <= p < P``; None: the variable ``JAX_PROCESS_ID`` (else jax's own
+      detection of a cluster, e.g. Slurm's).
+
+  Returns:
+    ``P``, the number of processes.
+
+  >>> initialize_processes(num_processes=1)  # a single process: nothing to join
+  1
+  """
+  if num_processes is None:
+    num_processes = _env_int("num_processes", "JAX_NUM_PROCESSES")
+  num_processes = _checks.check_int("num_processes", 1 if num_processes is None else num_processes, low=1)
+  if process_id is None:
+    process_id = _env_int("process_id", "JAX_PROCESS_ID")
+  if process_id is not None:
+    _checks.check_int_at_most("process_id", process_id, num_processes - 1, low=0,
+                              what=f"num_processes - 1 = {num_processes - 1}")
+  if coordinator_address is not None:
+    host, _, port = coordinator_address.rpartition(":") if isinstance(coordinator_address, str) else ("", "", "")
+    if not host or not port.isdigit():
+      raise ValueError(f"coordinator_address: expected 'host:port' of process 0, got {coordinator_address!r}")
+  if num_processes == 1:
+    return 1
+  if jax.config.jax_cpu_collectives_implementation is None:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                             process_id=None if process_id is None else int(process_id))
+  return num_processes
+
 
 # ----------------------------------------------------------------------------
 # Layout.
@@ -113,6 +182,100 @@ def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Arr
     x = np.asarray(x)
     x = np.concatenate([x, np.broadcast_to(x[-1:], (extra,) + x.shape[1:])])
   return jax.device_put(x, NamedSharding(mesh, P(tuple(mesh.axis_names))))
+
+
+def _process_block(rows: int, mesh: Mesh) -> slice:
+  """The rows ``[start, stop)`` of a ``[rows, ...]`` array split by :func:`shard_rows` that this process's devices
+  hold (``S`` divides ``rows``); ValueError unless they are consecutive."""
+  split = NamedSharding(mesh, P(tuple(mesh.axis_names)))
+  blocks = sorted((index[0].start or 0, rows if index[0].stop is None else index[0].stop)
+                  for index in split.addressable_devices_indices_map((rows,)).values())
+  if not blocks:
+    raise ValueError(f"mesh: expected a mesh that holds some of process {jax.process_index()}'s devices, got one "
+                     f"over {[d.id for d in mesh.devices.flat]}")
+  if any(b[0] != a[1] for a, b in zip(blocks, blocks[1:])):
+    raise ValueError(f"mesh: expected process {jax.process_index()}'s devices next to each other along the mesh, so "
+                     f"that they hold consecutive rows (data_mesh()), got rows {blocks}")
+  return slice(blocks[0][0], blocks[-1][1])
+
+
+def process_rows(num_rows: int, mesh: Mesh) -> slice:
+  r"""The rows of a ``[N, ...]`` database that this process holds when it is split by rows over ``mesh``.
+
+  The rows of the process's devices' shards, as :func:`shard_rows` splits them (``N' = S \lceil N / S \rceil``
+  rows, the ones past ``N`` padding), cut at ``N``: consecutive, and together over the processes every row once.
+  In a single process, every row.
+
+  .. math:: \mathrm{rows}(p) = [\min(a_p, N), \min(b_p, N)), \quad
+     [a_p, b_p) = \textstyle\bigcup_{s \in \mathrm{devices}(p)} [s N' / S, (s + 1) N' / S)
+
+  Args:
+    num_rows: ``N >= 1``, the database's number of rows (over every process).
+    mesh: the device mesh, ``S`` devices; this process's devices must be next to each other along it, as in
+      :func:`data_mesh`.
+
+  Returns:
+    a ``slice`` (``start`` and ``stop`` ints): the rows to load, and to pass to :func:`shard_process_rows`.
+
+  >>> process_rows(10, data_mesh(1))
+  slice(0, 10, None)
+  """
+  mesh = _check_mesh(mesh)
+  num_rows = _checks.check_positive_int("num_rows", num_rows)
+  block = _process_block(mesh.size * -(-num_rows // mesh.size), mesh)
+  return slice(min(block.start, num_rows), min(block.stop, num_rows))
+
+
+def shard_process_rows(local_rows: Any, mesh: Mesh, *, num_rows: int, pad: bool = False,
+                       name: str = "local_rows") -> Array:
+  r"""One ``[N', ...]`` array split by rows over ``mesh`` from each process's own rows (``x[process_rows(N, mesh)]``).
+
+  Every process calls it with its rows; none holds the whole database. In a single process it is
+  :func:`shard_rows`. Built by :func:`jax.make_array_from_process_local_data`.
+
+  .. math:: x = \mathrm{concat}_{p < P}\; x[\mathrm{rows}(p)] \text{ laid out as } \texttt{shard\_rows}(x)
+
+  Args:
+    local_rows: ``[n_p, ...]``, the rows :func:`process_rows` names for this process, in order.
+    mesh: the device mesh over every process's devices (:func:`data_mesh`), ``S`` devices.
+    num_rows: ``N``, the rows over every process.
+    pad: when ``S`` does not divide ``N``: False refuses (``ValueError``); True pads to ``N' = S ceil(N / S)``
+      rows, as :func:`shard_rows` does (the padding rows copy the process's last row, or are zero in a process
+      with no real row; pass ``num_db=N`` to the searches, which ignore them whatever they hold).
+    name: the argument's name in error messages.
+
+  Returns:
+    a ``jax.Array [N', ...]`` laid out over ``mesh`` like ``shard_rows(x, mesh, pad=pad)``.
+
+  >>> import numpy as np
+  >>> x = np.arange(6, dtype=np.uint32).reshape(3, 2)
+  >>> mesh = data_mesh(1)
+  >>> shard_process_rows(x[process_rows(3, mesh)], mesh, num_rows=3).sharding.spec
+  P('data',)
+  """
+  mesh = _check_mesh(mesh)
+  pad = _checks.check_bool("pad", pad)
+  num_rows = _checks.check_positive_int("num_rows", num_rows)
+  extra = -num_rows % mesh.size
+  if extra and not pad:
+    raise ValueError(f"num_rows: expected a number of rows divisible by the mesh's {mesh.size} devices, got "
+                     f"{num_rows} (pad=True appends {extra} padding rows; pass num_db={num_rows} to the searches)")
+  if not hasattr(local_rows, "shape") or len(local_rows.shape) < 1:
+    raise ValueError(f"{name}: expected an array [rows, ...], got {_checks.desc(local_rows)}")
+  _checks.check_concrete(name, local_rows, why="shard_process_rows places data on devices")
+  rows = process_rows(num_rows, mesh)
+  block = _process_block(num_rows + extra, mesh)
+  want = rows.stop - rows.start
+  if local_rows.shape[0] != want:
+    raise ValueError(f"{name}: expected this process's {want} rows {rows.start}:{rows.stop} of {num_rows} "
+                     f"(process_rows({num_rows}, mesh)), got {local_rows.shape[0]} rows")
+  local = np.asarray(local_rows)
+  fill = block.stop - block.start - want
+  if fill:
+    last = local[-1:] if want else np.zeros((1,) + local.shape[1:], local.dtype)
+    local = np.concatenate([local, np.broadcast_to(last, (fill,) + local.shape[1:])])
+  return jax.make_array_from_process_local_data(NamedSharding(mesh, P(tuple(mesh.axis_names))), local,
+                                                (num_rows + extra,) + local.shape[1:])
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
@@ -203,6 +366,16 @@ def is_row_sharded(x: Any) -> bool:
   return _row_axes("x", x)[2] > 1
 
 
+def _check_word_pair(query_words: Any, db_words: Any, num_bits: Any = None) -> Any:
+  """:func:`hashjax._checks.check_word_pair`; of a ``db_words`` split over several processes, this process's shards
+  (the others check theirs)."""
+  if not (isinstance(db_words, jax.Array) and _checks.is_concrete(db_words) and not db_words.is_fully_addressable):
+    return _checks.check_word_pair(query_words, db_words, num_bits)
+  for shard in db_words.addressable_shards:
+    checked = _checks.check_word_pair(query_words, shard.data, num_bits)
+  return checked
+
+
 def _check_num_db(num_db: Any, rows: int) -> int:
   """``num_db`` (None: every row) as an int in ``[1, rows]``."""
   if num_db is None:
@@ -270,7 +443,7 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
   >>> d.tolist(), i.tolist()
   ([[0, 1]], [[2, 0]])
   """
-  _checks.check_word_pair(query_words, db_words)
+  _check_word_pair(query_words, db_words)
   mesh, axes, shards = _row_axes("db_words", db_words)
   num_db = _check_num_db(num_db, db_words.shape[0])
   k = _checks.check_k(k, num_db, db_name="db_words[:num_db]")
@@ -284,7 +457,7 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
 def _histogram_program(mesh: Mesh, axes: tuple, num_bits: int, num_levels: int, kind: str, chunk_size: int,
                        stacked: bool):
   """The jitted shard_map of per-shard histograms: summed by ``psum`` (``stacked`` False) or stacked
-  ``[S, Q, num_bits + 1, V]``."""
+  ``[S, Q, num_bits + 1, V]``, replicated."""
   spec = P(axes if axes else None)
   in_specs = {"none": (P(), spec), "labels": (P(), spec, P(), spec),
               "affinity": (P(), spec, P(None, axes if axes else None))}[kind]
@@ -296,14 +469,19 @@ def _histogram_program(mesh: Mesh, axes: tuple, num_bits: int, num_levels: int, 
     else:
       hist = histograms.hamming_histogram(q, db, *levels, num_bits=num_bits,
                                           num_levels=num_levels if levels else None, chunk_size=chunk_size)
-    if stacked:
-      return hist[None]
+    if stacked:  # gathered, so that every process reads every shard's counts
+      return lax.all_gather(hist, axes, axis=0, tiled=False) if axes else hist[None]
     return lax.psum(hist, axes) if axes else hist
 
-  # The single-device kernels' loops start from unsharded zeros, which the replication check refuses; psum makes
-  # the sum equal on every shard.
-  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=spec if stacked else P(),
-                               check_vma=False))
+  # The single-device kernels' loops start from unsharded zeros, which the replication check refuses; psum and
+  # all_gather make the result equal on every shard.
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=P(), check_vma=False))
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_from_program(mesh: Mesh, start: int):
+  """The jitted ``x[start:]`` of a row-split array, replicated (readable on every process)."""
+  return jax.jit(lambda x: x[start:], out_shardings=NamedSharding(mesh, P()))
 
 
 def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
@@ -333,7 +511,7 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
-  _checks.check_word_pair(query_words, db_words)
+  _check_word_pair(query_words, db_words)
   _checks.check_concrete("query_words", query_words)
   mesh, axes, shards = _row_axes("db_words", db_words)
   num_db = _check_num_db(num_db, db_words.shape[0])
@@ -392,7 +570,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   >>> hamming_histogram(pack_bits(np.array([[1, 1]])), x, np.array([[1, 1, 0]]), num_bits=2).tolist()
   [[[0, 1], [0, 1], [1, 0]]]
   """
-  num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
+  num_bits = _check_word_pair(query_words, db_words, num_bits)
   mesh, axes, _ = _row_axes("db_words", db_words)
   total = db_words.shape[0]
   num_db = _check_num_db(num_db, total)
@@ -419,7 +597,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   hist = program(*inputs, *level_args)
   if total == num_db:
     return hist
-  padding = np.asarray(db_words[num_db:])  # whatever the rows hold, with the levels they were counted with
+  padding = np.asarray(_rows_from_program(mesh, num_db)(db_words))  # whatever they hold, counted with their levels
   extra = {}
   if kind == "labels":
     extra = dict(query_labels=np.asarray(query_labels), db_labels=pad_cols(np.asarray(db_labels), 0)[num_db:])

@@ -88,3 +88,23 @@ def test_search_runs_an_entry_once_and_reuses_it(tmp_path, monkeypatch):
   assert len([h for h in results["history"] if h["kind"] == "eval" and h["step"] > 0]) == 1
   again = nair_study.search([0], str(tmp_path), names=["test majority 64 bits"], runlocal=True)
   assert again["test majority 64 bits"]["errors"] == entry["errors"]
+
+
+def test_metric_part_scores_every_row_once_and_reuses_them(tmp_path, monkeypatch):
+  from experiments import tasks
+  from experiments.methods import nair
+  monkeypatch.setitem(nair_study.METRIC, "nca_iterations", 3)
+  monkeypatch.setitem(nair_study.METRIC, "lmnn_iterations", 20)
+  out = nair_study.metric(["digits"], [0], str(tmp_path), runlocal=True)["digits"]
+  assert set(out["per_seed"]) == {"l2", "pca", "nca", "lmnn"}
+  assert all(0 <= s[0] <= 1 for s in out["per_seed"].values()) and out["stats"]["lmnn"]["n"] == 1
+  config = nair_study.base_config("digits", runlocal=True)
+  config.seed = 0
+  # The raw row is the tables' exact L2 row on the same split.
+  assert out["per_seed"]["l2"][0] == nair.exact_l2_row(config, tasks.make_task(config))["knn_error"]
+  stored = nair_study._read_json(str(tmp_path / "metric" / "digits" / "lmnn_s0" / "results.json"))
+  assert stored["num_pca_components"] == 50 and stored["options"]["lmnn_iterations"] == 20
+  assert stored["rows"][0]["fit_seconds"] > 0
+  stored["rows"][0]["knn_error"] = 0.5  # a stored row is read back, not refitted
+  nair_study.io.atomic_write_json(str(tmp_path / "metric" / "digits" / "lmnn_s0" / "results.json"), stored)
+  assert nair_study.metric(["digits"], [0], str(tmp_path), runlocal=True)["digits"]["per_seed"]["lmnn"][0] == 0.5

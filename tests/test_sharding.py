@@ -43,6 +43,11 @@ q = np.asarray(codes.pack_bits(np.concatenate([pool[:3], rng.integers(0, 2, (4, 
 out["x"], out["q"] = x, q
 xs = sharding.shard_rows(x, mesh, pad=True)
 out["x_rows"] = np.asarray(xs.shape[0])
+# One process's rows (here every row) laid out from its own block: shard_rows' array and layout, padding included.
+rows = sharding.process_rows(n, mesh)
+xp = sharding.shard_process_rows(x[rows], mesh, num_rows=n, pad=True)
+out["process_rows"], out["process_x"] = np.array([rows.start, rows.stop]), np.asarray(xp)
+out["process_x_layout"] = np.asarray(xp.sharding.is_equivalent_to(xs.sharding, 2))
 for k in (5, n):  # k = n: more than a shard's 26 rows
   for tag, (d, i) in (("sharded", sharding.knn(q, xs, k, num_db=n)), ("single", search.knn(q, x, k))):
     out[f"knn{k}_{tag}_d"], out[f"knn{k}_{tag}_i"] = np.asarray(d), np.asarray(i)
@@ -70,6 +75,8 @@ def error(name, fn):
 
 error("shard_rows", lambda: sharding.shard_rows(x, mesh))
 error("shard_batch", lambda: sharding.shard_batch({"features": np.ones((12, 3))}, mesh))
+error("process_rows_count", lambda: sharding.shard_process_rows(x[:100], mesh, num_rows=n, pad=True))
+error("process_rows_pad", lambda: sharding.shard_process_rows(x, mesh, num_rows=n))
 error("knn_unsharded", lambda: sharding.knn(q, x, 3))
 error("knn_k", lambda: sharding.knn(q, xs, n + 1, num_db=n))
 error("num_db", lambda: sharding.knn(q, xs, 3, num_db=xs.shape[0] + 1))
@@ -206,6 +213,53 @@ def test_mesh_size_errors_name_the_argument(results):
   assert errors["num_db"].startswith("num_db: expected at most len(db_words) = 208")
   assert errors["train_batch"].startswith("batch['affinity']: expected a leading axis divisible by the mesh's 8")
   assert "got 100 rows" in errors["train_batch"]
+
+
+def test_one_process_lays_out_its_rows_as_shard_rows(results):
+  out, errors = results
+  x = out["x"]
+  assert out["process_rows"].tolist() == [0, 203]
+  np.testing.assert_array_equal(out["process_x"], np.concatenate([x, np.repeat(x[-1:], 5, axis=0)]))
+  assert bool(out["process_x_layout"])
+  assert errors["process_rows_count"].startswith("local_rows: expected this process's 203 rows 0:203 of 203")
+  assert "got 100 rows" in errors["process_rows_count"]
+  assert errors["process_rows_pad"].startswith("num_rows: expected a number of rows divisible by the mesh's 8")
+
+
+def test_process_rows_in_one_process_on_one_device():
+  mesh = sharding.data_mesh(1)
+  assert sharding.process_rows(7, mesh) == slice(0, 7)
+  x = np.arange(14, dtype=np.uint32).reshape(7, 2)
+  laid = sharding.shard_process_rows(x[sharding.process_rows(7, mesh)], mesh, num_rows=7)
+  np.testing.assert_array_equal(np.asarray(laid), x)
+  with pytest.raises(ValueError, match="num_rows: expected an int >= 1, got 0"):
+    sharding.process_rows(0, mesh)
+  with pytest.raises(ValueError, match=r"local_rows: expected this process's 7 rows 0:7 of 7 .* got 6 rows"):
+    sharding.shard_process_rows(x[:6], mesh, num_rows=7)
+
+
+def test_initialize_processes_single_process_and_settings_errors(monkeypatch):
+  import jax  # pylint: disable=g-import-not-at-top
+  for name in sharding.PROCESS_ENV:
+    monkeypatch.delenv(name, raising=False)
+  assert sharding.initialize_processes() == 1  # no count anywhere: one process, nothing started
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "1")
+  assert sharding.initialize_processes(process_id=0) == 1
+  assert not jax.distributed.is_initialized()
+  with pytest.raises(ValueError, match="num_processes: expected an int >= 1, got 0"):
+    sharding.initialize_processes(num_processes=0)
+  with pytest.raises(ValueError, match=r"process_id: expected .*num_processes - 1 = 1.*got 2"):
+    sharding.initialize_processes(num_processes=2, process_id=2, coordinator_address="localhost:1234")
+  with pytest.raises(ValueError, match="coordinator_address: expected 'host:port' of process 0, got 'localhost'"):
+    sharding.initialize_processes(num_processes=2, process_id=0, coordinator_address="localhost")
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+  with pytest.raises(ValueError, match="num_processes: expected an int in the environment variable JAX_NUM_PROCESSES"):
+    sharding.initialize_processes()
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+  monkeypatch.setenv("JAX_PROCESS_ID", "5")
+  with pytest.raises(ValueError, match=r"process_id: expected .* got 5"):
+    sharding.initialize_processes(coordinator_address="localhost:1234")
+  assert not jax.distributed.is_initialized()
 
 
 def test_data_mesh_refuses_more_devices_than_jax_sees():

@@ -272,6 +272,10 @@ def _rules() -> Dict[str, Callable]:
       "warmup_steps": _int(0), "lr_final_fraction": _num(0, 1), "augment_shift": _int(0), "input_noise": _num(0),
       "batch_per_class": _int(1), "num_steps": _int(0), "log_every": _int(1), "eval_every": _int(0, True),
       "checkpoint_every": _int(0, True), "target": _num(0), "precision_k": _int(1), "num_devices": _int(1),
+      # several processes (hashjax.sharding.initialize_processes; None: the JAX_* environment variables)
+      "num_processes": _int(1, True), "process_id": _int(0, True),
+      "coordinator_address": lambda name, v: v is None or _checks.check_nonempty_str(
+          name, v, what="'host:port' of process 0, or None"),
       "exact_l2": _bool, "plots": _bool, "trials": _int(1),
       "baselines": _names(baselines.BASELINES, nonempty=False), "methods": _names(baselines.BASELINES, nonempty=True),
       "models": _folders, "weighted": _names(baselines.BASELINES, nonempty=False),
@@ -338,6 +342,9 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
   if kind == "deep" and c("objective") in DEEP_CLASS_OBJECTIVES and c("affinity") != "label":
     raise _fail("config.affinity", f"'label' for config.objective={c('objective')!r} (it trains on class labels)",
                 c("affinity"))
+  if c("num_processes") is not None and c("process_id") is not None and c("process_id") >= c("num_processes"):
+    raise _fail("config.process_id", f"a process number below config.num_processes={c('num_processes')}",
+                c("process_id"))
   if "warmup_steps" in config and "num_steps" in config and c("warmup_steps") >= max(c("num_steps"), 1):
     raise ConfigError(f"config.warmup_steps: expected fewer than config.num_steps={c('num_steps')} "
                       f"(at least 1), got {c('warmup_steps')}")
