@@ -35,7 +35,8 @@ setup(
     ],
     extras_require={
         # Everything the test suite runs: the notebook (nbclient, or `jupyter nbconvert --execute`), the
-        # plots, the tensorflow-datasets loader against tfds' mock data, and the faiss interop of hashjax.index.
+        # plots, the tensorflow-datasets loader against tfds' mock data, the faiss interop of hashjax.index, and
+        # LambdaMART (lightgbm).
         "test": [
             "pytest>=7",
             "pytest-xdist>=3",
@@ -46,10 +47,13 @@ setup(
             "matplotlib>=3.7",
             "tensorflow-datasets>=4.9",
             "faiss-cpu>=1.7",
+            "lightgbm>=4",
         ],
         "plots": ["matplotlib>=3.7"],
         "tfds": ["tensorflow-datasets>=4.9"],
         "bench": ["faiss-cpu>=1.7"],
+        # LambdaMART (hashjax.localrank.fit_lambdamart) through LightGBM's lambdarank objective.
+        "ltr": ["lightgbm>=4"],
         "notebook": ["matplotlib>=3.7", "jupyter"],
     },
 )

@@ -8,11 +8,13 @@ r"""LocalRank (Banerjee et al.): clustered local linear rankers by query point-c
 Five folds (train on three subsets, choose every setting on the validation subset, report on the test subset):
 the global linear RankNet ranker; LocalRank with the PCA similarity of eq. 5 (P by the 80% rule and a fixed P)
 and with the other cloud similarities (mean, variance, skew, symmetric KL, Bhattacharyya); Geng et al.'s KNN;
-D&K on ``config.dk_folds``; the controls (random clusters of the same sizes, the clairvoyant cluster) and a
+D&K on ``config.dk_folds``; the global baselines RankBoost, SVM-MAP and LambdaMART (``config.ltr_baselines``);
+the controls (random clusters of the same sizes, the clairvoyant cluster) and a
 paired bootstrap 95% interval of each method minus the global ranker over the pooled test queries; LSH model
 selection against the exhaustive one. Expected (docs/results/localrank.md): global MAP 0.659 and NDCG@10 0.697
-(queries with a relevant document), LocalRank-PCA -0.009 MAP [-0.017, +0.000] against it; 12 minutes (717 s) on
-2 busy cores with one BLAS thread; runlocal about 15 s.
+(queries with a relevant document), LocalRank-PCA -0.009 MAP [-0.017, +0.000] against it, SVM-MAP +0.001
+[-0.006, +0.008]; 22 minutes (1298 s) with the global baselines on 2 busy cores with one BLAS thread; runlocal
+about 15 s.
 """
 
 import ml_collections
@@ -49,6 +51,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.lsh_sweep = (4, 6, 8, 12)  # h values of the LSH agreement table (with candidates 16 and all voted)
   config.lsh_clusters = 8  # the LSH table also reports cluster agreement at this C of the PCA tree
   config.bootstrap_samples = 10000
+  # Global learning-to-rank baselines (hashjax.localrank.baselines), each setting chosen on validation by select_by
+  config.ltr_baselines = ("rankboost", "svmmap", "lambdamart")  # lambdamart needs lightgbm: pip install 'hashjax[ltr]'
+  config.rankboost_rounds = (50, 100, 200, 400)  # T (the first T rounds of one fit)
+  config.rankboost_thresholds = 64  # candidate thresholds per feature (quantiles)
+  config.svmmap_c = (0.1, 1.0, 10.0, 100.0)  # c of 1/2 |w|^2 + (c/n) sum_q xi_q
+  config.svmmap_epsilon = 1e-3  # cutting-plane tolerance
+  config.svmmap_max_iterations = 1000  # cutting planes at most
+  config.lambdamart_trees = (50, 100, 200, 500)  # trees (the first of one fit per learning rate and leaves)
+  config.lambdamart_learning_rates = (0.05, 0.1)
+  config.lambdamart_leaves = (7, 31)
+  config.lambdamart_min_data_in_leaf = 20
+  config.lambdamart_threads = 1  # LightGBM's threads (deterministic either way; timings depend on it)
   if arg.runlocal:
     config.folds = (1,)
     config.l2_grid = (1e-2,)
@@ -60,4 +74,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.dk_folds = ()
     config.lsh_sweep = (6,)
     config.bootstrap_samples = 1000
+    config.rankboost_rounds = (20, 50)
+    config.svmmap_c = (1.0,)
+    config.lambdamart_trees = (20, 50)
+    config.lambdamart_learning_rates = (0.1,)
+    config.lambdamart_leaves = (7,)
   return config

@@ -11,7 +11,10 @@ the cluster of its most similar training query; ``(C, l2)`` maximise the validat
 come from ``hashjax.localrank.fit`` / ``score`` at that setting (timed). For LocalRank-PCA also: random clusters
 of the chosen sizes, the clairvoyant cluster (per query and metric, the best of the ``C`` models: an upper
 bound), LSH selection against the exhaustive one, and the test metrics of every ``C`` (the curve). Geng et
-al.'s KNN (``K`` on validation) and D&K run per test query. Metrics: tie-aware AP and NDCG@1/5/10 over queries
+al.'s KNN (``K`` on validation) and D&K run per test query. The global baselines of ``config.ltr_baselines``
+(:mod:`hashjax.localrank.baselines`): RankBoost (rounds ``T`` on validation, from the prefixes of one fit), SVM-MAP
+(``c`` on validation) and LambdaMART through LightGBM (trees, learning rate and leaves on validation), each timed
+at its chosen setting. Metrics: tie-aware AP and NDCG@1/5/10 over queries
 with a relevant document, and LETOR 4.0's official conventions beside them (:mod:`hashjax.ranking`). The paired
 bootstrap pools the test queries of all folds. Everything goes to ``<workdir>/results.json``; the tables to
 stdout. The work is :func:`train_and_evaluate`.
@@ -34,6 +37,8 @@ from hashjax import data, io, localrank, ranking
 #: Metrics of the tables, also the choices of ``config.select_by`` (``hashjax.ranking.query_metrics`` keys).
 METRICS = checks.LOCALRANK_METRICS
 CONVENTIONS = ranking.CONVENTIONS
+#: ``config.ltr_baselines`` choices and their rows' names.
+LTR_BASELINES = dict(zip(checks.LTR_BASELINES, ("RankBoost", "SVM-MAP", "LambdaMART (LightGBM)")))
 
 
 
@@ -244,6 +249,69 @@ def _dk(config, f: _Fold, l2: float, record: Dict) -> None:
                                    "load": _load()}
 
 
+def _choose(val: Dict, order: List) -> object:
+  """The setting of the highest validation value; ties: the first in grid order."""
+  return max(order, key=lambda k: (val[k], -order.index(k)))
+
+
+def _rankboost(config, f: _Fold, record: Dict) -> None:
+  """RankBoost: the rounds T on validation (the first T rounds of one fit), then the timed fit at T."""
+  opts = {"num_thresholds": config.rankboost_thresholds}
+  grid = list(config.rankboost_rounds)
+  full = localrank.fit_rankboost(f.train.features, f.train.affinity, f.train.query_ids, num_rounds=max(grid), **opts)
+  prefix = lambda t: localrank.RankBoostModel(*(a[:t] for a in full))
+  val = {t: _mean(_evaluate(localrank.rankboost_scores(prefix(t), f.vali.features), f.vali)["tie_aware"],
+                  config.select_by) for t in grid}
+  t = _choose(val, grid)
+  model, train_s = _timed(localrank.fit_rankboost, f.train.features, f.train.affinity, f.train.query_ids,
+                          num_rounds=t, **opts)
+  if not all(np.array_equal(a, b) for a, b in zip(model, prefix(t))):
+    raise AssertionError("RankBoost: the fit of T rounds differs from the first T rounds of the longer fit")
+  scores, test_s = _timed(localrank.rankboost_scores, model, f.test.features)
+  record[LTR_BASELINES["rankboost"]] = {"per_query": _evaluate(scores, f.test), "train_s": train_s,
+                                        "test_ms_per_query": 1e3 * test_s / f.num_test, "load": _load(),
+                                        "setting": {"T": int(len(model.alphas))}}
+
+
+def _svmmap(config, f: _Fold, record: Dict) -> None:
+  """SVM-MAP: c on validation; each fit is timed, the chosen one's time reported."""
+  fits, val = {}, {}
+  for c in config.svmmap_c:
+    fits[c] = _timed(localrank.fit_svmmap, f.train.features, f.train.affinity, f.train.query_ids, c=c,
+                     epsilon=config.svmmap_epsilon, max_iterations=config.svmmap_max_iterations)
+    val[c] = _mean(_evaluate(f.vali.features @ fits[c][0], f.vali)["tie_aware"], config.select_by)
+  c = _choose(val, list(config.svmmap_c))
+  w, train_s = fits[c]
+  scores, test_s = _timed(lambda: f.test.features.astype(np.float64) @ w)
+  record[LTR_BASELINES["svmmap"]] = {"per_query": _evaluate(scores, f.test), "train_s": train_s,
+                                     "test_ms_per_query": 1e3 * test_s / f.num_test, "load": _load(),
+                                     "setting": {"c": c}}
+
+
+def _lambdamart(config, f: _Fold, record: Dict) -> None:
+  """LambdaMART: (learning rate, leaves, trees) on validation (the trees as prefixes of one fit per pair), then
+  the timed fit at the choice."""
+  opts = {"min_data_in_leaf": config.lambdamart_min_data_in_leaf, "seed": config.seed,
+          "num_threads": config.lambdamart_threads}
+  val, order = {}, []
+  for lr in config.lambdamart_learning_rates:
+    for leaves in config.lambdamart_leaves:
+      booster = localrank.fit_lambdamart(f.train.features, f.train.affinity, f.train.query_ids,
+                                         num_trees=max(config.lambdamart_trees), learning_rate=lr,
+                                         num_leaves=leaves, **opts)
+      for trees in config.lambdamart_trees:
+        scores = localrank.lambdamart_scores(booster, f.vali.features, num_trees=trees)
+        val[(lr, leaves, trees)] = _mean(_evaluate(scores, f.vali)["tie_aware"], config.select_by)
+        order.append((lr, leaves, trees))
+  lr, leaves, trees = _choose(val, order)
+  booster, train_s = _timed(localrank.fit_lambdamart, f.train.features, f.train.affinity, f.train.query_ids,
+                            num_trees=trees, learning_rate=lr, num_leaves=leaves, **opts)
+  scores, test_s = _timed(localrank.lambdamart_scores, booster, f.test.features)
+  record[LTR_BASELINES["lambdamart"]] = {"per_query": _evaluate(scores, f.test), "train_s": train_s,
+                                         "test_ms_per_query": 1e3 * test_s / f.num_test, "load": _load(),
+                                         "setting": {"trees": trees, "lr": lr, "leaves": leaves}}
+
+
 def run_fold(config: ml_collections.ConfigDict, fold: int) -> Dict:
   """Every method on one fold: ``{"methods": {name: ...}, "curves": ..., "lsh": ...}``."""
   f = _Fold(config, fold)
@@ -255,6 +323,9 @@ def run_fold(config: ml_collections.ConfigDict, fold: int) -> Dict:
   _knn(config, f, glob["l2"], record)
   if fold in config.dk_folds:
     _dk(config, f, glob["l2"], record)
+  for name in config.get("ltr_baselines", ()):
+    {"rankboost": _rankboost, "svmmap": _svmmap, "lambdamart": _lambdamart}[name](config, f, record)
+    logging.info("fold %d %s: %s", fold, LTR_BASELINES[name], record[LTR_BASELINES[name]]["setting"])
   return {"fold": fold, "methods": record, "curves": curves, **extras,
           "num_train_queries": f.num_train, "num_test_queries": f.num_test}
 

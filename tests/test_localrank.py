@@ -1,6 +1,7 @@
 """LocalRank against direct numpy/scipy computations: eq. 5, the other cloud similarities, complete link, LSH,
 the RankNet rankers, the ranking metrics (brute-force tie orders, LETOR 4.0's script) and the experiment."""
 
+import importlib.util
 import itertools
 import math
 import os
@@ -466,6 +467,9 @@ def test_experiment_runlocal_fold1(tmp_path):
   config.cluster_grid, config.similarities = (1, 2), ("pca",)
   config.knn_neighbors = (20,)
   config.lsh_sweep = ()
+  config.rankboost_rounds, config.lambdamart_trees = (5, 20), (10, 20)
+  if importlib.util.find_spec("lightgbm") is None:  # the ltr extra; its own tests skip then too
+    config.ltr_baselines = ("rankboost", "svmmap")
   results = experiment.train_and_evaluate(config, str(tmp_path))
   rows = {r["method"]: r for r in results["rows"]}
   glob = rows["Global linear"]
@@ -483,6 +487,27 @@ def test_experiment_runlocal_fold1(tmp_path):
   assert rows["Clairvoyant cluster (bound)"]["tie_aware:ap"] >= rows["LocalRank pca (P 80%)"]["tie_aware:ap"]
   assert (tmp_path / "results.json").is_file() and "KNN (Geng et al.)" in rows
   assert "Global linear" in experiment.format_tables(results)
+  # The global baselines: every row of config.ltr_baselines, settings from their grids, and SVM-MAP's test AP by
+  # the loop over each query's documents from the c the run chose.
+  settings = {name: results["folds"][0]["methods"][name]["setting"] for name in
+              (experiment.LTR_BASELINES[b] for b in config.ltr_baselines)}
+  assert settings["RankBoost"]["T"] in (5, 20) and settings["SVM-MAP"]["c"] in config.svmmap_c
+  if "lambdamart" in config.ltr_baselines:
+    assert settings["LambdaMART (LightGBM)"]["trees"] in (10, 20)
+    assert rows["LambdaMART (LightGBM)"]["letor4:ap"] < rows["LambdaMART (LightGBM)"]["tie_aware:ap"]
+  w = localrank.fit_svmmap(train.features, train.affinity, train.query_ids, c=settings["SVM-MAP"]["c"],
+                           epsilon=config.svmmap_epsilon, max_iterations=config.svmmap_max_iterations)
+  scores = test.features.astype(np.float64) @ w
+  per_query = [_tie_aware_ap_loop(scores[test.query_ids == g], test.affinity[test.query_ids == g])
+               for g in np.unique(test.query_ids)]
+  assert rows["SVM-MAP"]["tie_aware:ap"] == pytest.approx(np.nanmean(per_query), rel=1e-6)
+  assert "delta:ap" in rows["RankBoost"] and "SVM-MAP" in experiment.format_tables(results)
+  for field, value in (("ltr_baselines", ("svm",)), ("svmmap_c", ()), ("rankboost_rounds", (0,))):
+    bad = localrank_config.get_config("runlocal")
+    bad.data_dir = str(folder)
+    bad[field] = value
+    with pytest.raises(checks.ConfigError, match=rf"^config.{field}: expected"):
+      experiment.train_and_evaluate(bad, str(tmp_path))
   config.cluster_grid = (2, 3)
   with pytest.raises(checks.ConfigError, match=r"config.cluster_grid: expected a list holding 1"):
     checks.check_config(config)

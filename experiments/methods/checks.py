@@ -38,6 +38,8 @@ COLGEN_METHODS = ("cghash", "structhash")
 BIT_WEIGHT_SOLVERS = weighting.SOLVERS + ("whrank",)
 #: ``config.select_by`` of ``experiments.localrank`` (``hashjax.ranking.query_metrics`` keys).
 LOCALRANK_METRICS = ("ap", "ndcg@1", "ndcg@5", "ndcg@10")
+#: ``config.ltr_baselines`` of experiments.localrank (hashjax.localrank.baselines).
+LTR_BASELINES = ("rankboost", "svmmap", "lambdamart")
 #: ``config.target_metric``: what each method's periodic evaluation logs.
 TARGETS = {"talr": TALR_EVAL_KEYS, "nair": ("knn_error", "precision_at_radius"), "deep": TALR_EVAL_KEYS}
 #: Command-line words of a bool (any case).
@@ -172,10 +174,10 @@ def _names(options, *, nonempty: bool):
   return check
 
 
-def _ints(low: int):
+def _ints(low: int, nonempty: bool = False):
   def check(name, v):
-    if not isinstance(v, (tuple, list)) or not all(_checks.is_int(x) and x >= low for x in v):
-      raise _fail(name, f"a list of ints >= {low} (--{name}=1,2)", v)
+    if not isinstance(v, (tuple, list)) or (nonempty and not v) or not all(_checks.is_int(x) and x >= low for x in v):
+      raise _fail(name, f"a {'non-empty ' if nonempty else ''}list of ints >= {low} (--{name}=1,2)", v)
   return check
 
 
@@ -297,6 +299,11 @@ def _rules() -> Dict[str, Callable]:
       "max_label": _int(0), "knn_rank_feature": _int(0), "l2_grid": _positive_numbers,
       "similarities": _names(localrank.SIMILARITIES, nonempty=True), "select_by": _choice(LOCALRANK_METRICS),
       "variance_fraction": _num(0, 1, low_open=True), "ridge": _num(0, low_open=True),
+      "ltr_baselines": _names(LTR_BASELINES, nonempty=False), "rankboost_rounds": _ints(1, nonempty=True),
+      "rankboost_thresholds": _int(1, True), "svmmap_c": _positive_numbers, "svmmap_epsilon": _num(0, low_open=True),
+      "svmmap_max_iterations": _int(1), "lambdamart_trees": _ints(1, nonempty=True),
+      "lambdamart_learning_rates": _positive_numbers, "lambdamart_leaves": _ints(2, nonempty=True),
+      "lambdamart_min_data_in_leaf": _int(1), "lambdamart_threads": _int(1),
   }
 
 

@@ -11,7 +11,9 @@ cluster of its most similar training query, found exhaustively or by LSH
   similarities (mean, variance, skew, symmetric KL, Bhattacharyya);
 * :mod:`hashjax.localrank.rankers`: linear RankNet rankers (scipy L-BFGS-B);
 * :mod:`hashjax.localrank.selection`: complete-link clustering, exhaustive and LSH model selection;
-* :mod:`hashjax.localrank.model`: :func:`fit`, :func:`score`, and the KNN (Geng et al.) and D&K baselines.
+* :mod:`hashjax.localrank.model`: :func:`fit`, :func:`score`, and the KNN (Geng et al.) and D&K baselines;
+* :mod:`hashjax.localrank.baselines`: the global learning-to-rank baselines RankBoost, SVM-MAP and
+  LambdaMART (LightGBM, the ``ltr`` extra).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -21,6 +23,8 @@ cluster of its most similar training query, found exhaustively or by LSH
 (10,)
 """
 
+from hashjax.localrank.baselines import RankBoostModel, fit_lambdamart, fit_rankboost, fit_svmmap
+from hashjax.localrank.baselines import lambdamart_scores, rankboost_scores, svmmap_most_violated
 from hashjax.localrank.model import SELECTIONS, LocalRankModel, Selection, dk_scores, fit, fit_clusters
 from hashjax.localrank.model import knn_scores, query_features, score, select
 from hashjax.localrank.rankers import RankNetPairs, fit_ranknet, fit_ranknet_pairs, ranknet_objective, ranknet_pairs
@@ -30,9 +34,10 @@ from hashjax.localrank.similarity import SIMILARITIES, CloudSummary, cloud_dista
 from hashjax.localrank.similarity import pca_similarity, principal_components
 
 __all__ = [
-    "SELECTIONS", "SIMILARITIES", "CloudSummary", "LocalRankModel", "LshTables", "RankNetPairs", "Selection",
-    "build_lsh", "cloud_distances", "cloud_summaries", "complete_link", "complete_link_tree", "cut_clusters",
-    "dk_scores", "fit", "fit_clusters", "fit_ranknet", "fit_ranknet_pairs", "knn_scores", "lsh_nearest",
-    "nearest_training_query", "pca_similarity", "principal_components", "query_features", "ranknet_objective",
-    "ranknet_pairs", "score", "select",
+    "SELECTIONS", "SIMILARITIES", "CloudSummary", "LocalRankModel", "LshTables", "RankBoostModel", "RankNetPairs",
+    "Selection", "build_lsh", "cloud_distances", "cloud_summaries", "complete_link", "complete_link_tree",
+    "cut_clusters", "dk_scores", "fit", "fit_clusters", "fit_lambdamart", "fit_rankboost", "fit_ranknet",
+    "fit_ranknet_pairs", "fit_svmmap", "knn_scores", "lambdamart_scores", "lsh_nearest", "nearest_training_query",
+    "pca_similarity", "principal_components", "query_features", "rankboost_scores", "ranknet_objective",
+    "ranknet_pairs", "score", "select", "svmmap_most_violated",
 ]
