@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional, Sequence
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
@@ -101,6 +102,30 @@ def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: int, rows_from
   return sharding.data_mesh(n)
 
 
+def encode_split(encode: Callable, features: np.ndarray, query, database, *, mesh=None):
+  """``(query_words, db_words)``: ``encode(features[rows]) -> uint32[rows, W]`` of the queries and the database.
+
+  ``mesh`` None: both on one device. A mesh (:func:`device_mesh`): the database is split by rows over its
+  devices, each process encoding only its own rows (:func:`hashjax.sharding.process_rows`), laid out by
+  :func:`hashjax.sharding.shard_process_rows` and padded to a multiple of the device count (the rows from
+  ``len(database)`` on are padding: pass ``num_db=len(database)`` to :func:`hashjax.evaluate.evaluate_codes`);
+  the query words, the same in every process, come back as numpy. ``encode`` then computes on this process's
+  devices alone (parameters on the host, not laid out over the mesh).
+  """
+  query_words = encode(features[query])
+  if mesh is None:
+    return query_words, encode(features[database])
+  num_db = len(database)
+  rows = sharding.process_rows(num_db, mesh)
+  logging.log_first_n(logging.INFO, "evaluation database: process %d encodes rows %d:%d of %d over %d devices", 1,
+                      jax.process_index(), rows.start, rows.stop, num_db, mesh.size)
+  mine = database[rows]
+  width = query_words.shape[1]
+  local = np.asarray(encode(features[mine])) if len(mine) else np.zeros((0, width), np.uint32)
+  return np.asarray(query_words), sharding.shard_process_rows(local, mesh, num_rows=num_db, pad=True,
+                                                               name="db_words")
+
+
 def fit(config: ml_collections.ConfigDict, workdir: str, *, params, loss_fn: Callable, batch_fn: Callable,
         eval_fn: Callable, batch_size: Optional[int] = None, mesh=None, replicated: Sequence[str] = ()):
   """:func:`hashjax.train.train` as the config says; checkpoints in ``<workdir>/checkpoints``.
@@ -137,8 +162,9 @@ def baseline_model(method: str, train_features: np.ndarray, *, num_bits: int, se
 
 
 def baseline_words(method: str, features: np.ndarray, train, query, database, *, num_bits: int,
-                   seed: int, labels: np.ndarray):
+                   seed: int, labels: np.ndarray, mesh=None):
   """Fits baseline ``method`` on ``features[train]`` (a supervised one with ``labels[train]``;
-  :func:`baseline_model`); returns packed ``(query_words, db_words)``."""
+  :func:`baseline_model`); returns packed ``(query_words, db_words)``, the database split over ``mesh``'s
+  devices when one is given (:func:`encode_split`)."""
   model = baseline_model(method, features[train], num_bits=num_bits, seed=seed, train_labels=labels[train])
-  return model.encode(features[query]), model.encode(features[database])
+  return encode_split(model.encode, features, query, database, mesh=mesh)

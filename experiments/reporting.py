@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
 import numpy as np
 
@@ -17,13 +18,15 @@ from hashjax import io, models
 
 
 def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: str, learned_words: Callable,
-                evaluate: Callable) -> List[Dict]:
+                evaluate: Callable, mesh=None) -> List[Dict]:
   """Table rows: the learned codes (``learned_words() -> (query_words, db_words)``), then ``config.baselines``.
 
   ``evaluate(query_words, db_words) -> {metric: value}`` scores each; the
   learned row also holds ``eval_seconds`` (encoding and evaluation). With
   ``config.plots``, every row also holds the ``curves`` the figures are drawn from
-  (:func:`experiments.plots.distance_curves`).
+  (:func:`experiments.plots.distance_curves`). With a ``mesh``, the baselines' database words are split over
+  its devices as :func:`experiments.fitting.encode_split` splits them (``learned_words`` should do the same);
+  the curves then read every process's real rows.
   """
   if config.plots:
     relevance = ({"query_labels": task.labels[task.query], "db_labels": task.labels[task.database]}
@@ -32,7 +35,10 @@ def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: st
   def row(method, words, **extra):
     out = {"method": method, "bits": config.bits, **plain(evaluate(*words)), **extra}
     if config.plots:
-      out["curves"] = plots.distance_curves(*words, num_bits=config.bits, **relevance)
+      query_words, db_words = words
+      if mesh is not None:  # every process's rows, padding cut off
+        db_words = multihost_utils.process_allgather(db_words, tiled=True)[:len(task.database)]
+      out["curves"] = plots.distance_curves(query_words, db_words, num_bits=config.bits, **relevance)
     return out
 
   start = time.perf_counter()
@@ -40,7 +46,8 @@ def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: st
   rows = [row(name, words, eval_seconds=time.perf_counter() - start)]
   for method in config.baselines:
     rows.append(row(method, fitting.baseline_words(method, task.features, task.train, task.query, task.database,
-                                           num_bits=config.bits, seed=config.seed, labels=task.labels)))
+                                                   num_bits=config.bits, seed=config.seed, labels=task.labels,
+                                                   mesh=mesh)))
   return rows
 
 
@@ -52,7 +59,10 @@ def recorded_config(config: ml_collections.ConfigDict, resolved: Optional[Dict] 
   """The config as run, for ``results.json`` and the saved model: ``config.to_dict()`` with the values the
   trainer resolved at run time (``resolved``: field -> value) in place of the placeholders that stood for them;
   ``eval_every`` / ``checkpoint_every`` None are recorded as the 0 that
-  :func:`experiments.fitting.fit` reads them as.
+  :func:`experiments.fitting.fit` reads them as; a config's process settings
+  (:func:`experiments.fitting.start_processes`) as the run's: ``num_processes`` and
+  ``process_id`` from jax, ``coordinator_address`` as given or from ``JAX_COORDINATOR_ADDRESS``,
+  ``"unused"`` for one process, ``"detected by jax"`` when neither names it.
 
   A field still ``None`` afterwards is logged as a warning: every option a run used should be on record.
   """
@@ -60,6 +70,11 @@ def recorded_config(config: ml_collections.ConfigDict, resolved: Optional[Dict] 
   for key in ("eval_every", "checkpoint_every"):  # None: only at the start and end, as fitting.fit reads 0
     if key in record and record[key] is None:
       record[key] = 0
+  if "num_processes" in record:
+    count = jax.process_count()
+    record.update(num_processes=count, process_id=jax.process_index())
+    record["coordinator_address"] = (record.get("coordinator_address") or os.environ.get("JAX_COORDINATOR_ADDRESS")
+                                     or ("unused" if count == 1 else "detected by jax"))
   record.update(resolved or {})
   nulls = sorted(k for k, v in record.items() if v is None)
   if nulls:
@@ -73,16 +88,19 @@ def save_model(workdir: str, mapping, params, task: tasks.Task, record: Dict) ->
   Its ``encode`` gives the words the run evaluates (:func:`model_words`), and
   ``hashjax.load_model(workdir)`` restores it. Of several processes, only process 0 writes.
   """
-  model = models.from_mapping(mapping, params, train_features=task.features[task.train], config=record)
+  # On the host: the model encodes on this process's devices alone, whatever mesh trained the parameters.
+  model = models.from_mapping(mapping, jax.device_get(params), train_features=task.features[task.train],
+                              config=record)
   if jax.process_index() == 0:  # of several processes (experiments.fitting.start_processes), the first writes
     path = model.save(os.path.join(workdir, MODEL_DIR))
     logging.info("model: %s (hashjax.load_model(%r) restores it)", path, workdir)
   return model
 
 
-def model_words(model: models.Model, task: tasks.Task):
-  """``(query_words, db_words)`` of ``model`` on the task's queries and database."""
-  return model.encode(task.features[task.query]), model.encode(task.features[task.database])
+def model_words(model: models.Model, task: tasks.Task, mesh=None):
+  """``(query_words, db_words)`` of ``model`` on the task's queries and database; with a ``mesh``, the database
+  split over its devices, each process encoding its own rows (:func:`experiments.fitting.encode_split`)."""
+  return fitting.encode_split(model.encode, task.features, task.query, task.database, mesh=mesh)
 
 
 def write_results(workdir: str, config, rows: List[Dict], history: List[Dict],

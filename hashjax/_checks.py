@@ -142,15 +142,25 @@ def check_num_bits(num_bits: Any, *, words: Any = None, name: str = "num_bits",
 
 def check_padding_bits(name: str, words: Any, num_bits: int) -> None:
   """The bits of ``words`` past ``num_bits`` (the top of the last word) must be 0, as
-  :func:`hashjax.codes.pack_bits` leaves them (checked when concrete)."""
+  :func:`hashjax.codes.pack_bits` leaves them (checked when concrete; of an array split over several processes,
+  the shards this process holds, each process checking its own)."""
   spare = 32 * words.shape[-1] - num_bits
   if spare <= 0 or not is_concrete(words):
     return
-  bad = (np.asarray(words)[..., -1] >> np.uint32(32 - spare)) != 0
-  if bad.any():
-    first = tuple(int(i) for i in np.argwhere(bad)[0])
+  if isinstance(words, jax.Array) and not words.is_fully_addressable:
+    # This process's shards, each block once (replicas share an index), keyed by where it starts.
+    blocks = {tuple((s.start or 0) for s in shard.index): shard.data for shard in words.addressable_shards}
+  else:
+    blocks = {(0,) * words.ndim: words}
+  count, first = 0, None
+  for start, block in sorted(blocks.items()):
+    bad = (np.asarray(block)[..., -1] >> np.uint32(32 - spare)) != 0
+    count += int(bad.sum())
+    if first is None and bad.any():
+      first = tuple(int(i) + s for i, s in zip(np.argwhere(bad)[0], start))
+  if count:
     raise ValueError(f"{name}: expected codes of {num_bits} bits, whose last word's top {spare} bit(s) are 0 (as "
-                     f"pack_bits leaves them), got {int(bad.sum())} code(s) with bits set there (first at {first})")
+                     f"pack_bits leaves them), got {count} code(s) with bits set there (first at {first})")
 
 
 def check_nonempty(name: str, x: Any, axis: int = 0, what: str = "item") -> None:

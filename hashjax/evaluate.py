@@ -11,6 +11,7 @@ the tie groups of each query (:mod:`hashjax._ties`). This module imports
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import jax
@@ -34,7 +35,7 @@ _BLOCK_CELLS = 1 << 21
 def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
                    query_labels: Optional[Array] = None, db_labels: Optional[Array] = None,
                    relevance: Optional[Array] = None, affinity: Optional[Array] = None,
-                   radius: int = 2, k: int = 100, ndcg_k: Optional[int] = None,
+                   radius: int = 2, k: int = 100, ndcg_k: Optional[int] = None, num_db: Optional[int] = None,
                    chunk_size: int = histograms.DEFAULT_CHUNK_SIZE, dtype: Any = None) -> dict:
   r"""Evaluates packed codes in one pass: streamed histograms, then every metric.
 
@@ -50,18 +51,21 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   Args:
     query_words: ``uint32[Q, W]`` packed query codes.
     db_words: ``uint32[N, W]`` packed database codes; when split by rows over several devices
-      (:func:`hashjax.sharding.shard_rows`, every row a real item), counted shard by shard with
-      :func:`hashjax.sharding.hamming_histogram`.
+      (:func:`hashjax.sharding.shard_rows`, :func:`hashjax.sharding.shard_process_rows`), counted shard by
+      shard with :func:`hashjax.sharding.hamming_histogram`.
     num_bits: the code length.
     query_labels: ``int[Q]`` class labels (with ``db_labels``; relevance =
       label agreement).
-    db_labels: ``int[N]`` class labels.
-    relevance: alternatively ``{0, 1}[Q, N]``.
-    affinity: alternatively ``int[Q, N]`` levels ``>= 0`` (NDCG uses the
+    db_labels: ``int[num_db]`` class labels.
+    relevance: alternatively ``{0, 1}[Q, num_db]``.
+    affinity: alternatively ``int[Q, num_db]`` levels ``>= 0`` (NDCG uses the
       levels; AP and precision count levels ``>= 1`` as relevant).
     radius: Hamming radius for precision/recall (``d <= radius``).
     k: cutoff of the tie-aware precision@k.
     ndcg_k: cutoff of the tie-aware NDCG (``tie_aware_ndcg`` is then NDCG@ndcg_k); None: the whole ranking.
+    num_db: the database's real rows, ``1 <= num_db <= N``: ``db_words[:num_db]``; the rows past it (the
+      padding of ``shard_rows(..., pad=True)`` or ``shard_process_rows(..., pad=True)``) are never counted.
+      None: every row.
     chunk_size: cap on database items per streamed step.
     dtype: float dtype of the computation (``None``: follow x64 mode).
 
@@ -82,15 +86,26 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   ...                      radius=1)
   >>> out["tie_aware_ap"], out["num_undefined_ap"], out["precision_at_radius"]  # radius 1: 2/2 and 1/2
   (1.0, 0, 0.75)
+  >>> evaluate_codes(q, x, num_bits=2, query_labels=np.array([0, 1]), db_labels=np.array([0, 0]),
+  ...                num_db=2)["num_db"]  # the last row is padding
+  2
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
-  num_q, num_db = query_words.shape[0], db_words.shape[0]
-  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db)
+  num_q, rows = query_words.shape[0], db_words.shape[0]
+  num_db = rows if num_db is None else _checks.check_int_at_most(
+      "num_db", num_db, rows, what=f"len(db_words) = {rows} (real rows; the rest pad)")
+  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
+                               **({} if num_db == rows else {"db_like": "[num_db]"}))
   radius = _checks.check_int("radius", radius, low=0)
   k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
   dtype = _checks.check_float_dtype(dtype)  # the histograms check chunk_size
-  # A database split by rows over several devices is counted shard by shard (the same counts).
-  count = sharding.hamming_histogram if sharding.is_row_sharded(db_words) else histograms.hamming_histogram
+  # A database split by rows over several devices is counted shard by shard (the same counts), without its padding
+  # rows; one on a single device is cut at num_db.
+  if sharding.is_row_sharded(db_words):
+    count = functools.partial(sharding.hamming_histogram, num_db=num_db)
+  else:
+    count = histograms.hamming_histogram
+    db_words = db_words if num_db == rows else db_words[:num_db]
   if labels_given:
     hist = count(query_words, db_words, num_bits=num_bits, query_labels=query_labels, db_labels=db_labels,
                  chunk_size=chunk_size)

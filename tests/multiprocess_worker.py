@@ -15,9 +15,9 @@ import sys
 import numpy as np
 
 #: The database's rows and code length (4 devices split 203 rows with 1 padding row); the evaluated database's
-#: rows and code length (hashjax.evaluate.evaluate_codes reads a database's padding bits, past num_bits, where it
-#: checks them, which it cannot for rows of other processes; at 64 bits there are none).
-NUM_DB, NUM_BITS, NUM_EVAL, EVAL_BITS = 203, 40, 200, 64
+#: rows and code length (204 rows with 3 padding rows, which evaluate_codes leaves out with num_db; each process
+#: checks the padding bits past num_bits of its own rows).
+NUM_DB, NUM_BITS, NUM_EVAL, EVAL_BITS = 203, 40, 201, 40
 #: The k of the k-NN searches (NUM_DB: more than one shard's rows) and the radii, one per query.
 KS = (5, NUM_DB)
 RADII = (0, 3, 9, 40, 12, 1, 7)
@@ -88,12 +88,12 @@ def main(argv):
                                                              db_labels=inputs["xlab"], num_db=NUM_DB))
   out["hist_affinity"] = np.asarray(sharding.hamming_histogram(q, xs, inputs["aff"], num_bits=NUM_BITS,
                                                                num_db=NUM_DB))
-  # evaluate_codes takes a database whose every row is real: 4 shards of 50.
   eval_db = np.load(os.path.join(folder, "eval_db.npy"), mmap_mode="r")
   eval_rows = sharding.process_rows(NUM_EVAL, mesh)
-  xe = sharding.shard_process_rows(np.array(eval_db[eval_rows]), mesh, num_rows=NUM_EVAL)
+  xe = sharding.shard_process_rows(np.array(eval_db[eval_rows]), mesh, num_rows=NUM_EVAL, pad=True)
   table = evaluate.evaluate_codes(inputs["eval_q"], xe, num_bits=EVAL_BITS, query_labels=inputs["eval_qlab"],
-                                  db_labels=inputs["eval_xlab"], radius=3, k=20)
+                                  db_labels=inputs["eval_xlab"], radius=3, k=20, num_db=NUM_EVAL)
+  out["eval_rows"] = np.array([eval_rows.start, eval_rows.stop, xe.shape[0]])
   out["evaluate"] = np.array(json.dumps(table))
   out["talr_params"], out["talr_losses"] = talr_run(mesh)
   np.savez(os.path.join(folder, f"out{process_id}.npz"), **out)

@@ -95,6 +95,33 @@ def test_evaluate_codes_of_a_large_call_matches_direct_formulas():
     assert _close(out[key], val, 1e-12), key
 
 
+def test_evaluate_codes_counts_only_the_first_num_db_rows():
+  # The rows past num_db copy the queries (distance 0, the first query's label): counted, they would change
+  # every metric; left out, the numbers are those of the real rows.
+  rng = np.random.default_rng(5)
+  num_bits, nq, ndb, pad = 40, 6, 50, 3
+  qb, xb = rng.integers(0, 2, (nq, num_bits)), rng.integers(0, 2, (ndb, num_bits))
+  ql, xl = rng.integers(0, 3, nq), rng.integers(0, 3, ndb)
+  qw, xw = codes.pack_bits(qb), codes.pack_bits(np.concatenate([xb, qb[:pad]]))
+  rel = (ql[:, None] == xl[None, :]).astype(int)
+  d = np.array([[int((qb[i] != xb[j]).sum()) for j in range(ndb)] for i in range(nq)])  # pair loop
+  want = _expected(d, rel, radius=8, k=10)
+  with jax.enable_x64(True):
+    by_labels = evaluate.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=xl, radius=8, k=10,
+                                        num_db=ndb)
+    by_relevance = evaluate.evaluate_codes(qw, xw, num_bits=num_bits, relevance=rel, radius=8, k=10, num_db=ndb)
+    padded = evaluate.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql,
+                                     db_labels=np.concatenate([xl, ql[:pad]]), radius=8, k=10)
+  for key, val in want.items():
+    assert _close(by_labels[key], val, 1e-12), key
+    assert _close(by_relevance[key], val, 1e-12), key
+  assert by_labels["num_db"] == ndb and padded["num_db"] == ndb + pad
+  assert padded["tie_aware_ap"] > by_labels["tie_aware_ap"] + 1e-3  # the copies would count
+  with pytest.raises(ValueError, match=r"db_labels.*\[num_db\]"):
+    evaluate.evaluate_codes(qw, xw, num_bits=num_bits, query_labels=ql, db_labels=np.concatenate([xl, ql[:pad]]),
+                            num_db=ndb)
+
+
 _Q4 = codes.pack_bits(np.ones((2, 4)))
 _X4 = codes.pack_bits(np.ones((3, 4)))
 
@@ -116,6 +143,8 @@ _X4 = codes.pack_bits(np.ones((3, 4)))
     (lambda: evaluate.evaluate_codes(_Q4, _X4, num_bits=4, relevance=np.ones((2, 3), int), dtype=np.int32), "dtype"),
     (lambda: evaluate.evaluate_codes(_Q4.astype(np.int32), _X4, num_bits=4, relevance=np.ones((2, 3), int)),
      "query_words"),
+    (lambda: evaluate.evaluate_codes(_Q4, _X4, num_bits=4, relevance=np.ones((2, 3), int), num_db=4), "num_db"),
+    (lambda: evaluate.evaluate_codes(_Q4, _X4, num_bits=4, relevance=np.ones((2, 3), int), num_db=0), "num_db"),
 ])
 def test_bad_input_raises_naming_the_argument(call, argname):
   with pytest.raises(ValueError, match=argname):

@@ -1,11 +1,16 @@
 """hashjax.sharding over two processes on localhost (jax.distributed, gloo collectives on the CPU): sharded
-search, histograms, evaluation and data-parallel TALR training give the single-process answers.
+search, histograms, evaluation, data-parallel TALR training and the ``experiments.train`` launcher give the
+single-process answers.
 
 The test writes a seeded database; two processes (tests/multiprocess_worker.py, 2 forced host devices each, so a
 mesh of 4) join through :func:`hashjax.sharding.initialize_processes`, each reads only its rows of the database
 (:func:`hashjax.sharding.process_rows`, through a memory map) and lays them out with
 :func:`hashjax.sharding.shard_process_rows`; both save their answers. The references here are plain numpy (byte
 popcounts, lexicographic sorts, counting loops), ``evaluate_codes`` and the training run in this one process.
+
+Then two processes run the launcher (:data:`LAUNCH` with ``--config.num_processes=2 --config.process_id=<p>
+--config.coordinator_address=localhost:<port>``, one workdir), beside one process running :data:`LAUNCH` alone
+in another workdir: the tables, periodic evaluations and saved models agree, and only process 0 writes.
 """
 
 import json
@@ -23,6 +28,10 @@ import multiprocess_worker as worker
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_PROCESSES = 2
 TIMEOUT_S = 150
+#: The launcher's command: 5 TALR steps on scikit-learn digits (1,697 database items: 4 devices hold 425 rows
+#: each, 3 of them padding) at 24 bits (codes with padding bits), evaluated at the start and the end.
+LAUNCH = ("-m", "experiments.train", "--config=configs/talr_ap.py:runlocal", "--config.bits=24",
+          "--config.num_steps=5", "--config.warmup_steps=1", "--config.eval_every=0", "--config.checkpoint_every=0")
 
 
 def _gloo_missing():
@@ -45,6 +54,32 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def _environment():
+  """The processes' environment: 2 forced CPU devices each, no process settings from this one's."""
+  env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                                                         "JAX_COORDINATOR_ADDRESS")}
+  env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  return env
+
+
+def _run_together(commands, timeout):
+  """Starts every command (argument lists after the interpreter) at once in the clone's root; returns
+  ``[(exit status, stdout, stderr)]`` once all have ended (killed past ``timeout`` seconds)."""
+  procs = [subprocess.Popen([sys.executable, *command], cwd=ROOT, env=_environment(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for command in commands]
+  outs = []
+  try:
+    for proc in procs:
+      outs.append(proc.communicate(timeout=timeout))
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
+
+
 @pytest.fixture(scope="module")
 def outs(tmp_path_factory):
   reason = _gloo_missing()
@@ -52,26 +87,11 @@ def outs(tmp_path_factory):
     pytest.skip(reason)
   folder = tmp_path_factory.mktemp("multiprocess")
   worker.write_inputs(str(folder))
-  env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                                                         "JAX_COORDINATOR_ADDRESS")}
-  env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   address = f"localhost:{_free_port()}"
-  procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "multiprocess_worker.py"), str(p),
-                             str(NUM_PROCESSES), address, str(folder)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for p in range(NUM_PROCESSES)]
-  logs = []
-  try:
-    for proc in procs:
-      logs.append(proc.communicate(timeout=TIMEOUT_S)[0])
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-  for p, (proc, log) in enumerate(zip(procs, logs)):
-    assert proc.returncode == 0, f"process {p} exited with {proc.returncode}:\n{log[-4000:]}"
+  ended = _run_together([[os.path.join(ROOT, "tests", "multiprocess_worker.py"), str(p), str(NUM_PROCESSES),
+                          address, str(folder)] for p in range(NUM_PROCESSES)], TIMEOUT_S)
+  for p, (status, out, err) in enumerate(ended):
+    assert status == 0, f"process {p} exited with {status}:\n{(out + err)[-4000:]}"
   out = []
   for p in range(NUM_PROCESSES):
     with np.load(folder / f"out{p}.npz") as f:
@@ -137,6 +157,8 @@ def test_evaluate_codes_matches_one_process(outs):
   ref = evaluate.evaluate_codes(inputs["eval_q"], eval_db, num_bits=worker.EVAL_BITS,
                                 query_labels=inputs["eval_qlab"], db_labels=inputs["eval_xlab"], radius=3, k=20)
   assert 0 < ref["tie_aware_ap"] < 1 and ref["num_db"] == worker.NUM_EVAL
+  # 201 rows padded to 4 shards of 51; the padding rows copy process 1's last row and are not counted.
+  assert out[0]["eval_rows"].tolist() == [0, 102, 204] and out[1]["eval_rows"].tolist() == [102, 201, 204]
   for p, o in enumerate(out):
     table = json.loads(str(o["evaluate"]))
     assert table.keys() == ref.keys(), p
@@ -152,3 +174,89 @@ def test_data_parallel_talr_matches_one_process(outs):
     np.testing.assert_allclose(o["talr_losses"], losses, rtol=1e-5, atol=1e-6, err_msg=f"process {p}")
     np.testing.assert_allclose(o["talr_params"], params, rtol=1e-4, atol=1e-6, err_msg=f"process {p}")
   np.testing.assert_array_equal(out[0]["talr_params"], out[1]["talr_params"])
+
+
+# ----------------------------------------------------------------------------
+# The launcher.
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+  """``(two, one)``: the two processes' ``(exit status, stdout, stderr)`` and workdir, then the single
+  process's, all three started at once."""
+  reason = _gloo_missing()
+  if reason:
+    pytest.skip(reason)
+  two, one = tmp_path_factory.mktemp("launcher_two"), tmp_path_factory.mktemp("launcher_one")
+  address = f"localhost:{_free_port()}"
+  ended = _run_together([[*LAUNCH, f"--workdir={two}", f"--config.num_processes={NUM_PROCESSES}",
+                          f"--config.process_id={p}", f"--config.coordinator_address={address}"]
+                         for p in range(NUM_PROCESSES)] + [[*LAUNCH, f"--workdir={one}"]], 2 * TIMEOUT_S)
+  for p, (status, out, err) in enumerate(ended):
+    assert status == 0, f"{'process ' + str(p) if p < NUM_PROCESSES else 'the single process'} exited with " \
+                        f"{status}:\n{(out + err)[-4000:]}"
+  return (ended[:NUM_PROCESSES], two), (ended[NUM_PROCESSES], one)
+
+
+def _table(stdout):
+  """The printed result table: the lines from the header to the one before the throughput line."""
+  lines = stdout.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith("method"))
+  stop = next(i for i, line in enumerate(lines) if line.startswith("train step throughput"))
+  return lines[start:stop]
+
+
+def _results(folder):
+  with open(folder / "results.json") as f:
+    return json.load(f)
+
+
+def test_launcher_processes_split_the_evaluation_database(launched):
+  (ended, _), _ = launched
+  # 1,697 rows padded to 1,700 over 4 devices: process 0's two devices hold rows 0-849, process 1's the rest.
+  for p, rows in enumerate(("0:850", "850:1697")):
+    assert f"evaluation database: process {p} encodes rows {rows} of 1697 over 4 devices" in ended[p][2], p
+  assert "evaluation database" not in launched[1][0][2]  # one device: no mesh, the whole database
+
+
+def test_launcher_tables_match_one_process(launched):
+  (ended, two), ((_, one_out, _), one) = launched
+  table = _table(one_out)
+  assert [line.split()[0] for line in table[2:]] == ["talr-ap-linear", "lsh", "itq"]
+  for p, (_, out, _) in enumerate(ended):
+    assert _table(out) == table, p
+  got, ref = _results(two), _results(one)
+  assert len(got["rows"]) == len(ref["rows"]) == 3
+  for row, want in zip(got["rows"], ref["rows"]):
+    assert row.keys() == want.keys(), row["method"]
+    for key, value in want.items():
+      if key == "eval_seconds":
+        continue
+      assert row[key] == (pytest.approx(value, rel=1e-6, abs=1e-9) if isinstance(value, float) else value), key
+    assert 0 < row["tie_aware_ap"] < 1 and row["num_db"] == 1697 and row["bits"] == 24
+  evals = [[(h["step"], h["tie_aware_ap"], h["tie_aware_ndcg"]) for h in r["history"] if h["kind"] == "eval"]
+           for r in (got, ref)]
+  assert [e[0] for e in evals[1]] == [0, 5]
+  for (step, ap, ndcg), (ref_step, ref_ap, ref_ndcg) in zip(*evals):
+    assert step == ref_step and ap == pytest.approx(ref_ap, rel=1e-6) and ndcg == pytest.approx(ref_ndcg, rel=1e-6)
+
+
+def test_launcher_only_process_zero_writes_and_the_models_agree(launched):
+  from hashjax import models  # pylint: disable=g-import-not-at-top
+  (ended, two), (_, one) = launched
+  record = _results(two)["config"]
+  assert record["process_id"] == 0 and record["num_processes"] == NUM_PROCESSES
+  assert record["coordinator_address"].startswith("localhost:")
+  assert "model: " in ended[0][2] and "model: " not in ended[1][2]  # the line process 0 logs when it saves
+  folder = two / "model"
+  assert len([n for n in os.listdir(folder) if n.startswith("data")]) == 1
+  model, ref = models.load_model(str(two)), models.load_model(str(one))
+  assert model.config["process_id"] == 0
+  for leaf, want in zip(_leaves(model.params), _leaves(ref.params)):
+    np.testing.assert_allclose(leaf, want, rtol=1e-5, atol=1e-6)
+
+
+def _leaves(tree):
+  """The array leaves of a parameter tree, as numpy."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]

@@ -79,9 +79,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   task = tasks.make_task(config)
   mapping, params = fitting.make_mapping(config, task)
   params = init_params(config, mapping, params, task)
-  mapping_eval = talr.make_eval_fn(config, task, mapping)
   mesh = fitting.device_mesh(config, batch_rows=config.batch_per_class * task.num_classes,
                             rows_from=f"config.batch_per_class x {task.num_classes} classes")
+  mapping_eval = talr.make_eval_fn(config, task, mapping, mesh)
   params, history = fitting.fit(
       config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
       batch_fn=talr.make_batch_fn(config, task, labels=config.objective in CLASS_OBJECTIVES),
@@ -90,6 +90,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
                                      if config.objective == "hashnet" else {})
   model = reporting.save_model(workdir, mapping, mapping_params(config, params), task, record)
   rows = reporting.result_rows(config, task, name=f"{config.objective}-{config.model}",
-                               learned_words=lambda: reporting.model_words(model, task),
-                               evaluate=functools.partial(talr.evaluate, config, task))
+                               learned_words=lambda: reporting.model_words(model, task, mesh),
+                               evaluate=functools.partial(talr.evaluate, config, task), mesh=mesh)
   return reporting.write_results(workdir, record, rows, history)

@@ -7,7 +7,9 @@ relaxed AP (``config.objective="ap"``) or NDCG (``"ndcg"``) of ``config.distance
 NDCG on the evaluation queries, and ends with the tie-aware table of the learned codes beside
 ``config.baselines`` (:func:`hashjax.evaluate.evaluate_codes`). ``config.num_devices > 1`` trains
 data-parallel over that many devices: each minibatch's queries split over them (``"query_vs_database"``: the
-database sample copied to each), the parameters replicated; the same numbers as one device.
+database sample copied to each), the parameters replicated; the same numbers as one device. The evaluation
+database is then split by rows over the same devices, each process encoding only its own rows
+(:func:`experiments.fitting.encode_split`), and counted shard by shard; the queries are copied to every device.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Dict
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -38,8 +41,11 @@ def num_levels(task: tasks.Task) -> int:
 
 
 def evaluate(config: ml_collections.ConfigDict, task: tasks.Task, query_words, db_words) -> Dict:
-  """The tie-aware table of :func:`hashjax.evaluate.evaluate_codes` (``config.radius``, ``config.precision_k``)."""
-  kwargs = dict(num_bits=config.bits, radius=config.radius, k=config.precision_k)
+  """The tie-aware table of :func:`hashjax.evaluate.evaluate_codes` (``config.radius``, ``config.precision_k``).
+
+  ``db_words`` holds the task's database, or is split by rows over devices with padding rows past it
+  (:func:`experiments.fitting.encode_split`), which are not counted."""
+  kwargs = dict(num_bits=config.bits, radius=config.radius, k=config.precision_k, num_db=len(task.database))
   if task.affinity == "label":
     return evaluate_codes(query_words, db_words, query_labels=task.labels[task.query],
                                   db_labels=task.labels[task.database], **kwargs)
@@ -130,14 +136,24 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task, *, labels
   return batch_fn
 
 
-def make_eval_fn(config: ml_collections.ConfigDict, task: tasks.Task, mapping) -> Callable[[object], Dict]:
+def make_eval_fn(config: ml_collections.ConfigDict, task: tasks.Task, mapping, mesh=None
+                 ) -> Callable[[object], Dict]:
   """``eval_fn(params)``: the :data:`EVAL_KEYS` of :func:`evaluate` on the mapping's codes of the queries and
-  the database, what :func:`experiments.fitting.fit` logs periodically."""
+  the database, what :func:`experiments.fitting.fit` logs periodically. With the training ``mesh``, the
+  parameters come to the host and each process encodes its own database rows, split over the mesh
+  (:func:`experiments.fitting.encode_split`)."""
   x = task.features
 
   def eval_fn(params):
-    result = evaluate(config, task, mappings.encode(mapping, params, x[task.query]),
-                      mappings.encode(mapping, params, x[task.database]))
+    if mesh is None:
+      return pick(evaluate(config, task, mappings.encode(mapping, params, x[task.query]),
+                           mappings.encode(mapping, params, x[task.database])))
+    host = jax.device_get(params)
+    words = fitting.encode_split(lambda f: mappings.encode(mapping, host, f), x, task.query, task.database,
+                                 mesh=mesh)
+    return pick(evaluate(config, task, *words))
+
+  def pick(result):
     return {k: result[k] for k in EVAL_KEYS}
 
   return eval_fn
@@ -153,10 +169,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
                             rows_from=f"config.batch_per_class x {task.num_classes} classes")
   replicated = ("db_features",) if mesh and config.setting == "query_vs_database" else ()
   params, history = fitting.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
-                               batch_fn=make_batch_fn(config, task), eval_fn=make_eval_fn(config, task, mapping),
-                               mesh=mesh, replicated=replicated)
+                               batch_fn=make_batch_fn(config, task),
+                               eval_fn=make_eval_fn(config, task, mapping, mesh), mesh=mesh, replicated=replicated)
   record = reporting.recorded_config(config)  # every TALR option is a literal value of its config
   model = reporting.save_model(workdir, mapping, params, task, record)
   rows = reporting.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",
-                            learned_words=lambda: reporting.model_words(model, task), evaluate=score)
+                               learned_words=lambda: reporting.model_words(model, task, mesh), evaluate=score,
+                               mesh=mesh)
   return reporting.write_results(workdir, record, rows, history)
