@@ -15,6 +15,8 @@ in another workdir: the tables, periodic evaluations and saved models agree, and
 
 import json
 import os
+import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -28,10 +30,18 @@ import multiprocess_worker as worker
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_PROCESSES = 2
 TIMEOUT_S = 150
+
+
+def _readme_launch():
+  """The launch of the README's "Several hosts" lines (their ``A="..."``): what this test runs, word for word."""
+  text = pathlib.Path(ROOT, "README.md").read_text(encoding="utf-8")
+  block = re.search(r"\*\*Several hosts\.\*\*.*?```shell\n(.*?)```", text, flags=re.S).group(1)
+  return ("-m", "experiments.train", *re.search(r'^A="(.*)"$', block, flags=re.M).group(1).split())
+
+
 #: The launcher's command: 5 TALR steps on scikit-learn digits (1,697 database items: 4 devices hold 425 rows
 #: each, 3 of them padding) at 24 bits (codes with padding bits), evaluated at the start and the end.
-LAUNCH = ("-m", "experiments.train", "--config=configs/talr_ap.py:runlocal", "--config.bits=24",
-          "--config.num_steps=5", "--config.warmup_steps=1", "--config.eval_every=0", "--config.checkpoint_every=0")
+LAUNCH = _readme_launch()
 
 
 def _gloo_missing():
