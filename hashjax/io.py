@@ -35,7 +35,11 @@ a later save removed its folder), the reader starts over; after a few
 attempts it reads under a shared lock, which waits for the running save. A
 mismatch under an unchanged manifest is damage: ``ValueError`` naming the
 file. The manifest's own checksum refuses an edited manifest the same way.
-Arrays are read with ``allow_pickle=False``: loading runs no code.
+Arrays are read with ``allow_pickle=False``: loading runs no code. With
+``mmap=True`` each file is checked against its sha256 in a streamed pass and
+then memory-mapped read-only, not copied: data folders are never changed in
+place, so the mapped bytes are the ones checked, and a mapping stays valid
+after a later save removes its folder.
 """
 
 from __future__ import annotations
@@ -276,19 +280,25 @@ class _Changed(Exception):
   """A file named by a manifest is missing or does not match its checksum."""
 
 
-def _read_npy(path: str, entry: Dict[str, Any], manifest: str) -> np.ndarray:
+def _read_npy(path: str, entry: Dict[str, Any], manifest: str, mmap: bool) -> np.ndarray:
   file = os.path.join(path, entry["file"])
   try:
     with open(file, "rb") as f:
-      blob = f.read()
+      if mmap:  # hashed in 16 MiB pieces, then mapped
+        digest = hashlib.sha256()
+        for piece in iter(lambda: f.read(1 << 24), b""):
+          digest.update(piece)
+        digest = digest.hexdigest()
+      else:
+        blob = f.read()
+        digest = hashlib.sha256(blob).hexdigest()
   except FileNotFoundError:
     raise _Changed(f"{file}: missing (listed in {manifest})") from None
-  digest = hashlib.sha256(blob).hexdigest()
   if digest != entry["sha256"]:
     raise _Changed(f"{file}: checksum mismatch (sha256 {digest[:16]}..., {manifest} lists {entry['sha256'][:16]}...): "
                    "the file is truncated or altered")
   try:
-    array = np.load(BytesIO(blob), allow_pickle=False)
+    array = np.load(file, mmap_mode="r", allow_pickle=False) if mmap else np.load(BytesIO(blob), allow_pickle=False)
   except (OSError, ValueError, EOFError) as e:
     raise ValueError(f"{file}: not a readable .npy array ({type(e).__name__}: {e})") from None
   if array.dtype.str != entry["dtype"] or list(array.shape) != entry["shape"]:
@@ -325,8 +335,8 @@ def _read_bytes(file: str) -> Optional[bytes]:
 
 
 def load_arrays(path: str, *, manifest: str = MANIFEST, check: Callable[[str, Dict[str, Any]], None],
-                read_legacy: Optional[Callable[[Dict[str, Any]], Dict[str, np.ndarray]]] = None
-                ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+                read_legacy: Optional[Callable[[Dict[str, Any]], Dict[str, np.ndarray]]] = None,
+                mmap: bool = False) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
   r"""Reads what :func:`save_arrays` wrote to ``path``: ``(manifest, arrays)``, one save's, verified.
 
   .. math:: (h, a) = \mathrm{load\_arrays}(p), \qquad \mathrm{sha256}(a_i) = h.\mathrm{arrays}_i.\mathrm{sha256}
@@ -340,6 +350,7 @@ def load_arrays(path: str, *, manifest: str = MANIFEST, check: Callable[[str, Di
       expected format or version; it runs before the checksum is verified.
     read_legacy: reads the arrays of a manifest without ``checksum`` (an older layout), raising
       ``FileNotFoundError`` for a missing file; None refuses such a manifest.
+    mmap: memory-map the arrays read-only (``numpy.memmap``) instead of reading them into memory.
 
   Returns:
     The manifest as a dict, and ``{name: array}``.
@@ -363,7 +374,7 @@ def load_arrays(path: str, *, manifest: str = MANIFEST, check: Callable[[str, Di
       header = _parse(file, raw, check)
       try:
         if "checksum" in header:
-          return header, {e["name"]: _read_npy(path, e, manifest) for e in header["arrays"]}
+          return header, {e["name"]: _read_npy(path, e, manifest, mmap) for e in header["arrays"]}
         if read_legacy is None:
           raise ValueError(f"{file}: expected a checksum, got a manifest without one")
         return header, read_legacy(header)

@@ -7,7 +7,8 @@ meet by a collective:
 
 * :func:`knn`: each shard's top ``k`` by (distance, index), its indices shifted to global ones,
   ``all_gather``-ed and merged by one two-key sort: exactly :func:`hashjax.search.knn`'s answer (the global
-  top ``k`` lies within the union of the shards' top ``k``, and global indices are distinct);
+  top ``k`` lies within the union of the shards' top ``k``, and global indices are distinct), with Hamming
+  or weighted Hamming distances (``weights=``);
 * :func:`radius_search`: the shards' histograms give each shard's largest count within the radius ``K``;
   each shard's top ``K`` then holds all its items within the radius, merged and cut at the radius:
   :func:`hashjax.search.radius_search`'s answer, at the cost of a histogram scan plus a k-NN with ``k = K``;
@@ -17,7 +18,10 @@ meet by a collective:
 
 A row count that the number of shards does not divide is refused (``ValueError``), or padded with copies of
 the last row by ``shard_rows(..., pad=True)``; the searches then take ``num_db``, the number of real rows, and
-never return, count or rank a padding row. Queries are copied to every device.
+never return, count or rank a padding row. Queries are copied to every device. The searches that need the
+whole database in one host's memory (:func:`hashjax.search.knn_with_ties` and ``knn_tie_break``, multi-index
+hashing) take a row-split array only when one process holds every row; across processes, use the functions
+here.
 
 Training (:func:`hashjax.train.train` with ``mesh=``) is data-parallel: :func:`replicate` copies the parameters
 and optimizer state to every device, :func:`shard_batch` splits the batch along its leading axis, and the one
@@ -384,6 +388,7 @@ def _check_num_db(num_db: Any, rows: int) -> int:
 
 
 def _place_queries(query_words, mesh: Mesh):
+  """``query_words`` (or any array every device needs) copied to every device of ``mesh``."""
   return jax.device_put(np.asarray(query_words) if not isinstance(query_words, jax.Array) else query_words,
                         NamedSharding(mesh, P()))
 
@@ -393,17 +398,19 @@ def _place_queries(query_words, mesh: Mesh):
 
 
 @functools.lru_cache(maxsize=64)
-def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, num_db: int, sentinel: int):
+def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, num_db: int, weighted: bool):
   """The jitted shard_map: each shard's top ``k_local`` (global indices, padding rows masked), all-gathered
-  and merged by (distance, index); the first ``keep`` columns, replicated."""
+  and merged by (distance, index); the first ``keep`` columns, replicated. ``weighted``: the third argument
+  holds the weights (else it is ignored)."""
   spec = P(axes if axes else None)
 
-  def local(q, db):
-    d, i = search.knn(q, db, k_local)
+  def local(q, db, w):
+    d, i = search.knn(q, db, k_local, weights=w if weighted else None)
     shard = lax.axis_index(axes) if axes else 0
     i = i + shard * rows
     if num_db < rows * max(1, math.prod(mesh.shape[a] for a in axes)):
       pad = i >= num_db
+      sentinel = jnp.inf if weighted else 32 * q.shape[1] + 1  # beyond every real distance
       d, i = jnp.where(pad, sentinel, d), jnp.where(pad, _checks.INT32_MAX, i)
     if axes:
       d, i = (lax.all_gather(a, axes, axis=1, tiled=True) for a in (d, i))
@@ -412,15 +419,16 @@ def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, n
 
   # The merged lists are equal on every shard (all_gather, then the same sort); the replication check cannot
   # see through the k-NN kernels, so it is off.
-  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), spec), out_specs=(P(), P()), check_vma=False))
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), spec, P()), out_specs=(P(), P()), check_vma=False))
 
 
-def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = None):
+def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = None,
+        weights: Optional[Array] = None):
   r"""Exact k nearest neighbours over a database split by rows over devices, by (distance, index).
 
   Each shard finds its own top ``k`` with :func:`hashjax.search.knn` where its rows live; the shards' lists,
   their indices made global, are gathered and merged by (distance, index). The answer is exactly
-  ``search.knn(query_words, db_words[:num_db], k)``'s.
+  ``search.knn(query_words, db_words[:num_db], k, weights=weights)``'s.
 
   .. math:: \mathrm{knn}_k(q) = \text{first } k \text{ of } \textstyle\bigcup_s \mathrm{knn}_k^{(s)}(q)
      \text{ by } (d(q, i), i)
@@ -432,9 +440,12 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
     k: ``1 <= k <= num_db`` neighbours per query.
     num_db: the number of real rows (``shard_rows(..., pad=True)``); rows from ``num_db`` on are ignored.
       None: every row.
+    weights: None (Hamming distance), or ``float[num_bits]`` non-negative finite weights, one per bit, as
+      for :func:`hashjax.search.knn` (copied to every device).
 
   Returns:
-    ``(distances int32[Q, k], indices int32[Q, k])``, sorted per row by (distance, index), replicated.
+    ``(distances int32[Q, k], indices int32[Q, k])`` (``float32`` distances with ``weights``), sorted per row
+    by (distance, index), replicated.
 
   >>> import numpy as np
   >>> from hashjax.codes import pack_bits
@@ -444,13 +455,16 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
   ([[0, 1]], [[2, 0]])
   """
   _check_word_pair(query_words, db_words)
+  if weights is not None:
+    _checks.check_weights(weights, db_words.shape[1])
   mesh, axes, shards = _row_axes("db_words", db_words)
   num_db = _check_num_db(num_db, db_words.shape[0])
   k = _checks.check_k(k, num_db, db_name="db_words[:num_db]")
   rows = db_words.shape[0] // shards
   k_local = min(k + db_words.shape[0] - num_db, rows)  # each shard keeps k real items past its padding
-  program = _topk_program(mesh, axes, rows, k_local, k, num_db, 32 * db_words.shape[1] + 1)
-  return program(_place_queries(query_words, mesh), db_words)
+  program = _topk_program(mesh, axes, rows, k_local, k, num_db, weights is not None)
+  w = np.zeros((1,), np.float32) if weights is None else np.asarray(weights, np.float32)
+  return program(_place_queries(query_words, mesh), db_words, _place_queries(w, mesh))
 
 
 @functools.lru_cache(maxsize=64)
@@ -527,8 +541,8 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
     return search.RaggedNeighbors.from_arrays(np.zeros(0, np.int32), np.zeros(0, np.int32),
                                               np.zeros(num_q + 1, np.int64))
   rows = db_words.shape[0] // shards
-  d, i = (np.asarray(a) for a in _topk_program(mesh, axes, rows, top, top * max(shards, 1), num_db,
-                                               num_bits + 1)(q, db_words))
+  program = _topk_program(mesh, axes, rows, top, top * max(shards, 1), num_db, False)
+  d, i = (np.asarray(a) for a in program(q, db_words, _place_queries(np.zeros((1,), np.float32), mesh)))
   hit = (d <= radius[:, None]) & (i < num_db)
   offsets = np.concatenate([[0], np.cumsum(hit.sum(axis=1))])
   return search.RaggedNeighbors.from_arrays(d[hit], i[hit], offsets)

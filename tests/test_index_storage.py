@@ -53,6 +53,35 @@ def test_round_trip_of_every_kind(tmp_path):
   assert (manifest["kind"], manifest["num_bits"], manifest["count"], manifest["version"]) == ("codes", 70, 700, 1)
 
 
+def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path):
+  from hashjax import search  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  x, q = _codes(rng, 5000, 64), _codes(rng, 7, 64)
+  db_path = index.save(index.CodeDatabase(x, 64), tmp_path / "db")
+  mih_path = index.save(index.build_multi_index(x, num_bits=64, num_tables=3), tmp_path / "mih")
+  db, mih = index.load(db_path, mmap=True), index.load(mih_path, mmap=True)
+  assert isinstance(db.words, np.memmap) and not db.words.flags.writeable
+  assert isinstance(mih.db_words, np.memmap) and isinstance(mih.items, np.memmap)
+  _same(db, index.CodeDatabase(x, 64))
+  d = _ref_distances(q, x)
+  want_i = np.stack([np.lexsort((np.arange(x.shape[0]), row))[:10] for row in d])
+  want_d = np.take_along_axis(d, want_i, axis=1)
+  # chunk_size 1024: the scan streams the mapped codes in chunks of 1,024, merged by (distance, index).
+  for got in (search.knn(q, db.words, 10), search.knn(q, db.words, 10, chunk_size=1024),
+              index.multi_index_knn(mih, q, 10)):
+    np.testing.assert_array_equal(np.asarray(got[0]), want_d)
+    np.testing.assert_array_equal(np.asarray(got[1]), want_i)
+  manifest = json.loads((tmp_path / "db" / "manifest.json").read_text())
+  words = tmp_path / "db" / manifest["data"] / "words.npy"
+  raw = bytearray(words.read_bytes())
+  raw[-3] ^= 1
+  words.write_bytes(bytes(raw))
+  with pytest.raises(ValueError, match="words.npy: checksum mismatch"):
+    index.load(db_path, mmap=True)
+  with pytest.raises(ValueError, match="mmap: expected a bool"):
+    index.load(mih_path, mmap=1)
+
+
 def test_save_over_an_index_replaces_it_and_removes_the_old_data(tmp_path):
   rng = np.random.default_rng(1)
   a, b = index.CodeDatabase(_codes(rng, 50, 64), 64), index.CodeDatabase(_codes(rng, 80, 40), 40)

@@ -93,6 +93,56 @@ def test_auto_hands_expensive_queries_to_the_scan():
   _assert_ragged_equal(index.multi_index_radius(idx, q, radii), _ref_radius(q, x, radii))
 
 
+def _handed_rows(monkeypatch, idx, q, k):
+  """``multi_index_knn(idx, q, k)``'s answers, the number of queries it handed to ``search.knn`` and the
+  largest substring radius it probed."""
+  from hashjax import search  # pylint: disable=g-import-not-at-top
+  from hashjax.index import _common  # pylint: disable=g-import-not-at-top
+  scan, masks, handed, radii = search.knn, _common.masks, [], [0]
+
+  def spy(query_words, db_words, k):
+    handed.append(np.asarray(query_words).shape[0])
+    return scan(query_words, db_words, k)
+
+  def spy_masks(num_bits, radius):
+    radii.append(radius)
+    return masks(num_bits, radius)
+
+  monkeypatch.setattr(search, "knn", spy)
+  monkeypatch.setattr(_common, "masks", spy_masks)
+  d, i = index.multi_index_knn(idx, q, k)
+  return np.asarray(d), np.asarray(i), sum(handed), max(radii)
+
+
+def test_auto_scans_uniform_codes_and_probes_dense_clusters(monkeypatch):
+  # Uniform codes (2^16 of 64 bits, 4 tables of 16 bits): the 10th neighbour is about 16 bits away, so
+  # certifying it means probing to substring radius 4 (1,820 probes per table, more than the whole scan
+  # costs): every query goes to the scan, as soon as its 10th distance so far shows it (after radius 1, where
+  # probing to the certified bound alone would reach radius 2 before its work passed a scan's). Dense
+  # clusters (256 centres, 2% of the bits flipped): the neighbours share the query's buckets, so every query is
+  # answered by probing. Both exact.
+  rng = np.random.default_rng(0)
+  n, num_bits = 1 << 16, 64
+  uniform = np.asarray(codes.pack_bits(rng.integers(0, 2, (n + 40, num_bits))))
+  centres = rng.integers(0, 2, (256, num_bits))
+  dense = np.asarray(codes.pack_bits(centres[rng.integers(0, 256, n + 40)] ^ (rng.random((n + 40, num_bits)) < 0.02)))
+  # One crowded cluster (a twentieth of the database, so its buckets alone hold more than a scan's worth of
+  # candidates) and one query in it: handed over at first, but a scan of one query costs as much as one of 32,
+  # so it is probed again with that budget, and answered by probing too.
+  crowded = dense.copy()
+  crowded[:n // 20] = np.asarray(codes.pack_bits(centres[0] ^ (rng.random((n // 20, num_bits)) < 0.02)))
+  crowded[-1] = np.asarray(codes.pack_bits(centres[0] ^ (rng.random((1, num_bits)) < 0.02)))[0]
+  for name, words, want_handed, want_radius in (("uniform", uniform, 40, 1), ("dense", dense, 0, 1),
+                                                ("crowded", crowded, 0, 1)):
+    x, q = words[:n], words[n:]
+    idx = index.build_multi_index(x, num_bits=num_bits)
+    got_d, got_i, handed, radius = _handed_rows(monkeypatch, idx, q, 10)
+    want_d, want_i = _ref_knn(q, x, 10)
+    np.testing.assert_array_equal(got_d, want_d, err_msg=name)
+    np.testing.assert_array_equal(got_i, want_i, err_msg=name)
+    assert (handed, radius) == (want_handed, want_radius), name
+
+
 def test_more_queries_than_a_batch():
   rng = np.random.default_rng(8)
   x, q = _data(rng, 40, 500, 600, 50)

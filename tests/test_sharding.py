@@ -51,6 +51,13 @@ out["process_x_layout"] = np.asarray(xp.sharding.is_equivalent_to(xs.sharding, 2
 for k in (5, n):  # k = n: more than a shard's 26 rows
   for tag, (d, i) in (("sharded", sharding.knn(q, xs, k, num_db=n)), ("single", search.knn(q, x, k))):
     out[f"knn{k}_{tag}_d"], out[f"knn{k}_{tag}_i"] = np.asarray(d), np.asarray(i)
+w = rng.uniform(0, 2, num_bits).astype(np.float32)
+w[::7] = 0  # zero weights: more ties
+out["w"] = w
+for k in (5, 60):  # 60: more than a shard's 26 rows
+  for tag, (d, i) in (("sharded", sharding.knn(q, xs, k, num_db=n, weights=w)),
+                      ("single", search.knn(q, x, k, weights=w))):
+    out[f"wknn{k}_{tag}_d"], out[f"wknn{k}_{tag}_i"] = np.asarray(d), np.asarray(i)
 radii = np.array([0, 3, 9, 40, 12, 1, 7])
 for name, r in (("rq", radii),):
   for tag, res in (("sharded", sharding.radius_search(q, xs, r, num_db=n)), ("single", search.radius_search(q, x, r))):
@@ -80,6 +87,7 @@ error("process_rows_pad", lambda: sharding.shard_process_rows(x, mesh, num_rows=
 error("knn_unsharded", lambda: sharding.knn(q, x, 3))
 error("knn_k", lambda: sharding.knn(q, xs, n + 1, num_db=n))
 error("num_db", lambda: sharding.knn(q, xs, 3, num_db=xs.shape[0] + 1))
+error("weights", lambda: sharding.knn(q, xs, 3, num_db=n, weights=-w))
 
 # Data-parallel training through the experiments' objectives and batches, 2 steps on 8 devices and on one.
 def run(config, module, replicated, mesh):
@@ -140,6 +148,20 @@ def test_knn_matches_single_device_and_brute_force_with_ties(results):
       np.testing.assert_array_equal(out[f"knn{k}_{tag}_d"], ref_d, err_msg=f"k={k} {tag}")
       np.testing.assert_array_equal(out[f"knn{k}_{tag}_i"], ref_i, err_msg=f"k={k} {tag}")
   assert (np.diff(ref_d, axis=1) == 0).sum() > 0  # ties were broken by index
+
+
+def test_weighted_knn_matches_single_device_and_brute_force(results):
+  out, errors = results
+  q, x, w = out["q"], out["x"], out["w"]
+  bits = lambda words: ((words[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(words.shape[0], -1)[:, :40]
+  d = (bits(q)[:, None, :] != bits(x)[None, :, :]).astype(np.float64) @ w.astype(np.float64)  # [Q, N] weighted
+  for k in (5, 60):
+    order = np.stack([np.lexsort((np.arange(x.shape[0]), row))[:k] for row in d])
+    np.testing.assert_array_equal(out[f"wknn{k}_sharded_i"], order)
+    np.testing.assert_allclose(out[f"wknn{k}_sharded_d"], np.take_along_axis(d, order, 1), rtol=1e-6)
+    for part in ("d", "i"):
+      np.testing.assert_array_equal(out[f"wknn{k}_sharded_{part}"], out[f"wknn{k}_single_{part}"])
+  assert errors["weights"].startswith("weights: expected"), errors["weights"]
 
 
 def test_radius_search_matches_single_device_and_brute_force(results):

@@ -4,13 +4,17 @@ r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the lin
   python -m experiments.benchmarks.multi_index --small         # a quick check (N = 2 * 10^5, 200 queries)
   python -m experiments.benchmarks.multi_index --threads=1     # every method on one thread
   python -m experiments.benchmarks.multi_index --generators=uniform --ks=10
+  python -m experiments.benchmarks.multi_index --generators=dense --dense_centres=1000 --flip=0.05
 
-Two code generators (seeded numpy ``Generator`` and ``jax.random`` key):
+Three code generators (seeded numpy ``Generator`` and ``jax.random`` key):
 
 * ``clustered``: LSH codes of clustered data. A Gaussian mixture in ``--dim`` dimensions: ``--clusters``
   centres drawn from ``N(0, I)``, each point a uniformly chosen centre plus ``--sigma`` times ``N(0, I)`` noise;
   coded by ``hashjax.baselines`` LSH (``--bits`` random hyperplanes through the mean of the first 10^5 points);
   queries are fresh points of the same mixture.
+* ``dense``: tight, dense clusters of codes: ``--dense_centres`` uniformly random codes, each item (and query)
+  a uniformly chosen centre with every bit flipped with probability ``--flip`` (so thousands of candidates
+  share a query's buckets).
 * ``uniform``: uniformly random codes and queries, multi-index hashing's worst case (neighbours are far away,
   so the probes per substring grow as ``C(s, r)``).
 
@@ -46,10 +50,13 @@ _NUM_DB = flags.DEFINE_integer("num_db", 10_000_000, "Database size N.")
 _NUM_QUERIES = flags.DEFINE_integer("num_queries", 1000, "Number of queries Q.")
 _KS = flags.DEFINE_list("ks", ["10", "100"], "Neighbours per query.")
 _BITS = flags.DEFINE_integer("bits", 64, "Code length.")
-_GENERATORS = flags.DEFINE_list("generators", ["clustered", "uniform"], "Code generators (clustered, uniform).")
+_GENERATORS = flags.DEFINE_list("generators", ["clustered", "dense", "uniform"],
+                                "Code generators (clustered, dense, uniform).")
 _CLUSTERS = flags.DEFINE_integer("clusters", 10_000, "Gaussian mixture: number of centres.")
 _DIM = flags.DEFINE_integer("dim", 32, "Gaussian mixture: dimension.")
 _SIGMA = flags.DEFINE_float("sigma", 0.3, "Gaussian mixture: noise scale around a centre (centres ~ N(0, I)).")
+_DENSE_CENTRES = flags.DEFINE_integer("dense_centres", 1000, "Dense clusters: number of centre codes.")
+_FLIP = flags.DEFINE_float("flip", 0.05, "Dense clusters: probability of flipping each bit of the centre.")
 _NFLIPS = flags.DEFINE_list("nflips", ["0", "1", "2"], "faiss IndexBinaryMultiHash nflip values.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per method (the best is kept).")
 _THREADS = flags.DEFINE_integer("threads", 0, "Threads for XLA and faiss (0: all allowed CPUs).")
@@ -77,8 +84,18 @@ def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: i
         words[:, -1] &= np.uint32((1 << (num_bits % 32)) - 1)
       return words
     return draw(num_db), draw(num_queries)
+  if generator == "dense":
+    centres = rng.integers(0, 2, (_DENSE_CENTRES.value, num_bits), dtype=np.uint8)
+
+    def dense(n):
+      step = 1 << 20
+      return np.concatenate([np.asarray(codes.pack_bits(
+          centres[rng.integers(0, centres.shape[0], min(step, n - s))]
+          ^ (rng.random((min(step, n - s), num_bits), dtype=np.float32) < _FLIP.value)))
+          for s in range(0, n, step)])
+    return dense(num_db), dense(num_queries)
   if generator != "clustered":
-    raise ValueError(f"--generators: expected clustered or uniform, got {generator!r}")
+    raise ValueError(f"--generators: expected clustered, dense or uniform, got {generator!r}")
   centres = rng.standard_normal((_CLUSTERS.value, _DIM.value)).astype(np.float32)
 
   def points(n):
@@ -187,7 +204,8 @@ def main(argv):
   print(_uptime())
   print(f"N = {num_db}, Q = {num_queries}, ks = {_KS.value}, {_BITS.value} bits, threads = {threads} (XLA and "
         f"faiss; multi-index hashing runs numpy on one), best of {repeats}; clustered: {_CLUSTERS.value} centres "
-        f"in {_DIM.value} dimensions, sigma = {_SIGMA.value}, LSH")
+        f"in {_DIM.value} dimensions, sigma = {_SIGMA.value}, LSH; dense: {_DENSE_CENTRES.value} centres, flip "
+        f"{_FLIP.value}")
   run_benchmark(num_db=num_db, num_queries=num_queries, ks=[int(k) for k in _KS.value], num_bits=_BITS.value,
                 generators=list(_GENERATORS.value), nflips=[int(f) for f in _NFLIPS.value], repeats=repeats,
                 threads=threads, seed=_SEED.value)

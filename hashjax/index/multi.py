@@ -34,11 +34,24 @@ uniformly random codes), with substrings of at most 32 bits.
 **When probing costs more than a scan.** The probes of a step grow as
 ``\binom{s}{r}``: on uniformly random codes (MIH's worst case) or for a large
 ``k`` or radius, enumerating costs more than scanning. With ``method="auto"``
-a query whose probes and candidates would exceed the cost of one linear scan
-(:data:`SCAN_WORDS_PER_PROBE` database words per probe or candidate; the next
-step's candidates estimated from the buckets seen so far) is finished by
-:func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search` over the
-whole database (exact too), so a query costs at most about two scans;
+each query's remaining work is modelled before every step: the probes of the
+steps up to the bound at which it will be done (radius search: ``r``; k-NN:
+its ``k``-th distance as estimated from the items found so far, each weighted
+by one over the probability that the steps so far find an item at its
+distance, once ``k`` items are found and every table was probed), each probe
+costing one plus its table's mean bucket size ``N / 2^s`` (the cost on
+uniform codes) or, at the radius last probed, the candidates per probe seen
+there (buckets in a dense cluster hold far more); once a step's buckets are
+looked up, their real sizes replace that step's model. A query whose remaining work would exceed one linear scan
+(:data:`SCAN_WORDS_PER_PROBE` database words per probe or candidate) is
+finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
+over the whole database (exact too), at once: on uniform codes a query costs
+little more than the scan. A query whose work so far reaches one scan is
+handed over too, so that a query costs at most about two scans whatever the
+model misses (buckets near a query fuller than the mean). A scan of a few
+queries costs as much as one of :data:`SCAN_MIN_QUERIES`: when fewer are
+handed over and their modelled work adds up to less than that many scans,
+they are probed again, each with its share of it as its budget.
 ``method="probe"`` never hands over, and refuses a step of more than
 :data:`MAX_PROBES` substrings.
 
@@ -52,9 +65,10 @@ measures it all against the scan.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import Any, List, NamedTuple, Optional, Tuple, Union
 
 import jax
 import numpy as np
@@ -70,10 +84,14 @@ Array = jax.Array
 MAX_SUBSTRING_BITS = 32
 #: Substrings of at most this many bits always get a dense table.
 DENSE_MAX_BITS = 16
-#: ``method="auto"`` hands a query to the linear scan once its probes plus candidates, times this, exceed the
-#: words of the database (``N * W``): one probe or candidate on the host costs about as much as scanning this
-#: many packed words in the compiled scan.
-SCAN_WORDS_PER_PROBE = 128
+#: ``method="auto"`` hands a query to the linear scan once its (modelled) probes plus candidates, times this,
+#: exceed the words of the database (``N * W``): one probe or candidate on the host costs about as much as
+#: scanning this many packed words in the compiled scan (measured: 124-350 on 2 cores, 10^6 to 10^7 codes).
+SCAN_WORDS_PER_PROBE = 256
+#: A scan of fewer queries costs as much as one of this many (:func:`hashjax.search.knn` scans at least 32 query
+#: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
+#: up to less than this many scans.
+SCAN_MIN_QUERIES = 32
 #: ``method="probe"`` refuses a step of more probes than this per query and table.
 MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
@@ -291,9 +309,22 @@ class _Batch:
     self.masks = _lane_masks(index.bounds, self.db_lanes.dtype)
     self.hist = np.zeros((queries.shape[0], index.num_bits + 1), np.int64)  # found items by distance
     self.work = np.zeros((queries.shape[0],), np.int64)  # probes + candidates so far
-    self.probes = np.zeros((queries.shape[0],), np.int64)
+    # The candidates per probe of a query's last step, and that step's radius (-1: none yet).
+    self.last_mean = np.zeros((queries.shape[0],), np.float64)
+    self.last_radius = np.full((queries.shape[0],), -1, np.int64)
+    self.need = np.zeros((queries.shape[0],), np.float64)  # a handed query's modelled remaining work
     # Items farther than limit[q] cannot be in the answer and are not kept (k-NN: the k-th distance so far).
     self.limit = np.full((queries.shape[0],), index.num_bits, np.uint16)
+    # The bound m r + j at which a query is done, once known (k-NN: its estimated k-th distance; radius: r),
+    # else -1.
+    self.target = np.full((queries.shape[0],), -1, np.int64)
+    # Steps t, t + 1, ... (step t = m r + j probes table j at radius r): rest_probes[t] their probes, rest[t]
+    # their work with each probe costing one plus the table's mean bucket size N / 2^s (uniform codes' cost).
+    sizes = np.diff(index.bounds).tolist()
+    probes = np.array([math.comb(s, r) for r in range(max(sizes) + 1) for s in sizes], np.float64)
+    mean = np.tile([index.num_db / 2.0 ** s for s in sizes], max(sizes) + 1)
+    self.rest_probes = np.append(np.cumsum(probes[::-1])[::-1], 0.0)
+    self.rest = np.append(np.cumsum((probes * (1 + mean))[::-1])[::-1], 0.0)
     self.found: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, distance, item)
 
   def probe(self, rows: np.ndarray, j: int, r: int, budget: Optional[int]) -> np.ndarray:
@@ -305,9 +336,11 @@ class _Batch:
       return rows[:0]
     count = math.comb(size, r)
     handed = []
-    if budget is not None:  # expected candidates: the probes times the buckets' mean size so far
-      expected = count * (1 + self.work[rows] // np.maximum(self.probes[rows], 1))
-      over = (self.work[rows] + expected > budget) | (count > MAX_PROBES)
+    t = index.num_tables * r + j
+    if budget is not None:  # a query whose remaining steps would cost more than a scan is handed over
+      after = self._after(rows, t, self.last_radius[rows], self.last_mean[rows], step=t)
+      over = (after > budget) | (count > MAX_PROBES)
+      self.need[rows[over]] = after[over]
       handed.append(rows[over])
       rows = rows[~over]
     if not rows.size:
@@ -322,15 +355,33 @@ class _Batch:
       block = rows[s:s + step]
       starts, lengths = _buckets(index, j, (self.sub[j][block][:, None] ^ masks[None, :]))
       work = masks.shape[0] + lengths.sum(axis=1)
-      if budget is not None:
-        over = self.work[block] + work > budget
+      mean = lengths.sum(axis=1) / masks.shape[0]
+      if budget is not None:  # this step's buckets are known: its work, plus the model's for the steps after it
+        after = work + self._after(block, t + 1, r, mean, step=t)
+        over = (after > budget) | (self.work[block] + work > budget)
         if over.any():
+          self.need[block[over]] = after[over]
           handed.append(block[over])
-          block, starts, lengths, work = block[~over], starts[~over], lengths[~over], work[~over]
+          block, starts, lengths, work, mean = (a[~over] for a in (block, starts, lengths, work, mean))
       self.work[block] += work
-      self.probes[block] += masks.shape[0]
+      self.last_mean[block], self.last_radius[block] = mean, r
       self._verify(block, j, r, starts, lengths)
     return np.concatenate(handed) if handed else rows[:0]
+
+  def _after(self, rows: np.ndarray, t: int, radius: Any, mean: Any, *, step: int) -> np.ndarray:
+    """The modelled work of steps ``t`` up to each query's ``target``, seen from step ``step`` (step ``t`` alone
+    while the target is unknown, or before every table's step at radius 0 was verified: a k-th distance found in
+    one table's bucket may be far above the final one).
+
+    A probe costs one plus its table's mean bucket size ``N / 2^s``, or, at the ``radius`` of the query's last
+    step, the larger of that and the last step's candidates per probe (``mean``): buckets near a query in a
+    dense cluster hold far more than the mean."""
+    target = np.where((self.target[rows] >= 0) & (step >= self.index.num_tables), self.target[rows], t)
+    end = np.clip(target, t - 1, self.rest.shape[0] - 2) + 1
+    t = min(t, self.rest.shape[0] - 1)
+    same = np.clip(self.index.num_tables * (np.asarray(radius) + 1), t, end)  # steps t .. same - 1: at `radius`
+    near = np.maximum(self.rest[t] - self.rest[same], (self.rest_probes[t] - self.rest_probes[same]) * (1 + mean))
+    return near + self.rest[same] - self.rest[end]
 
   def _verify(self, block: np.ndarray, j: int, r: int, starts: np.ndarray, lengths: np.ndarray) -> None:
     """Full distances of the candidates in the buckets; keeps each item at its first probe, within ``limit``."""
@@ -374,6 +425,28 @@ class _Batch:
     return row, dist, item
 
 
+@functools.lru_cache(maxsize=32)
+def _found_probability(sizes: Tuple[int, ...]) -> np.ndarray:
+  r"""``p[t, d]``: the probability that steps ``0..t`` find an item at Hamming distance ``d`` whose ``d``
+  differing bits are placed uniformly at random over the substrings of ``sizes`` (1 for ``d <= t``).
+
+  After step ``t = m r + j``, tables ``0..j`` were probed to substring radius ``r`` and the others to ``r - 1``;
+  an item is missed when every table holds more differing bits than its radius: the coefficient of ``z^d`` in
+  :math:`\prod_i \sum_{x > r_i} \binom{s_i}{x} z^x`, over :math:`\binom{b}{d}`.
+  """
+  m, b = len(sizes), sum(sizes)
+  total = np.array([math.comb(b, d) for d in range(b + 1)], np.float64)
+  out = np.zeros((m * (max(sizes) + 1), b + 1))
+  for t in range(out.shape[0]):
+    r, j = divmod(t, m)
+    missed = np.ones(1)
+    for i, size in enumerate(sizes):
+      radius = r if i <= j else r - 1
+      missed = np.convolve(missed, [math.comb(size, x) if x > radius else 0 for x in range(size + 1)])
+    out[t] = 1 - missed / total
+  return out
+
+
 def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int]) -> Tuple[_Batch, np.ndarray]:
   """Probes in the order (r, j) until ``done(batch, bound)`` holds for every query (or it is handed over).
 
@@ -400,6 +473,43 @@ def _budget(index: MultiIndex, method: str) -> Optional[int]:
   if _checks.check_option("method", method, _METHODS) == "probe":
     return None
   return max(1, index.db_words.size // SCAN_WORDS_PER_PROBE)
+
+
+def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: Optional[int]):
+  """Every query probed, by batches: ``(row, dist, item)`` of the queries answered, sorted, and the sorted rows
+  left to the linear scan.
+
+  ``make_done(rows)`` gives the ``done`` of :func:`_run` for the queries ``rows``; ``answer(rows, row, dist,
+  item)`` keeps the answers among a batch's finds (sorted by batch row, distance, item). Fewer than
+  :data:`SCAN_MIN_QUERIES` handed queries whose modelled work adds up to less than that many scans are
+  probed again, each with its share of that work as its budget: a scan of so few queries costs as much.
+  """
+  found = []
+
+  def probe_rows(rows, row_budget):
+    """Probes the queries ``rows``, adding their answers to ``found``; returns the rows handed over and their
+    modelled work."""
+    handed, need = [], []
+    for s in range(0, rows.shape[0], _QUERY_BATCH):
+      part = rows[s:s + _QUERY_BATCH]
+      batch, gone = _run(index, queries[part], make_done(part), row_budget)
+      row, dist, item = batch.results()
+      keep = ~np.isin(row, gone)
+      row, dist, item = answer(part, row[keep], dist[keep], item[keep])
+      found.append((part[row], dist, item))
+      handed.append(part[gone])
+      need.append(batch.need[gone])
+    return np.concatenate(handed), np.concatenate(need)
+
+  handed, need = probe_rows(np.arange(queries.shape[0]), budget)
+  again = budget is not None and 0 < handed.size < SCAN_MIN_QUERIES and need.sum() < SCAN_MIN_QUERIES * budget
+  if again:
+    handed, _ = probe_rows(handed, SCAN_MIN_QUERIES * budget // handed.shape[0])
+  row, dist, item = (np.concatenate(a) for a in zip(*found))
+  if again:  # the second pass's rows come last; each row's answers are sorted already
+    order = np.argsort(row, kind="stable")
+    row, dist, item = row[order], dist[order], item[order]
+  return row, dist, item, np.sort(handed)
 
 
 def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: str = "auto") -> Tuple[Array, Array]:
@@ -432,27 +542,28 @@ def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: st
   queries = _check_queries(index, query_words)
   k = _checks.check_k(k, index.num_db, db_name="the index")
   budget = _budget(index, method)
-  out_d = np.zeros((queries.shape[0], k), np.int32)
-  out_i = np.zeros((queries.shape[0], k), np.int32)
-  scan_rows = []
+
+  found = _found_probability(tuple(np.diff(index.bounds).tolist()))
 
   def done(batch, bound):
     counts = np.cumsum(batch.hist, axis=1)
     kth = np.argmax(counts >= k, axis=1) + (counts[:, -1] < k) * index.num_bits
     batch.limit = np.minimum(batch.limit, kth).astype(np.uint16)
+    if bound >= 0:  # the k-th distance estimated from the finds, each weighted by 1 / P(found at its distance)
+      weighted = np.divide(batch.hist, found[bound], out=np.zeros(batch.hist.shape), where=found[bound] > 0)
+      estimate = np.argmax(np.cumsum(weighted, axis=1) >= k, axis=1)
+      batch.target = np.where(counts[:, -1] >= k, np.clip(estimate, bound + 1, batch.limit), -1)
     return batch.limit <= bound
 
-  for s in range(0, queries.shape[0], _QUERY_BATCH):
-    batch, handed = _run(index, queries[s:s + _QUERY_BATCH], done, budget)
-    row, dist, item = batch.results()
-    first = np.searchsorted(row, np.arange(batch.hist.shape[0]))
-    counts = np.bincount(row, minlength=batch.hist.shape[0])
-    ok = np.flatnonzero(counts >= k)
-    ok = ok[~np.isin(ok, handed)]
-    pos = first[ok][:, None] + np.arange(k)
-    out_d[s + ok], out_i[s + ok] = dist[pos], item[pos]
-    scan_rows.append(s + handed)
-  scan_rows = np.sort(np.concatenate(scan_rows))
+  def first_k(rows, row, dist, item):
+    answered = np.unique(row)
+    pos = (np.searchsorted(row, answered)[:, None] + np.arange(k)).ravel()
+    return row[pos], dist[pos], item[pos]
+
+  row, dist, item, scan_rows = _search(index, queries, lambda _: done, first_k, budget)
+  out_d = np.zeros((queries.shape[0], k), np.int32)
+  out_i = np.zeros((queries.shape[0], k), np.int32)
+  out_d[row[::k]], out_i[row[::k]] = dist.reshape(-1, k), item.reshape(-1, k)
   if scan_rows.size:
     d, i = search.knn(queries[scan_rows], index.db_words, k)
     out_d[scan_rows], out_i[scan_rows] = np.asarray(d), np.asarray(i)
@@ -492,24 +603,27 @@ def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Arra
   queries = _check_queries(index, query_words)
   radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits)
   budget = _budget(index, method)
-  parts_q, parts_d, parts_i, scan_rows = [], [], [], []
-  for s in range(0, queries.shape[0], _QUERY_BATCH):
-    rad = radius[s:s + _QUERY_BATCH]
-    batch, handed = _run(index, queries[s:s + _QUERY_BATCH], lambda _, bound, rad=rad: bound >= rad, budget)
-    row, dist, item = batch.results()
-    keep = (dist <= rad[row]) & ~np.isin(row, handed)
-    parts_q.append(row[keep] + s)
-    parts_d.append(dist[keep])
-    parts_i.append(item[keep])
-    scan_rows.append(handed + s)
-  scan_rows = np.sort(np.concatenate(scan_rows))
+
+  def make_done(rows):
+    rad = radius[rows]
+
+    def done(batch, bound):
+      batch.limit = np.minimum(batch.limit, rad).astype(np.uint16)
+      batch.target = rad
+      return bound >= rad
+    return done
+
+  def within(rows, row, dist, item):
+    keep = dist <= radius[rows][row]
+    return row[keep], dist[keep], item[keep]
+
+  row, dist, item, scan_rows = _search(index, queries, make_done, within, budget)
+  parts = [(row, dist, item)]
   if scan_rows.size:
     res = search.radius_search(queries[scan_rows], index.db_words, radius[scan_rows])
-    counts = np.diff(np.asarray(res.offsets))
-    parts_q.append(np.repeat(scan_rows, counts))
-    parts_d.append(np.asarray(res.distances).astype(np.int64))
-    parts_i.append(np.asarray(res.indices).astype(np.int64))
-  row, dist, item = (np.concatenate(p) for p in (parts_q, parts_d, parts_i))
+    parts.append((np.repeat(scan_rows, np.diff(np.asarray(res.offsets))), np.asarray(res.distances).astype(np.int64),
+                  np.asarray(res.indices).astype(np.int64)))
+  row, dist, item = (np.concatenate(a) for a in zip(*parts))
   order = np.lexsort((item, dist, row))
   offsets = np.zeros((queries.shape[0] + 1,), np.int64)
   np.cumsum(np.bincount(row, minlength=queries.shape[0]), out=offsets[1:])

@@ -152,17 +152,25 @@ def _multi(path: str, a: Dict[str, np.ndarray], manifest: Dict[str, Any]) -> Mul
                     items, num_bits)
 
 
-def load(directory: Any) -> Saved:
+def load(directory: Any, *, mmap: bool = False) -> Saved:
   r"""Reads what :func:`save` wrote: a :class:`~hashjax.index.MultiIndex`, an
   :class:`~hashjax.index.InvertedIndex` or a :class:`CodeDatabase`, verified.
 
   .. math:: \mathrm{load}(\mathrm{save}(x, p)) = x
 
+  With ``mmap=True`` the arrays (the packed codes above all) are memory-mapped
+  read-only rather than read into memory: each file is checked against its
+  sha256 in one streamed pass, and pages are read as a search touches them:
+  :func:`hashjax.search.knn` copies a host database to the device one segment
+  at a time (about 8 million codes of 64 bits), and
+  :func:`~hashjax.index.multi_index_knn` reads only its candidates' codes.
+
   Args:
     directory: a directory written by :func:`save`.
+    mmap: memory-map the arrays (``numpy.memmap``, read-only) instead of reading them.
 
   Returns:
-    The saved object, its arrays as numpy arrays.
+    The saved object, its arrays as numpy arrays (memory maps with ``mmap=True``).
 
   Raises:
     ValueError: naming the file, when the directory holds no saved index, or a file is missing, truncated or
@@ -176,7 +184,7 @@ def load(directory: Any) -> Saved:
   [[2, 1]]
   """
   path = _checks.check_path("directory", directory)
-  manifest, a = io.load_arrays(path, manifest=MANIFEST, check=_check_manifest)
+  manifest, a = io.load_arrays(path, manifest=MANIFEST, check=_check_manifest, mmap=_checks.check_bool("mmap", mmap))
   num_bits, count = manifest["num_bits"], manifest["count"]
   if manifest["kind"] == "codes":
     words = a.get("words")
