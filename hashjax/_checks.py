@@ -325,6 +325,13 @@ def check_rng(seed: Any, *, name: str = "seed") -> np.random.Generator:
   return np.random.default_rng(int(seed))
 
 
+def check_local(name: str, x: Any, *, use: str) -> None:
+  """``x`` must not be a concrete ``jax.Array`` split over several processes (a search of one process's memory)."""
+  if isinstance(x, jax.Array) and is_concrete(x) and not x.is_fully_addressable:
+    raise ValueError(f"{name}: expected an array this process holds whole, got one split over the devices of "
+                     f"{len({d.process_index for d in x.sharding.device_set})} processes; use {use}")
+
+
 def check_k(k: Any, num_db: int, *, db_name: str = "db_words") -> int:
   """A neighbour count ``1 <= k <= num_db``: a query cannot have more neighbours than the database holds
   (there is no padding policy)."""

@@ -133,6 +133,7 @@ def _check_chunk_size(chunk_size) -> int:
 def _weights(query_words, db_words, weights, *, required: bool = False):
   """Checks the codes (and the weights, for their width); returns None without weights, else ``float32[32 W]``
   weights with subnormals as 0 and padding bits 0 (numpy when concrete, else jax.numpy)."""
+  _checks.check_local("db_words", db_words, use="hashjax.sharding.knn / radius_search (or gather the rows)")
   if weights is None and not required:
     _checks.check_word_pair(query_words, db_words)
     return None

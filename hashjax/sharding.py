@@ -20,8 +20,8 @@ A row count that the number of shards does not divide is refused (``ValueError``
 the last row by ``shard_rows(..., pad=True)``; the searches then take ``num_db``, the number of real rows, and
 never return, count or rank a padding row. Queries are copied to every device. The searches that need the
 whole database in one host's memory (:func:`hashjax.search.knn_with_ties` and ``knn_tie_break``, multi-index
-hashing) take a row-split array only when one process holds every row; across processes, use the functions
-here.
+hashing) take a row-split array only when one process holds every row; across processes they refuse it
+(``ValueError`` naming ``db_words``): use the functions here.
 
 Training (:func:`hashjax.train.train` with ``mesh=``) is data-parallel: :func:`replicate` copies the parameters
 and optimizer state to every device, :func:`shard_batch` splits the batch along its leading axis, and the one

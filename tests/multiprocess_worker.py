@@ -1,5 +1,5 @@
-"""One of the processes that tests/test_multiprocess.py starts: sharded search, histograms, evaluation and a short
-data-parallel TALR run over the devices of every process.
+"""One of the processes that tests/test_multiprocess.py starts: sharded search (weighted too), histograms,
+evaluation and a short data-parallel TALR run over the devices of every process.
 
   python tests/multiprocess_worker.py PROCESS_ID NUM_PROCESSES HOST:PORT FOLDER
 
@@ -39,7 +39,8 @@ def write_inputs(folder: str) -> None:
   np.save(os.path.join(folder, "eval_db.npy"), eval_db)
   np.savez(os.path.join(folder, "inputs.npz"), q=q, qlab=rng.integers(0, 3, q.shape[0]),
            xlab=rng.integers(0, 3, NUM_DB), aff=rng.integers(0, 4, (q.shape[0], NUM_DB)), eval_q=eval_q,
-           eval_qlab=rng.integers(0, 3, eval_q.shape[0]), eval_xlab=rng.integers(0, 3, NUM_EVAL))
+           eval_qlab=rng.integers(0, 3, eval_q.shape[0]), eval_xlab=rng.integers(0, 3, NUM_EVAL),
+           weights=np.where(np.arange(NUM_BITS) % 7 == 0, 0.0, rng.uniform(0, 2, NUM_BITS)).astype(np.float32))
 
 
 def talr_run(mesh):
@@ -68,7 +69,7 @@ def main(argv):
   from hashjax import sharding  # pylint: disable=g-import-not-at-top
   sharding.initialize_processes(coordinator_address=address, num_processes=num_processes, process_id=process_id)
   import jax  # pylint: disable=g-import-not-at-top
-  from hashjax import evaluate  # pylint: disable=g-import-not-at-top
+  from hashjax import evaluate, search  # pylint: disable=g-import-not-at-top
 
   mesh = sharding.data_mesh()
   db = np.load(os.path.join(folder, "db.npy"), mmap_mode="r")
@@ -81,6 +82,12 @@ def main(argv):
          "rows": np.array([rows.start, rows.stop]), "global_rows": xs.shape[0]}
   for k in KS:
     out[f"knn{k}_d"], out[f"knn{k}_i"] = (np.asarray(a) for a in sharding.knn(q, xs, k, num_db=NUM_DB))
+  out["wknn_d"], out["wknn_i"] = (np.asarray(a) for a in sharding.knn(q, xs, 7, num_db=NUM_DB,
+                                                                     weights=inputs["weights"]))
+  try:  # a search of this process's memory refuses a database split over processes
+    search.knn_with_ties(q, xs, 3)
+  except ValueError as e:
+    out["ties_error"] = np.array(str(e))
   res = sharding.radius_search(q, xs, np.asarray(RADII), num_db=NUM_DB)
   for field in ("distances", "indices", "offsets"):
     out[f"radius_{field}"] = np.asarray(getattr(res, field))

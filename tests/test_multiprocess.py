@@ -136,6 +136,19 @@ def test_knn_matches_brute_force_with_ties_on_every_process(outs):
     assert (np.diff(ref_d, axis=1) == 0).sum() > 0  # ties were broken by index
 
 
+def test_weighted_knn_matches_brute_force_and_local_searches_refuse(outs):
+  out, db, _, inputs = outs
+  q, w = inputs["q"], inputs["weights"].astype(np.float64)
+  bits = lambda words: ((words[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(len(words), -1)[:, :40]
+  d = (bits(q)[:, None, :] != bits(db)[None, :, :]) @ w  # [Q, N] weighted Hamming distances
+  order = np.stack([np.lexsort((np.arange(db.shape[0]), row))[:7] for row in d])
+  for p, o in enumerate(out):
+    np.testing.assert_array_equal(o["wknn_i"], order, err_msg=f"process {p}")
+    np.testing.assert_allclose(o["wknn_d"], np.take_along_axis(d, order, 1), rtol=1e-6, err_msg=f"process {p}")
+    assert str(o["ties_error"]).startswith("db_words: expected an array this process holds whole, got one split "
+                                           "over the devices of 2 processes; use hashjax.sharding.knn"), p
+
+
 def test_radius_search_matches_brute_force_on_every_process(outs):
   out, db, _, inputs = outs
   rows = ref_radius(inputs["q"], db, np.asarray(worker.RADII))
