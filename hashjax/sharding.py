@@ -400,12 +400,12 @@ def _place_queries(query_words, mesh: Mesh):
 @functools.lru_cache(maxsize=64)
 def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, num_db: int, weighted: bool):
   """The jitted shard_map: each shard's top ``k_local`` (global indices, padding rows masked), all-gathered
-  and merged by (distance, index); the first ``keep`` columns, replicated. ``weighted``: the third argument
-  holds the weights (else it is ignored)."""
+  and merged by (distance, index); the first ``keep`` columns, replicated. ``weighted``: a third argument,
+  the weights (replicated)."""
   spec = P(axes if axes else None)
 
-  def local(q, db, w):
-    d, i = search.knn(q, db, k_local, weights=w if weighted else None)
+  def local(q, db, *weights):
+    d, i = search.knn(q, db, k_local, weights=weights[0] if weighted else None)
     shard = lax.axis_index(axes) if axes else 0
     i = i + shard * rows
     if num_db < rows * max(1, math.prod(mesh.shape[a] for a in axes)):
@@ -419,7 +419,8 @@ def _topk_program(mesh: Mesh, axes: tuple, rows: int, k_local: int, keep: int, n
 
   # The merged lists are equal on every shard (all_gather, then the same sort); the replication check cannot
   # see through the k-NN kernels, so it is off.
-  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), spec, P()), out_specs=(P(), P()), check_vma=False))
+  in_specs = (P(), spec, P()) if weighted else (P(), spec)
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=(P(), P()), check_vma=False))
 
 
 def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = None,
@@ -463,8 +464,8 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
   rows = db_words.shape[0] // shards
   k_local = min(k + db_words.shape[0] - num_db, rows)  # each shard keeps k real items past its padding
   program = _topk_program(mesh, axes, rows, k_local, k, num_db, weights is not None)
-  w = np.zeros((1,), np.float32) if weights is None else np.asarray(weights, np.float32)
-  return program(_place_queries(query_words, mesh), db_words, _place_queries(w, mesh))
+  w = () if weights is None else (_place_queries(np.asarray(weights, np.float32), mesh),)
+  return program(_place_queries(query_words, mesh), db_words, *w)
 
 
 @functools.lru_cache(maxsize=64)
@@ -542,7 +543,7 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
                                               np.zeros(num_q + 1, np.int64))
   rows = db_words.shape[0] // shards
   program = _topk_program(mesh, axes, rows, top, top * max(shards, 1), num_db, False)
-  d, i = (np.asarray(a) for a in program(q, db_words, _place_queries(np.zeros((1,), np.float32), mesh)))
+  d, i = (np.asarray(a) for a in program(q, db_words))
   hit = (d <= radius[:, None]) & (i < num_db)
   offsets = np.concatenate([[0], np.cumsum(hit.sum(axis=1))])
   return search.RaggedNeighbors.from_arrays(d[hit], i[hit], offsets)

@@ -42,9 +42,9 @@ distance, once ``k`` items are found and every table was probed), each probe
 costing one plus its table's mean bucket size ``N / 2^s`` (the cost on
 uniform codes) or, at the radius last probed, the candidates per probe seen
 there (buckets in a dense cluster hold far more); once a step's buckets are
-looked up, their real sizes replace that step's model. A query whose remaining work would exceed one linear scan
-(:data:`SCAN_WORDS_PER_PROBE` database words per probe or candidate) is
-finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
+looked up, their real sizes replace that step's model. A query whose
+remaining work would exceed one linear scan (:data:`SCAN_WORDS_PER_PROBE`
+database words per probe or candidate) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
 over the whole database (exact too), at once: on uniform codes a query costs
 little more than the scan. A query whose work so far reaches one scan is
 handed over too, so that a query costs at most about two scans whatever the
@@ -318,13 +318,7 @@ class _Batch:
     # The bound m r + j at which a query is done, once known (k-NN: its estimated k-th distance; radius: r),
     # else -1.
     self.target = np.full((queries.shape[0],), -1, np.int64)
-    # Steps t, t + 1, ... (step t = m r + j probes table j at radius r): rest_probes[t] their probes, rest[t]
-    # their work with each probe costing one plus the table's mean bucket size N / 2^s (uniform codes' cost).
-    sizes = np.diff(index.bounds).tolist()
-    probes = np.array([math.comb(s, r) for r in range(max(sizes) + 1) for s in sizes], np.float64)
-    mean = np.tile([index.num_db / 2.0 ** s for s in sizes], max(sizes) + 1)
-    self.rest_probes = np.append(np.cumsum(probes[::-1])[::-1], 0.0)
-    self.rest = np.append(np.cumsum((probes * (1 + mean))[::-1])[::-1], 0.0)
+    self.rest_probes, self.rest = _step_costs(tuple(np.diff(index.bounds).tolist()), index.num_db)
     self.found: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, distance, item)
 
   def probe(self, rows: np.ndarray, j: int, r: int, budget: Optional[int]) -> np.ndarray:
@@ -354,8 +348,8 @@ class _Batch:
     for s in range(0, rows.shape[0], step):
       block = rows[s:s + step]
       starts, lengths = _buckets(index, j, (self.sub[j][block][:, None] ^ masks[None, :]))
-      work = masks.shape[0] + lengths.sum(axis=1)
-      mean = lengths.sum(axis=1) / masks.shape[0]
+      candidates = lengths.sum(axis=1)
+      work, mean = masks.shape[0] + candidates, candidates / masks.shape[0]
       if budget is not None:  # this step's buckets are known: its work, plus the model's for the steps after it
         after = work + self._after(block, t + 1, r, mean, step=t)
         over = (after > budget) | (self.work[block] + work > budget)
@@ -423,6 +417,17 @@ class _Batch:
     rest, item = np.divmod(key, self.index.num_db)
     row, dist = np.divmod(rest, self.index.num_bits + 1)
     return row, dist, item
+
+
+@functools.lru_cache(maxsize=32)
+def _step_costs(sizes: Tuple[int, ...], num_db: int) -> Tuple[np.ndarray, np.ndarray]:
+  """``(rest_probes, rest)``, each ``float64[T + 1]``: for steps ``t, t + 1, ...`` (step ``t = m r + j`` probes
+  table ``j`` at radius ``r``), their probes, and their work with each probe costing one plus the table's mean
+  bucket size ``N / 2^s`` (uniform codes' cost); entry ``T`` is 0."""
+  probes = np.array([math.comb(s, r) for r in range(max(sizes) + 1) for s in sizes], np.float64)
+  mean = np.tile([num_db / 2.0 ** s for s in sizes], max(sizes) + 1)
+  return (np.append(np.cumsum(probes[::-1])[::-1], 0.0),
+          np.append(np.cumsum((probes * (1 + mean))[::-1])[::-1], 0.0))
 
 
 @functools.lru_cache(maxsize=32)
