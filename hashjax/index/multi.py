@@ -56,9 +56,11 @@ they are probed again, each with its share of it as its budget.
 :data:`MAX_PROBES` substrings.
 
 **Cost.** Per candidate: one random read of its code (``np.take`` of whole
-rows; fancy indexing of a 2-D array is several times slower), an XOR and
-``m - 1`` masked popcounts; candidates farther than the query's current
-``k``-th distance are dropped at once. Memory of the tables: ``4 m N`` bytes
+rows; fancy indexing of a 2-D array is several times slower), an XOR and a
+popcount; candidates farther than the query's ``k``-th distance so far
+(lowered after every block of candidates) are dropped at once, and only the
+rest pay the masked popcounts of the first-probe rule (at radius 0, those of
+the tables before ``j`` alone). Memory of the tables: ``4 m N`` bytes
 of items plus the offsets; ``python -m experiments.benchmarks.multi_index``
 measures it all against the scan.
 """
@@ -300,9 +302,10 @@ def _lane_masks(bounds: np.ndarray, dtype) -> List[List[Tuple[int, np.ndarray]]]
 class _Batch:
   """The state of one batch of queries searched in lockstep."""
 
-  def __init__(self, index: MultiIndex, queries: np.ndarray):
+  def __init__(self, index: MultiIndex, queries: np.ndarray, k: Optional[int] = None):
     self.index = index
     self.queries = queries
+    self.k = k  # k-NN: the k-th distance found so far bounds what is kept (radius search: None)
     m = index.num_tables
     self.sub = [_substring(queries, index.bounds[j], index.bounds[j + 1]) for j in range(m)]
     self.db_lanes, self.q_lanes = _lanes(index.db_words), _lanes(queries)
@@ -391,21 +394,34 @@ class _Batch:
       item = np.take(index.items[j], _common.expand(st[ln > 0], ln[ln > 0]))
       # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array).
       diff = np.take(self.db_lanes, item, axis=0) ^ np.take(self.q_lanes, row, axis=0)
-      keep, dist = np.ones(item.shape, np.bool_), np.full(item.shape, r, np.uint16)  # d_j = r by construction
-      for i, lane_masks in enumerate(self.masks):
-        if i == j:
-          continue
-        d_i = None  # uint8: a substring has at most 32 bits
-        for lane, mask in lane_masks:
-          count = scan.host_popcount((diff[:, lane] if diff.ndim > 1 else diff) & mask)
-          d_i = count if d_i is None else d_i + count
+      lanes = diff.reshape(diff.shape[0], -1)
+      dist = scan.host_popcount(lanes[:, 0]).astype(np.uint16)
+      for lane in range(1, lanes.shape[1]):
+        dist += scan.host_popcount(lanes[:, lane])
+      keep = dist <= np.take(self.limit, row)
+      row, dist, item, lanes = row[keep], dist[keep], item[keep], lanes[keep]
+      # The probe that finds an item first keeps it: substring distances > r before table j, >= r after it
+      # (d_j = r by construction; d_i >= 0 always holds).
+      keep = np.ones(item.shape, np.bool_)
+      for i in (*range(j), *(range(j + 1, len(self.masks)) if r else ())):
+        d_i = sum(scan.host_popcount(lanes[:, lane] & mask) for lane, mask in self.masks[i])
         keep &= (d_i > r) if i < j else (d_i >= r)
-        dist += d_i
-      keep &= dist <= np.take(self.limit, row)
       row, dist, item = row[keep], dist[keep], item[keep]
       width = index.num_bits + 1
       self.hist += np.bincount(row * width + dist, minlength=self.hist.size).reshape(self.hist.shape)
+      if self.k is not None:  # the block's finds lower the k-th distance at once: keep only what can still count
+        self.kth(block[part])
+        keep = dist <= np.take(self.limit, row)
+        row, dist, item = row[keep], dist[keep], item[keep]
       self.found.append((row, dist, item))
+
+  def kth(self, rows: np.ndarray) -> np.ndarray:
+    """k-NN: lowers the ``limit`` of the queries ``rows`` to the k-th distance found so far (``hist`` counts
+    the items found by distance); returns their cumulative counts ``[rows, b + 1]``."""
+    counts = np.cumsum(self.hist[rows], axis=1)
+    kth = np.argmax(counts >= self.k, axis=1) + (counts[:, -1] < self.k) * self.index.num_bits
+    self.limit[rows] = np.minimum(self.limit[rows], kth)
+    return counts
 
   def results(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every found ``(query, distance, item)``, sorted by query, distance, index."""
@@ -452,12 +468,13 @@ def _found_probability(sizes: Tuple[int, ...]) -> np.ndarray:
   return out
 
 
-def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int]) -> Tuple[_Batch, np.ndarray]:
+def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int],
+         k: Optional[int]) -> Tuple[_Batch, np.ndarray]:
   """Probes in the order (r, j) until ``done(batch, bound)`` holds for every query (or it is handed over).
 
   Returns the batch and the rows handed to the linear scan.
   """
-  batch = _Batch(index, queries)
+  batch = _Batch(index, queries, k)
   active = np.ones((queries.shape[0],), np.bool_)
   active &= ~done(batch, -1)
   handed = []
@@ -480,7 +497,8 @@ def _budget(index: MultiIndex, method: str) -> Optional[int]:
   return max(1, index.db_words.size // SCAN_WORDS_PER_PROBE)
 
 
-def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: Optional[int]):
+def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: Optional[int], *,
+            k: Optional[int] = None):
   """Every query probed, by batches: ``(row, dist, item)`` of the queries answered, sorted, and the sorted rows
   left to the linear scan.
 
@@ -497,9 +515,11 @@ def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: O
     handed, need = [], []
     for s in range(0, rows.shape[0], _QUERY_BATCH):
       part = rows[s:s + _QUERY_BATCH]
-      batch, gone = _run(index, queries[part], make_done(part), row_budget)
+      batch, gone = _run(index, queries[part], make_done(part), row_budget, k)
       row, dist, item = batch.results()
-      keep = ~np.isin(row, gone)
+      handed_rows = np.zeros((part.shape[0],), np.bool_)
+      handed_rows[gone] = True
+      keep = ~handed_rows[row]
       row, dist, item = answer(part, row[keep], dist[keep], item[keep])
       found.append((part[row], dist, item))
       handed.append(part[gone])
@@ -551,9 +571,7 @@ def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: st
   found = _found_probability(tuple(np.diff(index.bounds).tolist()))
 
   def done(batch, bound):
-    counts = np.cumsum(batch.hist, axis=1)
-    kth = np.argmax(counts >= k, axis=1) + (counts[:, -1] < k) * index.num_bits
-    batch.limit = np.minimum(batch.limit, kth).astype(np.uint16)
+    counts = batch.kth(np.arange(batch.limit.shape[0]))
     if bound >= 0:  # the k-th distance estimated from the finds, each weighted by 1 / P(found at its distance)
       weighted = np.divide(batch.hist, found[bound], out=np.zeros(batch.hist.shape), where=found[bound] > 0)
       estimate = np.argmax(np.cumsum(weighted, axis=1) >= k, axis=1)
@@ -561,11 +579,11 @@ def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: st
     return batch.limit <= bound
 
   def first_k(rows, row, dist, item):
-    answered = np.unique(row)
-    pos = (np.searchsorted(row, answered)[:, None] + np.arange(k)).ravel()
+    firsts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if row.size else row  # row is sorted
+    pos = (firsts[:, None] + np.arange(k)).ravel()
     return row[pos], dist[pos], item[pos]
 
-  row, dist, item, scan_rows = _search(index, queries, lambda _: done, first_k, budget)
+  row, dist, item, scan_rows = _search(index, queries, lambda _: done, first_k, budget, k=k)
   out_d = np.zeros((queries.shape[0], k), np.int32)
   out_i = np.zeros((queries.shape[0], k), np.int32)
   out_d[row[::k]], out_i[row[::k]] = dist.reshape(-1, k), item.reshape(-1, k)
