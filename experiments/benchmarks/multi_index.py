@@ -5,6 +5,8 @@ r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the lin
   python -m experiments.benchmarks.multi_index --threads=1     # every method on one thread
   python -m experiments.benchmarks.multi_index --generators=uniform --ks=10
   python -m experiments.benchmarks.multi_index --generators=dense --dense_centres=1000 --flip=0.05
+  python -m experiments.benchmarks.multi_index --num_db=100000000 --generators=dense --dense_centres=10000 \
+      --flip=0.1 --ks=10 --mmap --nofaiss --repeats=2     # 10^8 codes, searched memory-mapped
 
 Three code generators (seeded numpy ``Generator`` and ``jax.random`` key):
 
@@ -29,6 +31,11 @@ slows all alike; compare the ratios):
   ``m`` as ours) probing substrings within ``f`` bits: approximate, so its ``recall`` is printed: the fraction
   of ranks ``1..k`` at which it returns an item at the exact k-NN's distance (1 = a correct k-NN up to ties).
 
+With ``--mmap`` the index is saved (:func:`hashjax.index.save`, into a temporary folder under ``--tmpdir``),
+the codes in memory are dropped and both the scan and multi-index hashing search the index loaded
+memory-mapped (:func:`hashjax.index.load` with ``mmap=True``): the codes are read from the page cache, never
+copied whole. ``--nofaiss`` leaves out the faiss rows (their indexes copy the codes).
+
 Also printed: the build time of the index, its bytes (tables: items and offsets, not the database codes it
 refers to) against the packed codes', and ``uptime``'s load. Checks: ``mih`` returns exactly ``scan``'s
 distances and indices for every query.
@@ -37,9 +44,12 @@ distances and indices for every query.
 from __future__ import annotations
 
 import os
+import resource
+import shutil
 import subprocess
+import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from absl import app, flags
 
@@ -58,6 +68,9 @@ _SIGMA = flags.DEFINE_float("sigma", 0.3, "Gaussian mixture: noise scale around 
 _DENSE_CENTRES = flags.DEFINE_integer("dense_centres", 1000, "Dense clusters: number of centre codes.")
 _FLIP = flags.DEFINE_float("flip", 0.05, "Dense clusters: probability of flipping each bit of the centre.")
 _NFLIPS = flags.DEFINE_list("nflips", ["0", "1", "2"], "faiss IndexBinaryMultiHash nflip values.")
+_MMAP = flags.DEFINE_bool("mmap", False, "Search the index saved and loaded memory-mapped (index.load(mmap=True)).")
+_TMPDIR = flags.DEFINE_string("tmpdir", None, "Where --mmap saves the index (a temporary folder; None: the system's).")
+_FAISS = flags.DEFINE_bool("faiss", True, "Also time faiss IndexBinaryFlat and IndexBinaryMultiHash.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per method (the best is kept).")
 _THREADS = flags.DEFINE_integer("threads", 0, "Threads for XLA and faiss (0: all allowed CPUs).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the data.")
@@ -118,15 +131,22 @@ def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: i
 
 
 
+def _peak_rss_gib() -> float:
+  """This process's peak resident memory so far, GiB (Linux reports ``ru_maxrss`` in KiB)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int, generators: List[str],
-                  nflips: List[int], repeats: int, threads: int, seed: int) -> List[Dict]:
+                  nflips: List[int], repeats: int, threads: int, seed: int, mmap: bool = False,
+                  tmpdir: Optional[str] = None, use_faiss: bool = True) -> List[Dict]:
   """Runs every comparison; returns one row per (generator, k, method)."""
-  import faiss  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from hashjax import index, search  # pylint: disable=g-import-not-at-top
   from experiments import process  # pylint: disable=g-import-not-at-top
 
-  faiss.omp_set_num_threads(threads)
+  if use_faiss:
+    import faiss  # pylint: disable=g-import-not-at-top
+    faiss.omp_set_num_threads(threads)
   rows = []
   for generator in generators:
     t = time.perf_counter()
@@ -141,14 +161,27 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
           f"{np.diff(mih.bounds).tolist()} bits, {mih.nbytes / 2**20:.1f} MiB = {mih.nbytes / db.nbytes:.2f}x the "
           f"packed codes ({db.nbytes / 2**20:.1f} MiB; {(mih.nbytes + db.nbytes) / db.nbytes:.2f}x with them)",
           flush=True)
-    q_bytes = index.to_faiss_codes(q, num_bits=num_bits)
-    flat = index.to_faiss(db, num_bits=num_bits)
-    sub_bits = num_bits // mih.num_tables
-    t = time.perf_counter()
-    fmih = faiss.IndexBinaryMultiHash(flat.d, mih.num_tables, sub_bits)
-    fmih.add(index.to_faiss_codes(db, num_bits=num_bits))
-    print(f"  faiss IndexBinaryMultiHash({flat.d}, nhash={mih.num_tables}, b={sub_bits}) build: "
-          f"{time.perf_counter() - t:.2f} s", flush=True)
+    print(f"  peak memory so far: {_peak_rss_gib():.2f} GiB", flush=True)
+    if mmap:  # search the saved index, loaded memory-mapped: the codes in memory are dropped
+      folder = tempfile.mkdtemp(prefix="multi-index-", dir=tmpdir)
+      t = time.perf_counter()
+      index.save(mih, folder)
+      save_s = time.perf_counter() - t
+      del mih, db
+      t = time.perf_counter()
+      mih = index.load(folder, mmap=True)
+      db = mih.db_words
+      print(f"  saved in {save_s:.1f} s, loaded memory-mapped in {time.perf_counter() - t:.1f} s ({folder})",
+            flush=True)
+    if use_faiss:
+      q_bytes = index.to_faiss_codes(q, num_bits=num_bits)
+      flat = index.to_faiss(db, num_bits=num_bits)
+      sub_bits = num_bits // mih.num_tables
+      t = time.perf_counter()
+      fmih = faiss.IndexBinaryMultiHash(flat.d, mih.num_tables, sub_bits)
+      fmih.add(index.to_faiss_codes(db, num_bits=num_bits))
+      print(f"  faiss IndexBinaryMultiHash({flat.d}, nhash={mih.num_tables}, b={sub_bits}) build: "
+            f"{time.perf_counter() - t:.2f} s", flush=True)
     print(f"  {'k':>4} {'method':<20}{'ms/query':>10}{'ratio':>8}{'recall':>8}  check", flush=True)
     for k in ks:
       search.knn(q, db, k)[0].block_until_ready()  # compile this shape
@@ -168,16 +201,17 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
         times["mih"] = min(times["mih"], benchmarks.best_time(multi, 1))
       exact = all(np.array_equal(a, b) for a, b in zip(out["scan"], out["mih"]))
       ref_d = out["scan"][0]
-      flat_s = benchmarks.best_time(lambda: out.__setitem__("flat", flat.search(q_bytes, k)), repeats)
-      flat_ok = np.array_equal(out["flat"][0].astype(np.int64), ref_d)
       load = os.getloadavg()[0]
       per_q = {name: s / q.shape[0] * 1e3 for name, s in times.items()}
       result = [("scan", per_q["scan"], 1.0, 1.0, "exact"),
                 ("mih", per_q["mih"], per_q["scan"] / per_q["mih"], 1.0,
-                 "equals scan" if exact else "DIFFERS FROM SCAN"),
-                ("faiss flat", flat_s / q.shape[0] * 1e3, per_q["scan"] / (flat_s / q.shape[0] * 1e3), 1.0,
-                 "distances equal" if flat_ok else "DISTANCES DIFFER")]
-      for nflip in nflips:
+                 "equals scan" if exact else "DIFFERS FROM SCAN")]
+      if use_faiss:
+        flat_s = benchmarks.best_time(lambda: out.__setitem__("flat", flat.search(q_bytes, k)), repeats)
+        flat_ok = np.array_equal(out["flat"][0].astype(np.int64), ref_d)
+        result.append(("faiss flat", flat_s / q.shape[0] * 1e3, per_q["scan"] / (flat_s / q.shape[0] * 1e3), 1.0,
+                       "distances equal" if flat_ok else "DISTANCES DIFFER"))
+      for nflip in (nflips if use_faiss else ()):
         fmih.nflip = nflip
         fs = benchmarks.best_time(lambda: out.__setitem__("fmih", fmih.search(q_bytes, k)), repeats)
         d, i = out["fmih"]
@@ -190,7 +224,11 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
                          check=check, build_s=build_s, index_bytes=mih.nbytes, codes_bytes=db.nbytes,
                          kth_median=kth, load=load))
         print(f"  {k:>4} {name:<20}{ms:>10.3f}{ratio:>8.1f}{recall:>8.3f}  {check}", flush=True)
-      print(f"       median k-th distance {kth:g}; load {load:.1f}", flush=True)
+      print(f"       median k-th distance {kth:g}; load {load:.1f}; peak memory {_peak_rss_gib():.2f} GiB",
+            flush=True)
+    if mmap:
+      del mih, db
+      shutil.rmtree(folder)
   return rows
 
 
@@ -208,7 +246,7 @@ def main(argv):
         f"{_FLIP.value}")
   run_benchmark(num_db=num_db, num_queries=num_queries, ks=[int(k) for k in _KS.value], num_bits=_BITS.value,
                 generators=list(_GENERATORS.value), nflips=[int(f) for f in _NFLIPS.value], repeats=repeats,
-                threads=threads, seed=_SEED.value)
+                threads=threads, seed=_SEED.value, mmap=_MMAP.value, tmpdir=_TMPDIR.value, use_faiss=_FAISS.value)
   print(_uptime())
 
 
