@@ -168,9 +168,9 @@ def default_num_tables(num_db: int, num_bits: int) -> int:
      \Big\lceil \frac{b}{\max(16, \lfloor \log_2 2N \rfloor)} \Big\rceil\Big), \text{ at most } b
 
   A probe of a dense table is one read of its offsets; of a sparse one, a binary search over up to ``N`` keys
-  (about ``log2 N`` cache misses). Measured on bit-flip clusters of 64-bit codes (10^4 centres, 10% flips), at
-  ``N = 10^8`` Norouzi's ``m = 2`` (two sparse 32-bit tables) answered 10-NN 7.6x faster than the scan, the dense
-  ``m = 3`` 70x (``docs/performance.md``).
+  (about ``log2 N`` cache misses). On bit-flip clusters of ``N = 10^8`` 64-bit codes (10^4 centres, 10% flips),
+  Norouzi's ``m = 2`` (two sparse 32-bit tables) answered 10-NN 9.2x faster than the scan, the dense ``m = 3``
+  42.9x (``docs/results/search.md``).
 
   Args:
     num_db: database size ``N >= 1``.
