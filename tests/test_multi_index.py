@@ -1,6 +1,5 @@
 """hashjax.index multi-index hashing against brute-force numpy references (all-pairs popcounts, lexicographic sorts)."""
 
-
 import numpy as np
 import pytest
 
