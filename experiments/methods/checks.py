@@ -291,6 +291,8 @@ def _rules() -> Dict[str, Callable]:
       # experiments.bit_weights
       "base_codes": _names(baselines.BASELINES, nonempty=False), "solvers": _names(BIT_WEIGHT_SOLVERS, nonempty=False),
       "tie_break": _bool,
+      # experiments.acdv_svm
+      "per_class": _int(2), "train_fraction": _num(0, 1, low_open=True, high_open=True), "pairs": _int(2),
       # experiments.localrank
       "data_dir": _folder, "folds": _ints(1), "cluster_grid": _ints(1), "fixed_components": _ints(1),
       "knn_neighbors": _ints(1), "dk_folds": _ints(1), "lsh_sweep": _ints(1), "num_features": _int(1),
