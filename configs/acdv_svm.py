@@ -4,7 +4,8 @@ r"""Feng, Liu, Wang's Table 1: a linear SVM on absolute code differences of same
   python -m experiments.acdv_svm --config=configs/acdv_svm.py:runlocal  # scikit-learn digits, seconds
 
 LSH, SH and ITQ at 64 bits on MNIST-10k (up to 1,000 images per class, 70% / 30%), 20,000 training and 20,000
-test pairs, half of one class. Expected: the results table of docs/results/bit_weights.md.
+test pairs, half of one class. Expected (seed 0): linear-SVM test accuracy LSH 69.4%, SH 69.5%, ITQ 76.4% (the
+paper: 71.3%, 83.5%, 85.7%), in about 12 s on 2 cores; docs/results/bit_weights.md has three seeds.
 """
 
 import ml_collections
