@@ -337,6 +337,30 @@ def test_float32_within_1e6_of_float64(path):
 # Deterministic AP, radius metrics, kNN, where.
 
 
+def test_index_order_ndcg_matches_a_loop():
+  rng = np.random.default_rng(6)
+  d = rng.integers(0, 4, size=(10, 30))
+  a = rng.integers(0, 3, size=(10, 30)) * (rng.random((10, 30)) < 0.5)
+  a[0] = 0  # no positive gain: NaN
+  where = rng.random((10, 30)) < 0.7
+
+  def loop(q, k, mask):
+    items = [i for i in range(30) if mask[i]]
+    order = sorted(items, key=lambda i: (d[q, i], i))  # ties by ascending index
+    dcg = sum((2.0 ** a[q, i] - 1) / math.log2(t + 2) for t, i in enumerate(order[:k]))
+    ideal = sum((2.0 ** g - 1) / math.log2(t + 2) for t, g in enumerate(sorted(a[q, items], reverse=True)[:k]))
+    return dcg / ideal if ideal > 0 else math.nan
+
+  with jax.enable_x64(True):
+    full = np.asarray(metrics.ndcg(d, a, num_bits=7))
+    cut = np.asarray(metrics.ndcg(d, a, num_bits=7, k=5, where=where))
+    traced = jax.jit(lambda d, a, w: metrics.ndcg(d, a, num_bits=7, k=5, num_levels=3, where=w))(d, a, where)
+  for q in range(10):
+    for got, want in ((full[q], loop(q, 30, np.ones(30, bool))), (cut[q], loop(q, 5, where[q]))):
+      assert (math.isnan(got) and math.isnan(want)) or abs(got - want) < 1e-12, (q, got, want)
+  np.testing.assert_allclose(np.asarray(traced), cut, rtol=1e-12)
+
+
 def test_index_order_ap_matches_loop_and_sklearn():
   rng = np.random.default_rng(5)
   d = rng.integers(0, 4, size=(10, 30))

@@ -15,7 +15,7 @@ functions of ``distances[..., N]`` validate, count the histogram and apply it.
   values, by sorting) as the bins, by the same formulas (:mod:`hashjax._ties`).
 * Ties: each docstring states its policy. Tie-aware = the expectation over all
   orders of tied items (He et al. eqs. 3-4) in closed form; optimistic /
-  pessimistic = relevant items first / last; :func:`ap`: ascending index.
+  pessimistic = relevant items first / last; :func:`ap`, :func:`ndcg`: ascending index.
 * Undefined values are NaN (AP and recall without a relevant item, NDCG without
   positive gain); :func:`mean_and_count` averages the others and counts them.
 * Cutoffs: AP@k is normalised by ``min(N+, k)``, precision@k by ``min(k, N)``,
@@ -31,14 +31,14 @@ functions of ``distances[..., N]`` validate, count the histogram and apply it.
 Two modules: :mod:`hashjax.metrics.histogram` holds the formulas (``*_from_histogram``)
 and the per-bin pieces other modules share (:func:`ap_bin_pieces`, :func:`dcg_weights`,
 :func:`nearest_bins_mask`, :func:`vote_winners`); :mod:`hashjax.metrics.distances` the
-functions of ``distances[..., N]``, :func:`ap`, :func:`error_rate` and
+functions of ``distances[..., N]``, :func:`ap`, :func:`ndcg`, :func:`error_rate` and
 :func:`mean_and_count`. Every public name is importable from :mod:`hashjax.metrics`.
 
 :func:`hashjax.evaluate.evaluate_codes` evaluates packed codes with all of them,
 :func:`hashjax.evaluate.evaluate_distances` a real ``distances[Q, N]``.
 """
 
-from hashjax.metrics.distances import MeanCount, ap, error_rate, knn_classify, mean_and_count, optimistic_ap
+from hashjax.metrics.distances import MeanCount, ap, error_rate, knn_classify, mean_and_count, ndcg, optimistic_ap
 from hashjax.metrics.distances import pessimistic_ap, precision_at_radius, precision_recall_curve
 from hashjax.metrics.distances import recall_at_radius, retrieved_at_radius, tie_aware_ap, tie_aware_ndcg
 from hashjax.metrics.distances import tie_aware_precision_at_k
@@ -51,7 +51,7 @@ from hashjax.metrics.histogram import tie_aware_precision_at_k_from_histogram, v
 
 __all__ = [
     "MeanCount", "mean_and_count",
-    "tie_aware_ap", "optimistic_ap", "pessimistic_ap", "ap", "tie_aware_ndcg",
+    "tie_aware_ap", "optimistic_ap", "pessimistic_ap", "ap", "tie_aware_ndcg", "ndcg",
     "tie_aware_precision_at_k", "precision_at_radius", "recall_at_radius", "retrieved_at_radius",
     "precision_recall_curve", "knn_classify", "error_rate",
     "tie_aware_ap_from_histogram", "optimistic_ap_from_histogram", "pessimistic_ap_from_histogram",

@@ -377,25 +377,30 @@ def knn_classify(distances: Array, db_labels: Array, *, num_classes: int, num_bi
   return knn_classify_from_histogram(counting, k=k, threshold=threshold)
 
 
-def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp):
-  """AP(@k) of ``[..., N]`` rows ranked by a stable sort of the distances (ties: ascending index).
+def _index_order(distances, values, where, num_bits: int, xp):
+  """``values[..., N]`` ranked by a stable sort of the distances (ties: ascending index; masked items last, as 0).
 
   numpy sorts small unsigned keys stably by a radix sort (``O(N)`` per row;
-  codes of 65,535 bits or more sort int32 keys) and sums in float64 (the
-  result is cast to ``dtype``); traced, XLA's stable sort, summing in ``dtype``.
+  codes of 65,535 bits or more sort int32 keys); traced, XLA's stable sort.
   """
   d = distances.astype(xp.int32)
-  r = relevance.astype(xp.int32)
+  v = values.astype(xp.int32)
   if where is not None:  # masked items sort last and count as irrelevant
     d = xp.where(where, d, num_bits + 1)
-    r = xp.where(where, r, 0)
+    v = xp.where(where, v, 0)
   if xp is np:
     key = np.uint8 if num_bits < 255 else np.uint16 if num_bits < 65535 else None  # num_bits + 1 fits
     order = np.argsort(d if key is None else d.astype(key), axis=-1, kind="stable")
   else:
     order = jnp.argsort(d, axis=-1, stable=True)
-  ranked = xp.take_along_axis(r, order, axis=-1)
-  rank = xp.arange(1, d.shape[-1] + 1)
+  return xp.take_along_axis(v, order, axis=-1), v
+
+
+def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp):
+  """AP(@k) of ``[..., N]`` rows ranked in index order (:func:`_index_order`); on the host summed in float64
+  (the result cast to ``dtype``), traced in ``dtype``."""
+  ranked, r = _index_order(distances, relevance, where, num_bits, xp)
+  rank = xp.arange(1, ranked.shape[-1] + 1)
   acc = np.float64 if xp is np else dtype
   terms = xp.where((ranked > 0) & (rank <= k), xp.cumsum(ranked, axis=-1).astype(acc) / rank.astype(acc), 0.0)
   npos = xp.sum(r, axis=-1)
@@ -403,8 +408,34 @@ def _index_order_ap(distances, relevance, where, k, num_bits: int, dtype, xp):
   return xp.where(npos > 0, xp.sum(terms, axis=-1) / xp.maximum(norm, 1.0), xp.nan).astype(dtype)
 
 
-#: Elements per block of rows of :func:`ap` on the host (its temporaries: about 100 MB).
+def _index_order_ndcg(distances, affinity, where, k, num_bits: int, dtype, xp):
+  """NDCG(@k) of ``[..., N]`` rows ranked in index order (:func:`_index_order`): gains ``2^a - 1``, discounts
+  ``1 / log2(1 + t)``; on the host in float64 (cast to ``dtype``), traced in ``dtype``."""
+  ranked, a = _index_order(distances, affinity, where, num_bits, xp)
+  acc = np.float64 if xp is np else dtype
+  rank = xp.arange(1, ranked.shape[-1] + 1)
+  discount = xp.where(rank <= k, 1.0 / xp.log2(1.0 + rank.astype(acc)), 0.0)
+  gain = lambda levels: xp.exp2(levels.astype(acc)) - 1
+  dcg = xp.sum(gain(ranked) * discount, axis=-1)
+  ideal = xp.sum(gain(-xp.sort(-a, axis=-1)) * discount, axis=-1)
+  return xp.where(ideal > 0, dcg / xp.where(ideal > 0, ideal, 1.0), xp.nan).astype(dtype)
+
+
+#: Elements per block of rows of :func:`ap` and :func:`ndcg` on the host (their temporaries: about 100 MB).
 _HOST_BLOCK_ELEMENTS = 1 << 21
+
+
+def _index_order_rows(formula, distances, values, where, k, num_bits: int, dtype):
+  """``formula`` over every row: traced, one XLA program; concrete, on the host in blocks of rows."""
+  if not all(_checks.is_concrete(x) for x in (distances, values, where) if x is not None):
+    return formula(distances, values, where, k, num_bits, dtype, jnp)
+  n = distances.shape[-1]
+  flat = lambda x: None if x is None else np.asarray(x).reshape(-1, n)
+  d, v, w = flat(distances), flat(values), flat(where)
+  step = max(1, _HOST_BLOCK_ELEMENTS // n)
+  rows = [formula(d[i:i + step], v[i:i + step], None if w is None else w[i:i + step], k, num_bits, dtype, np)
+          for i in range(0, len(d), step)]
+  return _checks.as_jax(np.concatenate(rows or [np.zeros(0, dtype)]).reshape(distances.shape[:-1]))
 
 
 def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = None,
@@ -437,15 +468,42 @@ def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = 
   """
   num_bits = _inputs.counting("relevance", distances, relevance, num_bits=num_bits, where=where).num_bits
   k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
-  if not all(_checks.is_concrete(x) for x in (distances, relevance, where) if x is not None):
-    return _index_order_ap(distances, relevance, where, k, num_bits, dtype, jnp)
-  n = distances.shape[-1]
-  flat = lambda x: None if x is None else np.asarray(x).reshape(-1, n)
-  d, r, w = flat(distances), flat(relevance), flat(where)
-  step = max(1, _HOST_BLOCK_ELEMENTS // n)
-  rows = [_index_order_ap(d[i:i + step], r[i:i + step], None if w is None else w[i:i + step], k,
-                          num_bits, dtype, np) for i in range(0, len(d), step)]
-  return _checks.as_jax(np.concatenate(rows or [np.zeros(0, dtype)]).reshape(distances.shape[:-1]))
+  return _index_order_rows(_index_order_ap, distances, relevance, where, k, num_bits, dtype)
+
+
+def ndcg(distances: Array, affinity: Array, *, num_bits: int, k: Optional[int] = None,
+         num_levels: Optional[int] = None, where: Optional[Array] = None, dtype: Any = None) -> Array:
+  r"""Ordinary NDCG(@k) with ties broken by ascending database index (a stable sort): NDCG as papers that
+  ignore ties compute it (e.g. Lin et al.'s eq. 60), in one fixed tie order.
+
+  Ties: ascending database index; prefer :func:`tie_aware_ndcg` (the mean over every tie order). Gains and
+  discounts as there. Ranked as :func:`ap` ranks.
+
+  .. math:: \mathrm{NDCG} = \frac{1}{\mathrm{IDCG}} \sum_{t \le k} \frac{2^{a(R_t)} - 1}{\log_2(1 + t)},
+     \quad R = \mathrm{argsort_{stable}}(d)
+
+  Args:
+    distances: ``int[..., N]`` Hamming distances in ``[0, num_bits]``.
+    affinity: ``int[..., N]`` levels ``>= 0`` (0 = irrelevant), same shape.
+    num_bits: the code length.
+    k: optional rank cutoff.
+    num_levels: number of levels ``V`` (inferred from concrete ``affinity``; needed under jit).
+    where: optional bool ``[..., N]`` mask of valid items (``False``: left out).
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]`` in ``[0, 1]``; NaN where no item has positive gain.
+
+  >>> import numpy as np
+  >>> d, a = np.array([[0, 1, 1]]), np.array([[2, 0, 1]])  # ranks 1, 2, 3 in index order
+  >>> dcg, ideal = 3 + 1 / np.log2(4), 3 + 1 / np.log2(3)
+  >>> bool(np.isclose(ndcg(d, a, num_bits=1)[0], dcg / ideal))
+  True
+  """
+  num_bits = _inputs.counting("affinity", distances, affinity, num_bits=num_bits, where=where,
+                              option=num_levels).num_bits
+  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
+  return _index_order_rows(_index_order_ndcg, distances, affinity, where, k, num_bits, dtype)
 
 
 def error_rate(predictions: Array, labels: Array) -> Array:
