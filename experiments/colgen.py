@@ -11,9 +11,10 @@ adds one bit at a time, so a 16-bit run would learn exactly these). Every model 
 ``<workdir>/models/<method>-<bits>/`` (``hashjax.load_model`` reads it; ``model.bit_weights`` holds the learned
 weights) and scored on the queries against the database: tie-aware AP by plain Hamming distance and by the
 weighted Hamming distance of the learned bit weights (tie-aware over groups of equal distances), tie-aware
-NDCG@100 and precision@100 (both rankings), NDCG@100 in ascending database index within Hamming ties (the paper's
-eq. 60 ignores ties; :func:`hashjax.metrics.ndcg`), the training time split into the bit sub-problem and the weight solve
-(master problem or cutting planes), the bits with a positive weight, and the cutting-plane rounds per bit. ITQ
+NDCG@100 and precision@100 (both rankings), NDCG@100 with Hamming ties in ascending database index (``NDCG
+idx``: the paper's eq. 60 ignores ties; :func:`hashjax.metrics.ndcg`), the training time split into the bit
+sub-problem and the weight solve (master problem or cutting planes), the bits with a positive
+weight, and the cutting-plane rounds per bit. ITQ
 (``config.baselines``), a linear TALR-AP mapping trained for ``config.talr_steps`` steps at every length
 (``experiments.train``'s trainer on the same protocol, saved in ``<workdir>/talr-<bits>/``) and saved models
 (``config.models``, e.g. longer TALR runs) are scored on the same split. The table goes to stdout and, with every per-bit record, to ``<workdir>/results.json``.
@@ -38,7 +39,7 @@ from hashjax.evaluate import evaluate_codes, evaluate_distances
 
 #: Columns of the printed table.
 COLUMNS = (("ap", "AP_T"), ("ap_weighted", "AP_T w"), ("ndcg", "NDCG@k"), ("ndcg_weighted", "NDCG@k w"),
-           ("ndcg_index", "NDCG@k index"), ("precision", "P@k"), ("precision_weighted", "P@k w"),
+           ("ndcg_index", "NDCG idx"), ("precision", "P@k"), ("precision_weighted", "P@k w"),
            ("train_seconds", "train s"), ("subproblem_seconds", "sub s"), ("master_seconds", "master s"),
            ("bits_kept", "kept"), ("cutting_planes_per_bit", "CP/bit"))
 
