@@ -175,13 +175,14 @@ def test_default_num_tables_and_memory():
   # Norouzi's round(b / log2 N), raised to ceil(b / s) for substrings of at most s = max(16, floor(log2 2N)) bits
   # (dense tables): 10^6 -> s = 20 -> 4 (not round(3.2) = 3), 10^8 -> s = 27 -> 3 (not 2), 10^9 -> s = 30 -> 3.
   cases = {(10**7, 64): 3, (10**7, 128): 6, (10**7, 256): 11, (1000, 64): 6, (2, 64): 64, (10**9, 64): 3,
-           (50, 300): 53, (10**6, 64): 4, (10**8, 64): 3, (2 * 10**5, 64): 4, (1, 64): 64}
+           (50, 300): 53, (10**6, 64): 4, (10**8, 64): 3, (2 * 10**5, 64): 4, (1, 64): 64,
+           (10**10, 68): 3}  # log2 2N = 34, but substrings of at most 32 bits
   for (n, b), want in cases.items():
     assert index.default_num_tables(n, b) == want, (n, b)
     if want < b:  # the default's substrings all get dense tables
       idx_sizes = np.diff(index.build_multi_index(np.zeros((1, -(-b // 32)), np.uint32), num_bits=b,
                                                   num_tables=want).bounds)
-      assert all(s <= 16 or 2**s <= 2 * n for s in idx_sizes.tolist())
+      assert all((s <= 16 or 2**s <= 2 * n) and s <= 32 for s in idx_sizes.tolist())
   x = np.asarray(codes.pack_bits(np.random.default_rng(0).integers(0, 2, (5000, 64))))
   idx = index.build_multi_index(x, num_bits=64, num_tables=4)  # 16-bit dense tables
   assert idx.nbytes == 4 * 4 * 5000 + 4 * 4 * (2**16 + 1)

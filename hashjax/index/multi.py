@@ -162,10 +162,11 @@ def _check_queries(index: MultiIndex, query_words) -> np.ndarray:
 
 def default_num_tables(num_db: int, num_bits: int) -> int:
   r"""Norouzi et al.'s number of substrings, about ``b / log2 N``, or more where a substring would need a sparse
-  table: substrings of at most ``max(16, floor(log2 2N))`` bits, so every table is dense.
+  table: substrings of at most ``max(16, floor(log2 2N))`` bits, so every table is dense (and of at most
+  :data:`MAX_SUBSTRING_BITS`).
 
   .. math:: m = \max\Big(\mathrm{round}\big(b / \log_2 \max(N, 2)\big),\
-     \Big\lceil \frac{b}{\max(16, \lfloor \log_2 2N \rfloor)} \Big\rceil\Big), \text{ at most } b
+     \Big\lceil \frac{b}{\min(32, \max(16, \lfloor \log_2 2N \rfloor))} \Big\rceil\Big), \text{ at most } b
 
   A probe of a dense table is one read of its offsets; of a sparse one, a binary search over up to ``N`` keys
   (about ``log2 N`` cache misses). On bit-flip clusters of ``N = 10^8`` 64-bit codes (10^4 centres, 10% flips),
@@ -185,7 +186,8 @@ def default_num_tables(num_db: int, num_bits: int) -> int:
   num_db = _checks.check_int("num_db", num_db, low=1)
   num_bits = _checks.check_num_bits(num_bits)
   norouzi = int(round(num_bits / math.log2(max(num_db, 2))))
-  dense = -(-num_bits // max(DENSE_MAX_BITS, (2 * num_db).bit_length() - 1))  # longest dense substring
+  longest = min(MAX_SUBSTRING_BITS, max(DENSE_MAX_BITS, (2 * num_db).bit_length() - 1))  # dense, and keyable
+  dense = -(-num_bits // longest)
   return int(min(num_bits, max(norouzi, dense)))
 
 
