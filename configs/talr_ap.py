@@ -55,7 +55,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.standardize = False  # True: also divide the centred inputs by their std
   config.bits = arg.bits  # code length
   # Objective.
-  config.objective = "ap"  # or "ndcg"
+  config.objective = "ap"  # or "ndcg", or "tie_unaware_ap" (Smooth-AP of the relaxed distances, the control)
+  config.temperature = 1.0  # "tie_unaware_ap": the sigmoid's temperature, in bits
   config.harmonic = "digamma"  # relaxed AP: "digamma" (exact at integers) or "ln" (eq. 7 as printed)
   config.discount = "exact"  # relaxed NDCG: "exact", "li" (eq. 8) or "simplified"
   config.distance = "relaxed_hamming"  # or "nair_hamming", "squared_euclidean"

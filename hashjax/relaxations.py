@@ -59,7 +59,7 @@ Array = jax.Array
 __all__ = [
     "relax", "relaxed_hamming", "nair_hamming", "squared_euclidean", "DISTANCES",
     "off_diagonal", "soft_histogram", "relaxed_ap", "relaxed_dcg", "relaxed_ndcg", "ideal_dcg",
-    "has_relevant", "harmonic_number", "cumulative_discount", "HARMONICS", "DISCOUNTS",
+    "has_relevant", "harmonic_number", "cumulative_discount", "HARMONICS", "DISCOUNTS", "smooth_ap",
 ]
 
 #: Options of :func:`relaxed_ap`.
@@ -679,3 +679,46 @@ def has_relevant(hist: Array) -> Array:
   """
   _checks.check_histogram("hist", hist, integer=False)
   return _special.apply_xp(_has_relevant, hist)
+
+
+# --------------------------------------------------------------------------- a tie-unaware relaxation
+
+
+def smooth_ap(distances: Array, relevance: Array, *, temperature: float) -> Array:
+  r"""Relaxed AP that ranks by the real distances themselves: tie-unaware (Smooth-AP, Brown et al. 2020).
+
+  .. math:: \mathrm{AP}_s = \frac{1}{|P|} \sum_{i \in P}
+            \frac{1 + \sum_{j \in P, j \ne i} \sigma\big((\tilde d_i - \tilde d_j) / \tau\big)}
+                 {1 + \sum_{j \ne i} \sigma\big((\tilde d_i - \tilde d_j) / \tau\big)}
+
+  The rank of item ``i`` is one plus the items before it, each counted by a sigmoid of the distance
+  difference; as ``tau -> 0`` with distinct distances this is the AP of the order the relaxed distances give.
+  Unlike :func:`relaxed_ap` it has no histogram: items at equal relaxed distance count half before each other,
+  and items at equal *Hamming* distance after rounding are ordered by their real-valued relaxed distances,
+  which the codes do not keep, so it optimises the ranking a tie-unaware evaluation of the relaxed codes sees.
+  It is the tie-unaware counterpart of TALR-AP for comparing the two as training objectives. Memory: ``[..., N, N]``.
+
+  Args:
+    distances: real ``[..., N]`` relaxed distances (lower ranks first).
+    relevance: ``[..., N]`` relevance, ``> 0`` relevant (bool or numbers), same shape.
+    temperature: ``tau > 0``, in the distances' units (bits for :func:`relaxed_hamming`).
+
+  Returns:
+    ``[...]`` smoothed AP; 0 with zero gradient where a row has no relevant item.
+
+  >>> import numpy as np
+  >>> round(float(smooth_ap(np.array([0.0, 4.0, 8.0]), np.array([1, 0, 1]), temperature=0.01)), 4)
+  0.8333
+  """
+  _checks.check_real("distances", distances, shape_doc="[..., N]", min_ndim=1)
+  _checks.check_shape("relevance", relevance, distances.shape, like="distances")
+  tau = _checks.check_number("temperature", temperature, low=0, low_open=True)
+  d = jnp.asarray(distances)
+  d = d.astype(_float_dtype(d))
+  rel = (jnp.asarray(relevance) > 0).astype(d.dtype)
+  # before[..., i, j] = sigma((d_i - d_j) / tau): how much j ranks before i; the j = i terms are sigma(0) = 1/2.
+  before = jax.nn.sigmoid((d[..., :, None] - d[..., None, :]) / tau)
+  rank_all = 0.5 + jnp.sum(before, axis=-1)
+  rank_pos = 1.0 - 0.5 * rel + jnp.einsum("...ij,...j->...i", before, rel, precision=_HIGHEST)
+  count = jnp.sum(rel, axis=-1)
+  return jnp.sum(rel * rank_pos / rank_all, axis=-1) / jnp.maximum(count, 1.0)

@@ -321,7 +321,8 @@ def test_every_shipped_config_variant_passes_and_fits_in_4_gb():
     ("bits", 0, "config.bits: expected an int >= 1, got 0"),
     ("num_steps", -1, "config.num_steps: expected an int >= 0"),
     ("batch_per_class", 0, "config.batch_per_class: expected an int >= 1"),
-    ("objective", "mrr", "config.objective: expected one of ['ap', 'ndcg'], got 'mrr'"),
+    ("objective", "mrr", "config.objective: expected one of ['ap', 'ndcg', 'tie_unaware_ap'], got 'mrr'"),
+    ("temperature", 0.0, "config.temperature: expected a finite number > 0"),
     ("setting", "rest", "config.setting: expected one of ['query_vs_rest', 'query_vs_database']"),
     ("distance", "cosine", "config.distance: expected one of ['relaxed_hamming', 'nair_hamming'"),
     ("harmonic", "log", "config.harmonic: expected one of ['digamma', 'ln']"),
@@ -345,6 +346,17 @@ def test_check_config_names_the_field_the_expectation_and_the_value(field, value
   with pytest.raises(checks.ConfigError) as e:
     checks.check_config(config)
   assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_tie_unaware_control_needs_query_vs_rest_and_a_temperature():
+  config = talr_ap.get_config()
+  config.objective, config.setting = "tie_unaware_ap", "query_vs_database"
+  with pytest.raises(checks.ConfigError, match=r"config.setting: expected 'query_vs_rest' for config.objective="):
+    checks.check_config(config)
+  config = talr_ndcg.get_config()  # a config without the field
+  config.objective = "tie_unaware_ap"
+  with pytest.raises(checks.ConfigError, match="config.temperature: expected a temperature > 0"):
+    checks.check_config(config)
 
 
 @pytest.mark.parametrize("field, value, fragment", [

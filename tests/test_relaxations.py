@@ -697,3 +697,67 @@ def test_talr_objectives_check_their_slope_where_they_are_built():
   want = talr.ranking_loss(R.off_diagonal(R.relaxed_hamming(phi, phi)), R.off_diagonal(aff), metric=ap, num_bits=8,
                            num_levels=2)[0]
   np.testing.assert_allclose(float(jax.jit(loss_fn)(params, batch, 0)[0]), float(want), rtol=1e-5)
+
+
+def _smooth_ap_loop(d, rel, tau):
+  """Smooth-AP of one row by loops over items: ranks as 1 + the sigmoid-counted items before each."""
+  sig = lambda z: 1.0 / (1.0 + math.exp(-z))
+  pos = [i for i in range(len(d)) if rel[i] > 0]
+  if not pos:
+    return 0.0
+  total = 0.0
+  for i in pos:
+    r_all = 1.0 + sum(sig((d[i] - d[j]) / tau) for j in range(len(d)) if j != i)
+    r_pos = 1.0 + sum(sig((d[i] - d[j]) / tau) for j in pos if j != i)
+    total += r_pos / r_all
+  return total / len(pos)
+
+
+def test_smooth_ap_matches_loop_and_sorted_ap_as_temperature_vanishes():
+  rng = np.random.default_rng(3)
+  d = rng.uniform(0, 8, size=(4, 9))
+  rel = rng.integers(0, 2, size=(4, 9))
+  rel[3] = 0  # a row without relevant items scores 0
+  with jax.enable_x64(True):
+    for tau in (0.3, 2.0):
+      got = np.asarray(R.smooth_ap(jnp.asarray(d), rel, temperature=tau))
+      np.testing.assert_allclose(got, [_smooth_ap_loop(d[q], rel[q], tau) for q in range(4)], rtol=1e-12)
+    # Distinct distances, tau far below their gaps: the AP of the order the distances give (sorted by hand).
+    got = np.asarray(R.smooth_ap(jnp.asarray(d), rel, temperature=1e-6))
+  for q in range(3):
+    order = sorted(range(9), key=lambda i: d[q, i])
+    hits, ap = 0, 0.0
+    for rank, i in enumerate(order, start=1):
+      if rel[q, i]:
+        hits += 1
+        ap += hits / rank
+    assert got[q] == pytest.approx(ap / hits, abs=1e-9)
+  assert got[3] == 0.0
+
+
+def test_tie_unaware_objective_gradients_match_finite_differences_and_reject_bad_options():
+  rng = np.random.default_rng(16)
+  x = rng.normal(size=(6, 3))
+  labels = np.array([0, 0, 1, 1, 2, 2])
+  aff = (labels[:, None] == labels[None]).astype(np.int32)
+  mapping = mappings.make_mapping("linear", num_bits=B)
+
+  with jax.enable_x64(True):
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64),
+                          mappings.init(jax.random.key(0), mapping, jnp.asarray(x)))
+    loss_fn = talr.tie_unaware_ap(mapping, num_bits=B, temperature=0.5, alpha=1.5)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    value = lambda v: loss_fn(unravel(v), {"features": jnp.asarray(x), "affinity": aff}, 0)[0]
+    # The loss by loops: relaxed codes, relaxed Hamming distances to the other items, Smooth-AP per query.
+    codes = np.asarray(R.relax(mappings.apply(mapping, params, jnp.asarray(x)), alpha=1.5))
+    want = -np.mean([_smooth_ap_loop([0.5 * (B - codes[q] @ codes[i]) for i in range(6) if i != q],
+                                     [aff[q, i] for i in range(6) if i != q], 0.5) for q in range(6)])
+    assert float(value(flat)) == pytest.approx(want, rel=1e-10)
+    auto = np.asarray(jax.grad(value)(flat))
+    num = fd_grad(lambda v: float(jax.jit(value)(jnp.asarray(v))), np.asarray(flat))
+  assert np.abs(auto).max() > 1e-4
+  np.testing.assert_allclose(auto, num, rtol=1e-5, atol=1e-8)
+  with pytest.raises(ValueError, match="temperature"):
+    talr.tie_unaware_ap(mapping, num_bits=B, temperature=0.0)
+  with pytest.raises(ValueError, match="relevance"):
+    R.smooth_ap(np.zeros((2, 3)), np.zeros((2, 4)), temperature=1.0)

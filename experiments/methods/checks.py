@@ -262,6 +262,7 @@ def _rules() -> Dict[str, Callable]:
       "harmonic": _choice(relaxations.HARMONICS),
       "discount": _choice(relaxations.DISCOUNTS), "distance": _choice(talr_lib.DISTANCES),
       "alpha": _num(0, low_open=True), "alpha_final": _num(0), "width": _num(0, low_open=True),
+      "temperature": _num(0, low_open=True),
       "setting": _choice(TALR_SETTINGS), "database_size": _int(0), "database_cached": _bool,
       # config.method="deep" (experiments.methods.deep): each objective's options
       "eta": _num(0), "dtsh_alpha": _num(0), "hashnet_alpha": _positive_or_none, "hashnet_gamma": _num(0),
@@ -348,6 +349,11 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
                   c("target_metric"))
   if "objective" in config:  # the losses of the method: TALR's, or the deep hashing ones
     _choice(DEEP_OBJECTIVES if kind == "deep" else TALR_OBJECTIVES)("config.objective", c("objective"))
+  if c("objective") == "tie_unaware_ap" and c("setting") != "query_vs_rest":
+    raise _fail("config.setting", "'query_vs_rest' for config.objective='tie_unaware_ap'", c("setting"))
+  if c("objective") == "tie_unaware_ap" and "temperature" not in config:
+    raise ConfigError("config.temperature: expected a temperature > 0 for config.objective='tie_unaware_ap', "
+                      "got a config without it")
   if kind == "deep" and c("objective") in DEEP_CLASS_OBJECTIVES and c("affinity") != "label":
     raise _fail("config.affinity", f"'label' for config.objective={c('objective')!r} (it trains on class labels)",
                 c("affinity"))
@@ -583,13 +589,18 @@ def _talr_terms(config, shape: DataShape, bits: int, train: int) -> List[_Term]:
   levels = 2 if c("objective") == "ap" else 11
   hidden = sum(c("hidden") or ()) if c("model") == "mlp" else 0
   fields = ("config.bits", "config.batch_per_class") + (("config.database_size",) if what != "others" else ())
+  mapped_term = _Term("mapped items",
+                      f"{_n(mapped)} items x ({_n(shape.dim)} x 2 + {_n(hidden)} x 3 + {_n(bits)} x 3) x 4 B",
+                      4.0 * mapped * (2 * shape.dim + 3 * hidden + 3 * bits), "train", fields[:2])
+  if c("objective") == "tie_unaware_ap":  # Smooth-AP: sigmoids of every pair of each query's others
+    return [_Term("sigmoid ranks", f"batch {_n(batch)} x {_n(others)} x {_n(others)} others x 4 B x 3 "
+                  "(sigmoids, their gradient)", 12.0 * batch * others * others, "train", fields), mapped_term]
   return [
       _Term("soft histograms", f"batch {_n(batch)} x {_n(others)} {what} x {_n(bits + 1)} bins x 4 B x 2 "
             "(kernel and its gradient)", 8.0 * batch * others * (bits + 1), "train", fields),
       _Term("relaxed metric", f"batch {_n(batch)} x {_n(bits + 1)} bins x {levels} levels x 4 B x 12",
             48.0 * batch * (bits + 1) * levels, "train", fields[:2]),
-      _Term("mapped items", f"{_n(mapped)} items x ({_n(shape.dim)} x 2 + {_n(hidden)} x 3 + {_n(bits)} x 3) x 4 B",
-            4.0 * mapped * (2 * shape.dim + 3 * hidden + 3 * bits), "train", fields[:2]),
+      mapped_term,
   ]
 
 

@@ -27,8 +27,8 @@ from hashjax.evaluate import evaluate_codes
 from hashjax import train as train_lib
 from hashjax.objectives import talr
 
-#: ``config.objective``: relaxed AP or relaxed NDCG.
-OBJECTIVES = ("ap", "ndcg")
+#: ``config.objective``: relaxed AP or relaxed NDCG (tie-aware), or the tie-unaware Smooth-AP control.
+OBJECTIVES = ("ap", "ndcg", "tie_unaware_ap")
 #: ``config.setting``: each minibatch item against the others, or the minibatch against the training set.
 SETTINGS = ("query_vs_rest", "query_vs_database")
 #: What the periodic evaluation logs.
@@ -55,18 +55,25 @@ def evaluate(config: ml_collections.ConfigDict, task: tasks.Task, query_words, d
 def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task) -> Callable:
   """``loss_fn(params, batch, step)`` of ``config.setting``: query-vs-rest or query-vs-database.
 
+  ``config.objective="tie_unaware_ap"`` trains query-vs-rest on Smooth-AP of the relaxed distances with
+  temperature ``config.temperature`` (:func:`hashjax.objectives.talr.tie_unaware_ap`), the tie-unaware
+  control for TALR-AP.
+
   ``config.alpha_final > 0`` anneals the slope linearly from ``config.alpha``
   over ``config.num_steps`` (:func:`hashjax.mappings.alpha_schedule`).
   """
+  alpha = config.alpha
+  if config.alpha_final and config.alpha_final != alpha:
+    alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final, steps=config.num_steps)
+  if config.objective == "tie_unaware_ap":  # query-vs-rest only (experiments.methods.checks)
+    return talr.tie_unaware_ap(mapping, num_bits=config.bits, temperature=config.temperature,
+                               distance=config.distance, alpha=alpha)
   if config.objective == "ap":
     metric = talr.metric_fn("ap", harmonic=config.harmonic)
   elif config.objective == "ndcg":
     metric = talr.metric_fn("ndcg", discount=config.discount)
   else:
     raise ValueError(f"config.objective: expected one of {list(OBJECTIVES)}, got {config.objective!r}")
-  alpha = config.alpha
-  if config.alpha_final and config.alpha_final != alpha:
-    alpha = functools.partial(mappings.alpha_schedule, init=alpha, final=config.alpha_final, steps=config.num_steps)
   kwargs = dict(metric=metric, num_bits=config.bits, num_levels=2 if config.objective == "ap" else num_levels(task),
                 distance=config.distance, alpha=alpha, width=config.width)
   if config.setting == "query_vs_rest":
@@ -103,7 +110,7 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task, *, labels
 
   def relevance(rows, cols):
     a = tasks.affinity(task, rows, cols)
-    return (a > 0).astype(np.int32) if config.objective == "ap" else a
+    return a if config.objective == "ndcg" else (a > 0).astype(np.int32)
 
   def features(rows, step, stream):
     if not shift and not noise:

@@ -15,7 +15,7 @@
   caller passes, pair and swap-mask helpers;
 * :mod:`~hashjax.objectives.talr`: tie-aware objectives (He et al. 2018) from a
   mapping, a relaxed distance and a relaxed metric: ``query_vs_rest``,
-  ``query_vs_database``, ``ranking_loss``;
+  ``query_vs_database``, ``ranking_loss``, and the tie-unaware control ``tie_unaware_ap``;
 * :mod:`~hashjax.objectives.deep`: deep supervised hashing losses of a mapping
   with the same ``loss_fn(params, batch, step)`` signature: ``dpsh``, ``dtsh``,
   ``hashnet`` (continuation ``hashnet_beta``), ``csq`` (``hash_centers``) and
@@ -38,7 +38,7 @@ from hashjax.objectives.swap import SWAP_METHODS, average_precision_deltas
 from hashjax.objectives.swap import hierarchical_deltas, histogram_swap_deltas, knn_count_deltas
 from hashjax.objectives.swap import knn_majority_deltas, ndcg_deltas, regression_deltas, retrieval_deltas
 from hashjax.objectives.swap import swap_deltas
-from hashjax.objectives.talr import query_vs_database, query_vs_rest, ranking_loss
+from hashjax.objectives.talr import query_vs_database, query_vs_rest, ranking_loss, tie_unaware_ap
 
 __all__ = [
     # swap.py
@@ -55,7 +55,7 @@ __all__ = [
     "ranknet_loss", "triplet_ranknet_loss", "lambdarank_loss", "lambdarank_weights", "preference_pairs",
     "swap_mask", "paper_swap_bins", "subsample_documents", "relaxed_scores", "hard_distances", "THRESHOLDS",
     # talr.py
-    "query_vs_rest", "query_vs_database", "ranking_loss",
+    "query_vs_rest", "query_vs_database", "ranking_loss", "tie_unaware_ap",
     # deep.py
     "dpsh", "dtsh", "hashnet", "hashnet_beta", "csq", "hash_centers", "greedyhash", "greedyhash_init",
 ]

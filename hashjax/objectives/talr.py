@@ -219,3 +219,55 @@ def query_vs_database(mapping, *, metric: Callable[[Array], Array], num_bits: in
                         num_levels=num_levels, width=width)
 
   return loss_fn
+
+
+def tie_unaware_ap(mapping, *, num_bits: int, temperature: float = 1.0,
+                   distance: Union[str, Callable] = "relaxed_hamming", alpha: Schedule = 1.0) -> Callable:
+  r"""Minibatch query-vs-rest objective on a tie-unaware relaxed AP: the control for TALR-AP.
+
+  .. math:: L(\theta) = -\frac{1}{|Q^+|} \sum_{q \in Q^+}
+            \mathrm{AP}_s\big(\{\tilde d(\phi_q, \phi_i)\}_{i \ne q}; \tau\big)
+
+  The same mapping, relaxation and distance as :func:`query_vs_rest` with
+  ``metric_fn("ap")``, but AP is relaxed by sigmoid ranks of the real distances
+  (:func:`hashjax.relaxations.smooth_ap`) instead of a soft histogram over the
+  Hamming bins: it trains for the order of the relaxed distances, blind to the
+  ties the binary codes make. He et al. argue for tie-aware objectives; this
+  is the objective their argument is against.
+
+  Args:
+    mapping: a module from :func:`hashjax.mappings.make_mapping`.
+    num_bits: code length (the mapping's).
+    temperature: the sigmoid's ``tau > 0``, in bits.
+    distance: a name in :data:`DISTANCES` or a callable of the same signature.
+    alpha: the relaxation's slope, as in :func:`query_vs_rest`.
+
+  Returns:
+    ``loss_fn(params, batch, step) -> (loss, aux)`` with ``batch = {"features": [M, dim],
+    "affinity": int[M, M]}`` (relevant: affinity ``> 0``).
+
+  >>> import jax, numpy as np
+  >>> from hashjax import mappings
+  >>> m = mappings.make_mapping("linear", num_bits=8)
+  >>> x = np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32)
+  >>> params = mappings.init(jax.random.key(0), m, x)
+  >>> aff = (np.arange(6)[:, None] % 2 == np.arange(6)[None] % 2).astype(np.int32)
+  >>> loss, aux = tie_unaware_ap(m, num_bits=8)(params, {"features": x, "affinity": aff}, 0)
+  >>> bool(-1.0 <= float(loss) <= 0.0), int(aux["queries"])
+  (True, 6)
+  """
+  dist = _distance(distance)
+  num_bits = _checks.check_num_bits(num_bits)
+  temperature = _checks.check_number("temperature", temperature, low=0, low_open=True)
+  alpha = _checks.check_schedule("alpha", alpha)
+
+  def loss_fn(params, batch, step):
+    phi = relaxations.relax(mappings.apply(mapping, params, batch["features"]), alpha=_alpha(alpha, step))
+    d = relaxations.off_diagonal(dist(phi, phi))
+    relevant = relaxations.off_diagonal(batch["affinity"]) > 0
+    values = relaxations.smooth_ap(d, relevant, temperature=temperature)
+    counts = jnp.any(relevant, axis=-1).astype(values.dtype)
+    mean = jnp.sum(values * counts) / jnp.maximum(jnp.sum(counts), 1.0)
+    return -mean, {"metric": mean, "queries": jnp.sum(counts)}
+
+  return loss_fn
