@@ -353,8 +353,9 @@ def test_the_tie_unaware_control_needs_query_vs_rest_and_a_temperature():
   config.objective, config.setting = "tie_unaware_ap", "query_vs_database"
   with pytest.raises(checks.ConfigError, match=r"config.setting: expected 'query_vs_rest' for config.objective="):
     checks.check_config(config)
-  config = talr_ndcg.get_config()  # a config without the field
+  config = talr_ap.get_config()
   config.objective = "tie_unaware_ap"
+  del config["temperature"]  # a config written without the field
   with pytest.raises(checks.ConfigError, match="config.temperature: expected a temperature > 0"):
     checks.check_config(config)
 
