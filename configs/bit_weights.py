@@ -30,6 +30,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.solvers = ("egd", "pgd", "online", "online_last", "closed_form", "whrank")  # hashjax.weighting.SOLVERS
   config.tie_break = True  # also rank by Hamming distance with the EGD weights breaking its ties
   config.precision_k = 100  # tie-aware precision@100
+  config.plots = False  # True: precision-recall curves, Hamming and EGD-weighted, as PNGs in the workdir
   if arg.runlocal:
     config.dataset = "digits"
     config.queries_per_class = 10

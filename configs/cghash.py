@@ -54,6 +54,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.max_cp_iterations = 200  # StructHash only: cutting-plane rounds per bit at most
   config.baselines = ("itq",)  # reference rows (hashjax.baselines), plain Hamming
   config.models = ()  # saved models to score beside (hashjax.load_model paths), e.g. TALR runs
+  config.plots = False  # True: precision-recall curves and distance histograms as PNGs in the workdir
   config.talr_steps = 1000  # > 0: train a linear TALR-AP mapping at every length for the table (0: none)
   config.precision_k = 100  # NDCG@k and precision@k
   if arg.runlocal:

@@ -9,7 +9,10 @@ same items with every solver of ``config.solvers`` (:func:`hashjax.weighting.fit
 queries against the database by plain Hamming distance (tie-aware over its bins), by weighted Hamming
 distance (tie-aware over groups of equal distances), and, with ``config.tie_break``, by Hamming distance
 with the EGD weights ordering the items inside each Hamming tie. The table goes to stdout and, with the
-weights and the fitting times, to ``<workdir>/results.json``. The work is :func:`train_and_evaluate`.
+weights and the fitting times, to ``<workdir>/results.json``. With ``--config.plots=True`` the precision-recall
+curves of each code by Hamming distance and by its EGD weights (Feng et al. Figs. 3-5; the weighted curve's radii
+are multiples of the mean weight, :func:`experiments.plots.weighted_curves`) go to ``<workdir>/pr_curves.png``.
+The work is :func:`train_and_evaluate`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from experiments import cli, fitting, reporting, tasks
+from experiments import cli, fitting, plots, reporting, tasks
 from experiments.methods import checks
 from hashjax import baselines, codes, data, io, load_model, mappings, weighting
 from hashjax.evaluate import evaluate_distances
@@ -55,6 +58,8 @@ def code_rows(name: str, model, protocol: tasks.Protocol, config: ml_collections
   hamming = np.asarray(codes.hamming_distance(query_words, db_words))
   rows = [{"code": name, "bits": b, "weights": "none (Hamming)", **_scores(hamming, relevance, config.precision_k),
            "fit_seconds": 0.0}]
+  if config.plots:
+    rows[0]["curves"] = plots.distance_curves(query_words, db_words, num_bits=b, affinity=relevance)
   fitted = {}
   for solver in config.solvers:
     if solver == "whrank":
@@ -70,6 +75,8 @@ def code_rows(name: str, model, protocol: tasks.Protocol, config: ml_collections
     distances = np.asarray(codes.weighted_hamming_distance(query_words, db_words, w))
     rows.append({"code": name, "bits": b, "weights": solver, **_scores(distances, relevance, config.precision_k),
                  "fit_seconds": seconds, "weight_values": w.tolist()})
+    if config.plots and solver == "egd":
+      rows[-1]["curves"] = plots.weighted_curves(distances, relevance, weights=w)
   if config.tie_break and "egd" in fitted:
     w = fitted["egd"]
     weighted = np.asarray(codes.weighted_hamming_distance(query_words, db_words, w), np.float64)
@@ -87,6 +94,8 @@ def code_rows(name: str, model, protocol: tasks.Protocol, config: ml_collections
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Every (code, length, weights) row of ``config``; returns and writes ``<workdir>/results.json``."""
   checks.check_run(config)
+  if config.plots:
+    plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
   protocol = tasks.load_protocol(config)
   rows = []
   for num_bits in config.bits:
@@ -99,6 +108,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     rows += code_rows(f"{model.kind} ({os.path.basename(os.path.normpath(path))})", model, protocol, config)
   results = {"config": config.to_dict(), "dataset": protocol.name, "rows": rows}
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  if config.plots:  # Feng et al. Figs. 3-5: each code's curve by Hamming distance and by its EGD weights
+    entries = [{"method": r["code"] + ("" if r["weights"].startswith("none") else " weighted"), "bits": r["bits"],
+                "curves": r["curves"]} for r in rows if "curves" in r]
+    for path in plots.write_plots(workdir, entries, title=protocol.name):
+      logging.info("figure: %s", path)
   return results
 
 

@@ -17,7 +17,10 @@ sub-problem and the weight solve (master problem or cutting planes), the bits wi
 weight, and the cutting-plane rounds per bit. ITQ
 (``config.baselines``), a linear TALR-AP mapping trained for ``config.talr_steps`` steps at every length
 (``experiments.train``'s trainer on the same protocol, saved in ``<workdir>/talr-<bits>/``) and saved models
-(``config.models``, e.g. longer TALR runs) are scored on the same split. The table goes to stdout and, with every per-bit record, to ``<workdir>/results.json``.
+(``config.models``, e.g. longer TALR runs) are scored on the same split. The table goes to stdout and, with every per-bit record, to ``<workdir>/results.json``;
+with ``--config.plots=True`` the precision-recall curves of the plain Hamming rankings over the radii 0 .. b (Lin
+et al. Table 2's curves, one point per radius: ties are whole bins) go to ``<workdir>/pr_curves.png`` with the
+distance histograms (:mod:`experiments.plots`; ``python -m experiments.plots <workdir>`` re-draws them).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import ml_collections
 import numpy as np
 
 from configs import talr_ap
-from experiments import cli, fitting, methods, reporting, tasks
+from experiments import cli, fitting, methods, plots, reporting, tasks
 from experiments.methods import checks
 from hashjax import codes, data, io, load_model, metrics, models
 from hashjax.colgen import cghash, loop, result, structhash
@@ -44,15 +47,21 @@ COLUMNS = (("ap", "AP_T"), ("ap_weighted", "AP_T w"), ("ndcg", "NDCG@k"), ("ndcg
            ("bits_kept", "kept"), ("cutting_planes_per_bit", "CP/bit"))
 
 
-def _hamming_scores(query_words, db_words, num_bits: int, query_labels, db_labels, k: int) -> Dict[str, float]:
+def _hamming_scores(query_words, db_words, num_bits: int, query_labels, db_labels, k: int, *,
+                    curves: bool = False) -> Dict[str, float]:
   """Tie-aware AP, NDCG@k and precision@k of a plain Hamming ranking (ties: Hamming bins), and NDCG@k as the paper
-  computes it (eq. 60, ties ignored: here in ascending database index)."""
+  computes it (eq. 60, ties ignored: here in ascending database index); with ``curves`` also the precision-recall
+  curve over Hamming radii (:func:`experiments.plots.distance_curves`)."""
   table = evaluate_codes(query_words, db_words, num_bits=num_bits, query_labels=query_labels, db_labels=db_labels,
                          k=k, ndcg_k=k)
   distances = codes.hamming_distance(query_words, db_words)
   index_order = metrics.ndcg(distances, data.label_affinity(query_labels, db_labels), num_bits=num_bits, k=k)
-  return {"ap": table["tie_aware_ap"], "ndcg": table["tie_aware_ndcg"], "precision": table["tie_aware_precision_at_k"],
-          "ndcg_index": float(np.nanmean(np.asarray(index_order)))}
+  row = {"ap": table["tie_aware_ap"], "ndcg": table["tie_aware_ndcg"], "precision": table["tie_aware_precision_at_k"],
+         "ndcg_index": float(np.nanmean(np.asarray(index_order)))}
+  if curves:
+    row["curves"] = plots.distance_curves(query_words, db_words, num_bits=num_bits, query_labels=query_labels,
+                                          db_labels=db_labels)
+  return row
 
 
 def _weighted_scores(query_words, db_words, weights, num_bits: int, query_labels, db_labels,
@@ -113,7 +122,8 @@ def learned_rows(config: ml_collections.ConfigDict, task: tasks.Task, workdir: s
     history = part.history
     sub = sum(h["subproblem_seconds"] for h in history)
     master = sum(h["master_seconds"] for h in history)
-    row = {"method": name, "bits": bits, **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k),
+    row = {"method": name, "bits": bits,
+           **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k, curves=config.plots),
            **_weighted_scores(qw, dw, model.bit_weights, bits, ql, dl, config.precision_k),
            "train_seconds": setup + sub + master, "subproblem_seconds": sub, "master_seconds": master,
            "bits_kept": int(np.sum(part.bit_weights > 0)), "load_average": list(load),
@@ -136,12 +146,13 @@ def reference_rows(config: ml_collections.ConfigDict, task: tasks.Task) -> List[
     for method in config.baselines:
       model = fitting.baseline_model(method, x[task.train], num_bits=bits, seed=config.seed, train_labels=y[task.train])
       qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
-      rows.append({"method": method, "bits": bits, **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k)})
+      rows.append({"method": method, "bits": bits,
+                   **_hamming_scores(qw, dw, bits, ql, dl, config.precision_k, curves=config.plots)})
   for path in config.models:
     model = load_model(path)
     qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
     rows.append({"method": f"{model.kind} ({os.path.basename(os.path.normpath(path))})", "bits": model.num_bits,
-                 **_hamming_scores(qw, dw, model.num_bits, ql, dl, config.precision_k)})
+                 **_hamming_scores(qw, dw, model.num_bits, ql, dl, config.precision_k, curves=config.plots)})
   return rows
 
 
@@ -171,7 +182,8 @@ def talr_rows(config: ml_collections.ConfigDict, task: tasks.Task, workdir: str)
     model = load_model(run)
     qw, dw = model.encode(x[task.query]), model.encode(x[task.database])
     rows.append({"method": f"talr ({config.talr_steps} steps)", "bits": bits, "train_seconds": seconds,
-                 **_hamming_scores(qw, dw, bits, y[task.query], y[task.database], config.precision_k)})
+                 **_hamming_scores(qw, dw, bits, y[task.query], y[task.database], config.precision_k,
+                                   curves=config.plots)})
   return rows
 
 
@@ -179,11 +191,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """The learned rows (every length of ``config.bits``) and the reference rows; returns and writes
   ``<workdir>/results.json``."""
   checks.check_run(config)
+  if config.plots:
+    plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
   task = tasks.make_task(config)
   rows = learned_rows(config, task, workdir) + reference_rows(config, task) + talr_rows(config, task, workdir)
   results = {"config": config.to_dict(), "dataset": config.dataset, "eval_split": config.eval_split,
              "columns": [list(c) for c in COLUMNS], "rows": rows}
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  if config.plots:
+    for path in plots.write_plots(workdir, rows, title=config.dataset):
+      logging.info("figure: %s", path)
   return results
 
 

@@ -169,6 +169,37 @@ def curves_from_histogram(hist) -> Dict[str, Any]:
   }
 
 
+def weighted_curves(distances, relevance, *, weights) -> Dict[str, Any]:
+  r"""The curves of :func:`curves_from_histogram` for a weighted Hamming ranking, at the radii ``r`` mean weights.
+
+  .. math:: \text{radius } r \text{ retrieves } \{i : d_w(q, i) \le r \bar w\}, \quad r = 0 .. b,
+     \quad \bar w = \tfrac{1}{b} \textstyle\sum_k w_k
+
+  So the curve has one point per radius like a Hamming one (with unit weights they are the same points), and
+  radius ``b`` retrieves everything. An item's radius is ``ceil(d / w_bar)`` computed with a tolerance of
+  ``1e-9`` radii, so that float rounding of a distance on a threshold does not move it a radius out.
+
+  Args:
+    distances: real ``[Q, N]`` weighted Hamming distances (:func:`hashjax.codes.weighted_hamming_distance`).
+    relevance: ``[Q, N]`` relevance, ``> 0`` relevant.
+    weights: the ``b`` bit weights (``>= 0``, not all 0) the distances were computed with.
+
+  Returns:
+    the dict of :func:`curves_from_histogram`.
+  """
+  d = np.asarray(distances, np.float64)
+  w = np.asarray(weights, np.float64)
+  if w.ndim != 1 or not w.size or np.any(w < 0) or not np.any(w > 0):
+    raise ValueError(f"weights: expected b >= 1 weights >= 0, not all 0, got {_checks.desc(weights)}")
+  _checks.check_shape("relevance", relevance, d.shape, like="distances")
+  num_bits = w.size
+  radius = np.clip(np.ceil(d / np.mean(w) - 1e-9), 0, num_bits).astype(np.int64)
+  relevant = (np.asarray(relevance) > 0).astype(np.int64)
+  hist = np.zeros((d.shape[0], num_bits + 1, 2), np.int64)
+  np.add.at(hist, (np.arange(d.shape[0])[:, None], radius, relevant), 1)
+  return curves_from_histogram(hist)
+
+
 # --------------------------------------------------------------------------- entries
 
 

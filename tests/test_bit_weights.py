@@ -4,6 +4,7 @@ import json
 
 import ml_collections
 import numpy as np
+import pytest
 
 from configs import bit_weights as bit_weights_config
 from experiments import bit_weights, fitting, tasks
@@ -37,9 +38,13 @@ def test_rows_plain_weighted_and_tie_break(tmp_path):
   config.bits = (16,)
   config.base_codes = ("itq",)
   config.solvers = ("egd", "closed_form", "whrank")
+  config.plots = True
   results = bit_weights.train_and_evaluate(config, str(tmp_path))
   rows = results["rows"]
   assert [r["weights"] for r in rows] == ["none (Hamming)", "egd", "closed_form", "whrank", "egd, ties only"]
+  # Curves for the Hamming and the EGD rows (Feng et al.'s figures), drawn; at radius b everything is retrieved.
+  assert [("curves" in r) for r in rows] == [True, True, False, False, False]
+  assert rows[1]["curves"]["recall"][-1] == pytest.approx(1.0) and (tmp_path / "pr_curves.png").stat().st_size > 0
   # The plain row: the codes' tie-aware AP and NDCG, query by query by a loop over their Hamming distances.
   protocol = tasks.load_protocol(config)
   split = protocol.split

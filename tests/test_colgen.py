@@ -16,6 +16,7 @@ import hashjax as hj
 from configs import cghash as cghash_config
 from configs import structhash as structhash_config
 from experiments import colgen as colgen_experiment
+from experiments import tasks
 from hashjax import models
 from hashjax.colgen import cghash, features, inference, loop, result, structhash, subproblem, triplets
 
@@ -306,8 +307,16 @@ def test_runlocal_experiment_end_to_end(tmp_path):
   config = structhash_config.get_config("runlocal")
   config.bits = (8,)
   config.baselines = ()  # their rows are fitting.baseline_model's, tested with the bit-weights experiment
+  config.plots = True
   assert cghash_config.get_config("runlocal").method == "cghash"
   results = colgen_experiment.train_and_evaluate(config, str(tmp_path))
+  assert (tmp_path / "pr_curves.png").stat().st_size > 0
+  # At the largest radius every item is retrieved: recall 1, precision the mean share of same-class items.
+  task = tasks.make_task(config)
+  ql, dl = task.labels[task.query], task.labels[task.database]
+  curves = results["rows"][0]["curves"]
+  assert curves["recall"][-1] == pytest.approx(1.0)
+  assert curves["precision"][-1] == pytest.approx(np.mean([np.mean(dl == c) for c in ql]))
   rows = {(r["method"], r["bits"]): r for r in results["rows"]}
   assert set(rows) == {("structhash-sndcg-stage", 8)}
   learned = rows[("structhash-sndcg-stage", 8)]

@@ -21,17 +21,21 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Curve data.
 
 
-def _brute_force_curves(query_bits, db_bits, relevant):
-  """Pair counts and mean precision / recall per radius by loops over queries and items."""
+def _brute_force_curves(query_bits, db_bits, relevant, weights=None):
+  """Pair counts and mean precision / recall per radius by loops over queries and items; with ``weights``, the
+  weighted distance and radius r the threshold r times the mean weight."""
   num_bits = query_bits.shape[1]
+  w = [1.0] * num_bits if weights is None else list(weights)
+  unit = sum(w) / num_bits
   rel_pairs, irr_pairs = [0] * (num_bits + 1), [0] * (num_bits + 1)
-  dist = [[int(sum(a != b for a, b in zip(q, x))) for x in db_bits] for q in query_bits]
+  dist = [[sum(wk for wk, a, b in zip(w, q, x) if a != b) / unit for x in db_bits] for q in query_bits]
   for qi, row in enumerate(dist):
     for i, d in enumerate(row):
+      radius = min(r for r in range(num_bits + 1) if d <= r + 1e-9)
       if relevant[qi][i]:
-        rel_pairs[d] += 1
+        rel_pairs[radius] += 1
       else:
-        irr_pairs[d] += 1
+        irr_pairs[radius] += 1
   precision, recall = [], []
   for r in range(num_bits + 1):
     ps, rs = [], []
@@ -39,7 +43,7 @@ def _brute_force_curves(query_bits, db_bits, relevant):
       total_relevant = sum(bool(v) for v in relevant[qi])
       if total_relevant == 0:
         continue
-      retrieved = [i for i, d in enumerate(row) if d <= r]
+      retrieved = [i for i, d in enumerate(row) if d <= r + 1e-9]
       hits = sum(bool(relevant[qi][i]) for i in retrieved)
       rs.append(hits / total_relevant)
       if retrieved:
@@ -80,6 +84,27 @@ def test_curves_match_brute_force_with_labels_levels_and_bool_relevance():
   as_bool = plots.distance_curves(q, db, num_bits=num_bits, affinity=same)
   assert as_bool == curves
   json.dumps(curves, allow_nan=False)  # plain JSON: lists of numbers and None, no NaN
+
+
+def test_weighted_curves_match_brute_force_and_unit_weights_give_the_hamming_curves():
+  rng = np.random.default_rng(1)
+  num_bits = 4
+  query_bits, db_bits = rng.integers(0, 2, (5, num_bits)), rng.integers(0, 2, (30, num_bits))
+  relevant = rng.random((5, 30)) < 0.3
+  relevant[4] = False
+  d_hamming = (query_bits[:, None, :] != db_bits[None]).sum(-1)
+  unit = plots.weighted_curves(d_hamming, relevant, weights=np.ones(num_bits))
+  assert unit == plots.distance_curves(pack_bits(query_bits), pack_bits(db_bits), num_bits=num_bits,
+                                       affinity=relevant)
+  w = np.array([0.5, 2.0, 0.25, 1.25])  # mean 1: radius r keeps weighted distances <= r
+  d_weighted = ((query_bits[:, None, :] != db_bits[None]) * w).sum(-1)
+  curves = plots.weighted_curves(d_weighted, relevant, weights=w)
+  _assert_curves_equal(curves, _brute_force_curves(query_bits, db_bits, relevant, weights=w))
+  assert plots.weighted_curves(3 * d_weighted, relevant, weights=3 * w) == curves  # only the weights' ratios count
+  with pytest.raises(ValueError, match="weights"):
+    plots.weighted_curves(d_weighted, relevant, weights=np.zeros(num_bits))
+  with pytest.raises(ValueError, match="relevance"):
+    plots.weighted_curves(d_weighted, relevant[:, :5], weights=w)
 
 
 def test_curves_by_hand_with_a_radius_that_retrieves_nothing():
