@@ -1,4 +1,4 @@
-r"""Nair et al. (2012) error tables: RankNet / LambdaRank against LSH, ITQ and exact L2 kNN.
+r"""Nair et al. (2012) error tables: RankNet / LambdaRank against LSH, ITQ, spectral hashing and exact L2 kNN.
 
   python -m experiments.nair_study                                   # everything below (~1.5 h, 2 cores)
   python -m experiments.nair_study --parts=tables --datasets=mnist_t10k
@@ -13,11 +13,12 @@ Parts (``--parts``):
   method of ``--methods`` and seed of ``--seeds``, one run of
   ``configs/lambdarank_knn.py:method=<method>,bits=<bits>`` (linear hash; on
   digits with ``fixed_step``, as the 32-bit recipe was chosen on MNIST-10k) on the test
-  queries; LSH and ITQ at ``--bits`` and ``--baseline_bits`` (e.g. 128) and
+  queries; LSH, ITQ and spectral hashing (SH, the paper's hashing baseline) at ``--bits`` and
+  ``--baseline_bits`` (e.g. 128) and
   exact L2 3-NN on the same splits. Prints the kNN error (relative threshold
   3) per seed and as mean (sd over seeds), and the bit compression of Sec.
   5.4: the bits at which LambdaRank's mean error reaches the best mean error
-  of LSH / ITQ / RankNet over their lengths (interpolated linearly between
+  of LSH / ITQ / SH / RankNet over their lengths (interpolated linearly between
   lengths, as the paper does), as the ratio of the other method's bits at its
   best to LambdaRank's bits.
 * ``search``: LambdaRank configurations (score function, thresholds, swap
@@ -62,7 +63,7 @@ from hashjax import io
 _PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search, metric.")
 _DATASETS = flags.DEFINE_list("datasets", ["mnist_t10k", "digits"], "Datasets of the tables.")
 _BITS = flags.DEFINE_list("bits", ["8", "16", "32", "64"], "Code lengths of the learned codes.")
-_BASELINE_BITS = flags.DEFINE_list("baseline_bits", ["128"], "Extra code lengths for LSH and ITQ only.")
+_BASELINE_BITS = flags.DEFINE_list("baseline_bits", ["128"], "Extra code lengths for the baselines only.")
 _METHODS = flags.DEFINE_list("methods", ["lambdarank", "ranknet"], "Learned methods.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (split, initialisation, batches).")
 _SEARCH = flags.DEFINE_list("search", None, "Names of SEARCH to run (default: all), e.g. for more seeds.")
@@ -177,7 +178,7 @@ def _read_json(path: str) -> Dict:
 
 
 def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdir: str) -> List[Dict]:
-  """LSH and ITQ at every length and exact L2 ``k``-NN: kNN error on ``config``'s split.
+  """LSH, ITQ and SH at every length and exact L2 ``k``-NN: kNN error on ``config``'s split.
 
   ITQ is left out at lengths above the input dimension (digits: 64), where it is undefined.
 
@@ -195,7 +196,7 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
         c = ml_collections.ConfigDict(config.to_dict())
         c.bits = b
         new = []
-        for method in ("lsh", "itq"):
+        for method in ("lsh", "itq", "sh"):
           if method == "itq" and b > task.features.shape[1]:  # ITQ needs b <= the input dimension
             continue
           q, db = fitting.baseline_words(method, task.features, task.train, task.query, task.database,
@@ -286,7 +287,7 @@ def tables(datasets, bits, baseline_bits, learners, seeds, workdir, *, runlocal=
     for key, t in times.items():
       print(f"  train time {key}: {np.mean(t):.1f} s (mean of {len(t)})")
     means = {m: {b: s["mean"] for b, s in bb.items() if b} for m, bb in stats.items()
-             if m.startswith(("lambdarank", "ranknet", "lsh", "itq"))}
+             if m.startswith(("lambdarank", "ranknet", "lsh", "itq", "sh"))}
     comp = compression(means) if "lambdarank" in means else {}
     for m, c in comp.items():
       print(f"  compression vs {m}: its best {_pct(c['best_error'])} at {c['best_bits']} bits; LambdaRank "
