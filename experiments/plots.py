@@ -1,6 +1,7 @@
 r"""The figures a reader of the hashing papers looks at, as PNG files in a workdir.
 
   python -m experiments.plots runs/baselines   # re-draws the figures of a finished run from its results.json
+  python -m experiments.plots --convergence=knn_error runs/lambdarank runs/ranknet --out=convergence.png
 
 * ``ap_vs_bits.png``: tie-aware AP against code length, one line per method, with the band between
   pessimistic and optimistic AP shaded (He et al. 2018, Fig. 1: ties shrink as codes grow);
@@ -421,6 +422,43 @@ def plot_distance_histograms(entries: Sequence[Mapping], path: str, *,
   return save_figure(fig, path)
 
 
+def plot_convergence(histories: Mapping[str, Sequence[Mapping]], path: str, *, metric: str,
+                     title: Optional[str] = None) -> str:
+  """Draws ``metric`` of each run's periodic evaluations against the training step (Nair et al. Fig. 4).
+
+  Args:
+    histories: ``{label: history}``, a history being a run's ``results.json`` ``"history"``: records with
+      ``kind``, ``step`` and the evaluation's metrics (those of ``kind == "eval"`` are drawn).
+    path: the PNG file to write.
+    metric: the key drawn, e.g. ``"knn_error"`` or ``"tie_aware_ap"``.
+    title: an optional prefix of the figure's title.
+
+  Returns:
+    ``path``.
+  """
+  if not isinstance(histories, Mapping) or not histories:
+    raise ValueError(f"histories: expected a non-empty dict of label -> history, got {type(histories).__name__}")
+  curves = {}
+  for label, history in histories.items():
+    points = sorted((int(r["step"]), float(r[metric])) for r in history
+                    if isinstance(r, Mapping) and r.get("kind") == "eval" and r.get(metric) is not None)
+    if len(points) < 2:
+      raise ValueError(f"histories[{label!r}]: expected at least two evaluations with {metric!r}, got "
+                       f"{len(points)} (train with --config.eval_every > 0)")
+    curves[label] = np.array(points)
+  fig = new_figure(6.4, 4.0)
+  ax = fig.add_subplot()
+  for i, (label, points) in enumerate(curves.items()):
+    ax.plot(points[:, 0], points[:, 1], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], markersize=3,
+            label=label)
+  ax.set_xlabel("training step")
+  ax.set_ylabel(metric)
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize="small")
+  ax.set_title(_title(f"{metric} during training", title))
+  return save_figure(fig, path)
+
+
 def write_plots(workdir: str, entries: Sequence[Mapping], *, title: Optional[str] = None) -> List[str]:
   """Writes every figure the rows allow into ``workdir``; returns the paths written.
 
@@ -451,8 +489,8 @@ def write_plots(workdir: str, entries: Sequence[Mapping], *, title: Optional[str
   return written
 
 
-def plots_from_results(workdir: str) -> List[str]:
-  """Re-draws the figures of a finished run from ``<workdir>/results.json`` (its ``rows``); returns the paths."""
+def _read_results(workdir: str) -> Dict:
+  """``<workdir>/results.json`` as a dict with a list of ``rows``, or a ValueError naming the file."""
   path = os.path.join(workdir, "results.json")
   try:
     with open(path, encoding="utf-8") as f:
@@ -461,23 +499,40 @@ def plots_from_results(workdir: str) -> List[str]:
     raise ValueError(f"{path}: expected a results.json written by an experiment, could not read it: {e}") from e
   if not isinstance(results, dict) or not isinstance(results.get("rows"), list):
     raise ValueError(f"{path}: expected a JSON object with a list of 'rows', got {type(results).__name__}")
+  return results
+
+
+def plots_from_results(workdir: str) -> List[str]:
+  """Re-draws the figures of a finished run from ``<workdir>/results.json`` (its ``rows``); returns the paths."""
+  results = _read_results(workdir)
   title = results.get("dataset") or (results.get("config") or {}).get("name")
   return write_plots(workdir, results["rows"], title=title)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
   parser = argparse.ArgumentParser(prog="python -m experiments.plots",
-                                   description="Re-draws the PNG figures of a run from <workdir>/results.json.")
-  parser.add_argument("workdir", help="a run's output directory (holding results.json)")
+                                   description="Re-draws the PNG figures of a run from <workdir>/results.json; "
+                                   "with --convergence, one metric of several runs against the training step.")
+  parser.add_argument("workdirs", nargs="+", metavar="workdir", help="a run's output directory (holding results.json)")
+  parser.add_argument("--convergence", metavar="METRIC",
+                      help="draw METRIC (e.g. knn_error) of every run's periodic evaluations into --out")
+  parser.add_argument("--out", help="--convergence's PNG file (default: <first workdir>/convergence.png)")
   args = parser.parse_args(argv)
+  if not args.convergence and (len(args.workdirs) > 1 or args.out):
+    parser.exit(2, "error: several workdirs and --out go with --convergence\n")
   try:
-    paths = plots_from_results(args.workdir)
+    if args.convergence:
+      histories = {os.path.basename(os.path.normpath(w)): _read_results(w).get("history") or [] for w in args.workdirs}
+      out = args.out or os.path.join(args.workdirs[0], "convergence.png")
+      paths = [plot_convergence(histories, out, metric=args.convergence)]
+    else:
+      paths = plots_from_results(args.workdirs[0])
   except (ImportError, ValueError) as e:
     parser.exit(1, f"error: {e}\n")
   for path in paths:
     print(path)
   if not paths:
-    print(f"no figure to draw: the rows of {args.workdir}/results.json hold no curve data and fewer than "
+    print(f"no figure to draw: the rows of {args.workdirs[0]}/results.json hold no curve data and fewer than "
           "two code lengths")
 
 

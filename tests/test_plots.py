@@ -175,6 +175,24 @@ def test_write_plots_from_results_json_writes_readable_pngs_and_nothing_else(tmp
     plots.plots_from_results(str(tmp_path / "missing"))
 
 
+def test_convergence_figure_from_the_runs_histories(tmp_path, capsys):
+  pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hashjax[plots]')")
+  for name, errors in (("lambdarank", [0.9, 0.2, 0.1]), ("ranknet", [0.9, 0.3, 0.12])):
+    (tmp_path / name).mkdir()
+    history = [{"kind": "eval", "step": 100 * i, "knn_error": e} for i, e in enumerate(errors)]
+    history.insert(1, {"kind": "train", "step": 50, "loss": 1.0})  # training records are passed over
+    with open(tmp_path / name / "results.json", "w", encoding="utf-8") as f:
+      json.dump({"rows": [], "history": history}, f)
+  out = tmp_path / "convergence.png"
+  plots.main(["--convergence=knn_error", str(tmp_path / "lambdarank"), str(tmp_path / "ranknet"), f"--out={out}"])
+  assert capsys.readouterr().out.strip() == str(out)
+  _check_png(str(out))
+  with pytest.raises(ValueError, match=r"histories\['x'\]: expected at least two evaluations with 'knn_error', got 1"):
+    plots.plot_convergence({"x": [{"kind": "eval", "step": 0, "knn_error": 0.5}]}, str(out), metric="knn_error")
+  with pytest.raises(SystemExit):  # several workdirs without --convergence
+    plots.main([str(tmp_path / "lambdarank"), str(tmp_path / "ranknet")])
+
+
 def test_figures_without_their_data_are_skipped(tmp_path):
   pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hashjax[plots]')")
   rows = _entries()
