@@ -10,7 +10,9 @@ of ``config.fixed_components``): the complete-link tree of the training queries,
 the cluster of its most similar training query; ``(C, l2)`` maximise the validation metric; the test numbers
 come from ``hashjax.localrank.fit`` / ``score`` at that setting (timed). For LocalRank-PCA also: random clusters
 of the chosen sizes, the clairvoyant cluster (per query and metric, the best of the ``C`` models: an upper
-bound), LSH selection against the exhaustive one, and the test metrics of every ``C`` (the curve). Geng et
+bound), LSH selection against the exhaustive one, and the test metrics of every ``C`` (the curve). With
+``config.single_query``, the study of Sec. 3.1 (Figs. 4-5): one ranker per training query, each test query ranked
+by its most similar query's and by the clairvoyant best one's, and where eq. 5 ranks the clairvoyant query. Geng et
 al.'s KNN (``K`` on validation) and D&K run per test query. The global baselines of ``config.ltr_baselines``
 (:mod:`hashjax.localrank.baselines`): RankBoost (rounds ``T`` on validation, from the prefixes of one fit), SVM-MAP
 (``c`` on validation) and LambdaMART through LightGBM (trees, learning rate and leaves on validation), each timed
@@ -222,6 +224,40 @@ def _pca_extras(config, f: _Fold, model, chosen: Dict, near_test: np.ndarray, re
   return {"lsh": lsh_rows}
 
 
+def _single_query(config, f: _Fold, glob: Dict, record: Dict) -> Dict:
+  """Sec. 3.1, Figs. 4-5: one ranker per training query (the global ranker's ``l2``); per test query the global
+  model's metrics, the most similar training query's model's (eq. 5, P by the 80% rule) and the clairvoyant best
+  single-query model's, and the clairvoyant query's rank in the eq. 5 similarity order (1: the most similar;
+  among several best models, the most similar of them), with the per-query APs of both choices (test queries with a
+  relevant document, in order). Training queries without a preference pair (every document equally relevant) have
+  no ranker of their own and are left out."""
+  opts = {"similarity": "pca", "num_components": None, "variance_fraction": config.variance_fraction,
+          "ridge": config.ridge}
+  own = np.flatnonzero(f.pairs.counts > 0)  # the training queries that can train a ranker
+  train_sum = localrank.cloud_summaries(f.train.features, f.train.query_ids, **opts)
+  distances = localrank.cloud_distances(localrank.cloud_summaries(f.test.features, f.test.query_ids, **opts),
+                                        train_sum)[:, own]  # [test queries, training queries with a ranker]
+  weights = localrank.fit_clusters(f.pairs, np.arange(f.num_train), num_clusters=f.num_train, l2=glob["l2"])[own]
+  scores = f.test.features.astype(np.float64) @ weights.T  # [documents, models]
+  each = [ranking.query_metrics(scores[:, j], f.test.affinity, f.test.query_ids, ks=(1,)) for j in range(len(own))]
+  per_model = {m: np.stack([e[m] for e in each], axis=1) for m in ("ap", "ndcg@1")}  # [test queries, models]
+  nearest = localrank.nearest_training_query(distances)
+  rows = np.arange(len(nearest))
+  order = np.argsort(distances, axis=1, kind="stable")  # most similar first
+  position = np.empty_like(order)
+  position[rows[:, None], order] = np.arange(len(own))[None, :] + 1
+  defined = ~np.isnan(per_model["ap"][:, 0])  # test queries with a relevant document
+  ap = per_model["ap"][defined]
+  clair_rank = np.min(np.where(ap == ap.max(axis=1, keepdims=True), position[defined], len(own) + 1), axis=1)
+  glob_metrics = record["Global linear"]["per_query"]["tie_aware"]
+  out = {"num_train_queries": len(own), "clairvoyant_rank": clair_rank.tolist(),
+         "clairvoyant_ap": ap.max(axis=1).tolist(), "most_similar_ap": per_model["ap"][rows, nearest][defined].tolist()}
+  for m in ("ap", "ndcg@1"):
+    out[m] = {"global": float(np.nanmean(glob_metrics[m])), "most_similar": float(np.nanmean(per_model[m][rows, nearest])),
+              "clairvoyant": float(np.mean(np.max(per_model[m][defined], axis=1)))}
+  return out
+
+
 def _knn(config, f: _Fold, l2: float, record: Dict) -> None:
   """Geng et al.'s KNN: K on validation, then the timed test pass (one model per test query)."""
   kw = {"rank_feature": config.knn_rank_feature, "top": config.knn_top, "l2": l2}
@@ -320,6 +356,8 @@ def run_fold(config: ml_collections.ConfigDict, fold: int) -> Dict:
   for variant in _variants(config):
     _localrank(config, f, variant, record, curves, extras)
     logging.info("fold %d %s: %s", fold, variant["name"], record[variant["name"]]["setting"])
+  if config.single_query:
+    extras["single_query"] = _single_query(config, f, glob, record)
   _knn(config, f, glob["l2"], record)
   if fold in config.dk_folds:
     _dk(config, f, glob["l2"], record)
@@ -387,6 +425,23 @@ def _lsh_rows(folds: List[Dict]) -> List[Dict]:
   return out
 
 
+def _single_query_summary(folds: List[Dict]) -> Optional[Dict]:
+  """Fold means of the single-query study, and where the clairvoyant query ranks (pooled over the folds' test
+  queries): at the top, within the top 5 and the top 10% of the training queries, and the median rank."""
+  parts = [f["single_query"] for f in folds if f.get("single_query")]
+  if not parts:
+    return None
+  out = {m: {k: float(np.mean([p[m][k] for p in parts])) for k in ("global", "most_similar", "clairvoyant")}
+         for m in ("ap", "ndcg@1")}
+  ranks = np.concatenate([np.asarray(p["clairvoyant_rank"], np.float64) for p in parts])
+  sizes = np.concatenate([np.full(len(p["clairvoyant_rank"]), p["num_train_queries"]) for p in parts])
+  out["clairvoyant_rank"] = {"top_1": float(np.mean(ranks == 1)), "top_5": float(np.mean(ranks <= 5)),
+                             "top_10_percent": float(np.mean(ranks <= 0.1 * sizes)),
+                             "median": float(np.median(ranks)), "median_training_queries": float(np.median(sizes)),
+                             "test_queries": int(ranks.size)}
+  return out
+
+
 def _json_ready(x):
   if isinstance(x, dict):
     return {str(k): _json_ready(v) for k, v in x.items()}
@@ -410,7 +465,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     folds = [run_fold(config, fold) for fold in config.folds]
     rows = summarize(config, folds)
   results = {"config": config.to_dict(), "rows": rows, "curves": _curve_rows(folds), "lsh": _lsh_rows(folds),
-             "folds": folds, "seconds": time.perf_counter() - start, "load_at_end": _load()}
+             "single_query": _single_query_summary(folds), "folds": folds, "seconds": time.perf_counter() - start,
+             "load_at_end": _load()}
   results = _json_ready(results)
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
   return results
@@ -455,6 +511,17 @@ def format_tables(results: Dict) -> str:
       lines.append(f"{r['bits']:>4}{r['tables']:>4}{str(r['candidates']):>12}{_f(r['same_query'], 3):>12}"
                    f"{_f(r['same_cluster'], 3):>14}{_f(r['same_cluster_fixed_c'], 3):>14}{_f(r['fallback'], 1):>10}"
                    f"{_f(r['lsh_ms'], 3):>10}{_f(r['exhaustive_ms'], 3):>11}{_f(r['ap']):>8}")
+  single = results.get("single_query")
+  if single:
+    r = single["clairvoyant_rank"]
+    lines += ["", "One ranker per training query (Sec. 3.1, Figs. 4-5), fold means:",
+              f"{'model for each test query':<32}{'MAP':>8}{'N@1':>8}"]
+    for key, label in (("global", "global ranker"), ("most_similar", "most similar query's (eq. 5)"),
+                       ("clairvoyant", "clairvoyant query's (bound)")):
+      lines.append(f"{label:<32}{_f(single['ap'][key]):>8}{_f(single['ndcg@1'][key]):>8}")
+    lines.append(f"clairvoyant query's rank by eq. 5 among about {r['median_training_queries']:.0f} training queries "
+                 f"({r['test_queries']} test queries): first {r['top_1']:.1%}, top 5 {r['top_5']:.1%}, top 10% "
+                 f"{r['top_10_percent']:.1%}, median {r['median']:.0f}")
   lines.append(f"\n{results['seconds']:.0f} s; load average at the end {results['load_at_end']}")
   return "\n".join(lines)
 

@@ -502,6 +502,33 @@ def test_experiment_runlocal_fold1(tmp_path):
                for g in np.unique(test.query_ids)]
   assert rows["SVM-MAP"]["tie_aware:ap"] == pytest.approx(np.nanmean(per_query), rel=1e-6)
   assert "delta:ap" in rows["RankBoost"] and "SVM-MAP" in experiment.format_tables(results)
+  # The single-query study (Sec. 3.1): a ranker per training query by fit_ranknet on its documents alone, each test
+  # query's AP under every one of them by the loop, the clairvoyant best and its rank in the eq. 5 order.
+  train_groups, test_groups = data.group_by_query(train.query_ids), data.group_by_query(test.query_ids)
+  own = [j for j, r in enumerate(train_groups.indices) if len(np.unique(train.affinity[r])) > 1]  # has pairs
+  models = np.stack([localrank.fit_ranknet(train.features[r], train.affinity[r], train.query_ids[r], l2=l2)
+                     for r in (train_groups.indices[j] for j in own)])
+  opts = dict(similarity="pca", num_components=None, variance_fraction=config.variance_fraction, ridge=config.ridge)
+  distances = localrank.cloud_distances(localrank.cloud_summaries(test.features, test.query_ids, **opts),
+                                        localrank.cloud_summaries(train.features, train.query_ids, **opts))[:, own]
+  fold = results["folds"][0]["single_query"]
+  checked = 0
+  for t, r in enumerate(test_groups.indices):  # the first 12 test queries with a relevant document
+    if test.affinity[r].max() == 0:
+      continue
+    if checked == 12:
+      break
+    aps = np.array([_tie_aware_ap_loop(test.features[r].astype(np.float64) @ w, test.affinity[r]) for w in models])
+    best = np.flatnonzero(np.abs(aps - aps.max()) < 1e-9)
+    assert fold["clairvoyant_ap"][checked] == pytest.approx(aps.max(), abs=1e-5)
+    assert fold["most_similar_ap"][checked] == pytest.approx(aps[np.argmin(distances[t])], abs=1e-5)
+    assert fold["clairvoyant_rank"][checked] == min(1 + int(np.sum(distances[t] < distances[t, j])) for j in best)
+    checked += 1
+  single = results["single_query"]
+  assert single["ap"]["clairvoyant"] == pytest.approx(np.mean(fold["clairvoyant_ap"]))
+  assert single["ap"]["global"] == pytest.approx(glob["tie_aware:ap"])
+  assert single["clairvoyant_rank"]["top_1"] == pytest.approx(np.mean(np.array(fold["clairvoyant_rank"]) == 1))
+  assert "One ranker per training query" in experiment.format_tables(results)
   for field, value in (("ltr_baselines", ("svm",)), ("svmmap_c", ()), ("rankboost_rounds", (0,))):
     bad = localrank_config.get_config("runlocal")
     bad.data_dir = str(folder)

@@ -298,7 +298,7 @@ def _rules() -> Dict[str, Callable]:
       "data_dir": _folder, "folds": _ints(1), "cluster_grid": _ints(1), "fixed_components": _ints(1),
       "knn_neighbors": _ints(1), "dk_folds": _ints(1), "lsh_sweep": _ints(1), "num_features": _int(1),
       "blas_threads": _int(1), "random_draws": _int(1), "lsh_bits": _int(1), "lsh_tables": _int(1),
-      "lsh_candidates": _int(1), "lsh_clusters": _int(1), "bootstrap_samples": _int(1), "knn_top": _int(1),
+      "lsh_candidates": _int(1), "lsh_clusters": _int(1), "bootstrap_samples": _int(1), "knn_top": _int(1), "single_query": _bool,
       "max_label": _int(0), "knn_rank_feature": _int(0), "l2_grid": _positive_numbers,
       "similarities": _names(localrank.SIMILARITIES, nonempty=True), "select_by": _choice(LOCALRANK_METRICS),
       "variance_fraction": _num(0, 1, low_open=True), "ridge": _num(0, low_open=True),
