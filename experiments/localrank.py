@@ -253,7 +253,8 @@ def _single_query(config, f: _Fold, glob: Dict, record: Dict) -> Dict:
   out = {"num_train_queries": len(own), "clairvoyant_rank": clair_rank.tolist(),
          "clairvoyant_ap": ap.max(axis=1).tolist(), "most_similar_ap": per_model["ap"][rows, nearest][defined].tolist()}
   for m in ("ap", "ndcg@1"):
-    out[m] = {"global": float(np.nanmean(glob_metrics[m])), "most_similar": float(np.nanmean(per_model[m][rows, nearest])),
+    out[m] = {"global": float(np.nanmean(glob_metrics[m])),
+              "most_similar": float(np.nanmean(per_model[m][rows, nearest])),
               "clairvoyant": float(np.mean(np.max(per_model[m][defined], axis=1)))}
   return out
 
