@@ -21,13 +21,14 @@ import numpy as np
 
 from experiments import fitting, tasks
 from experiments.methods.deep import CLASS_OBJECTIVES as DEEP_CLASS_OBJECTIVES, OBJECTIVES as DEEP_OBJECTIVES
-from experiments.methods.nair import AFFINITIES as NAIR_AFFINITIES, SCORES as NAIR_SCORES
+from experiments.methods.nair import AFFINITIES as NAIR_AFFINITIES, METHODS as NAIR_METHODS, SCORES as NAIR_SCORES
 from experiments.methods.talr import EVAL_KEYS as TALR_EVAL_KEYS, OBJECTIVES as TALR_OBJECTIVES
 from experiments.methods.talr import SETTINGS as TALR_SETTINGS
 from hashjax import _checks, baselines, data, localrank, mappings, relaxations, weighting
 from hashjax import train as train_lib
 from hashjax.colgen import cghash, features as colgen_features, inference as colgen_inference
 from hashjax.objectives import ranknet as ranknet_lib
+from hashjax.objectives import scores as scores_lib
 from hashjax.objectives import talr as talr_lib
 
 #: ``config.method`` of ``experiments.train``: the trained methods (``experiments.methods.TRAINERS`` runs each).
@@ -263,6 +264,9 @@ def _rules() -> Dict[str, Callable]:
       "discount": _choice(relaxations.DISCOUNTS), "distance": _choice(talr_lib.DISTANCES),
       "alpha": _num(0, low_open=True), "alpha_final": _num(0), "width": _num(0, low_open=True),
       "temperature": _num(0, low_open=True),
+      # experiments.nair_regression
+      "seeds": _ints(0, True), "num_queries": _int(1), "learners": _names(NAIR_METHODS, nonempty=False),
+      "mode": _choice(scores_lib.REGRESSION_MODES),
       "setting": _choice(TALR_SETTINGS), "database_size": _int(0), "database_cached": _bool,
       # config.method="deep" (experiments.methods.deep): each objective's options
       "eta": _num(0), "dtsh_alpha": _num(0), "hashnet_alpha": _positive_or_none, "hashnet_gamma": _num(0),

@@ -1,0 +1,50 @@
+r"""Nair et al.'s regression task (eq. 11): LambdaRank and RankNet bit vectors for kNN regression, diabetes data.
+
+  python -m experiments.nair_regression --config=configs/lambdarank_regression.py --workdir=runs/nair_regression
+  python -m experiments.nair_regression --config=configs/lambdarank_regression.py:runlocal   # seconds
+
+scikit-learn's diabetes set (442 patients, 10 measurements, disease progression as the target), 88 queries against
+the other 354 patients (the training set); Nair's linear hash (eq. 1, N(0, 1e-3) weights) at 8 and 16 bits,
+LambdaRank with eq. 11's |Delta S| and RankNet, beside LSH, ITQ and spectral hashing codes and exact 3-NN, seeds
+0, 1, 2. Metric: the kNN regression error relative to the query targets' variance (lower is better).
+Expected and measured in docs/results/nair.md (regression section); about 2 minutes on 2 cores.
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  arg = common.parse_arg(arg, runlocal=False)
+  config = ml_collections.ConfigDict()
+  config.name = "lambdarank_regression"
+  config.seeds = (0, 1, 2)  # each draws the split, the initialisation and the minibatches
+  config.num_queries = 88  # 20% of the 442 patients; the rest is the database and the training set
+  config.bits = (8, 16)  # code lengths
+  config.learners = ("lambdarank", "ranknet")
+  config.baselines = ("lsh", "itq", "sh")  # hashjax.baselines names, fitted on the training items
+  config.k = 3  # relative threshold: the items of the k nearest non-empty bins vote (Euclidean: k items)
+  config.mode = "pairs"  # eq. 11 as printed, or "prediction": the squared error of the kNN estimate
+  config.init = "nair"  # Nair's N(0, 1e-3) weights, or "lecun"
+  config.queries_per_batch = 32
+  config.docs_per_query = 100
+  # Optimisation: SGD with momentum at a fixed step (Nair's recipe).
+  config.optimizer = "sgd"  # or "adam"
+  config.learning_rate = 0.1
+  config.momentum = 0.8
+  config.lr_schedule = "constant"  # or "cosine"
+  config.warmup_steps = 0
+  config.lr_final_fraction = 0.0
+  config.weight_decay = 0.0
+  config.num_steps = 1000
+  config.log_every = 250
+  config.eval_every = 250  # the kNN regression error on the queries during training
+  config.checkpoint_every = 0  # (0: at the start and end only)
+  if arg.runlocal:
+    config.seeds = (0,)
+    config.bits = (8,)
+    config.baselines = ("lsh",)
+    config.num_steps = 60
+    config.log_every = config.eval_every = 30
+  return config
