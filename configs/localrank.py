@@ -52,6 +52,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.lsh_clusters = 8  # the LSH table also reports cluster agreement at this C of the PCA tree
   config.bootstrap_samples = 10000
   config.single_query = True  # Sec. 3.1 (Figs. 4-5): one ranker per training query, clairvoyant and most similar
+  config.plots = False  # True: the metric against C and the clairvoyant query's ranks as PNGs in the workdir
   # Global learning-to-rank baselines (hashjax.localrank.baselines), each setting chosen on validation by select_by
   config.ltr_baselines = ("rankboost", "svmmap", "lambdamart")  # lambdamart needs lightgbm: pip install 'hashjax[ltr]'
   config.rankboost_rounds = (50, 100, 200, 400)  # T (the first T rounds of one fit)

@@ -12,7 +12,9 @@ come from ``hashjax.localrank.fit`` / ``score`` at that setting (timed). For Loc
 of the chosen sizes, the clairvoyant cluster (per query and metric, the best of the ``C`` models: an upper
 bound), LSH selection against the exhaustive one, and the test metrics of every ``C`` (the curve). With
 ``config.single_query``, the study of Sec. 3.1 (Figs. 4-5): one ranker per training query, each test query ranked
-by its most similar query's and by the clairvoyant best one's, and where eq. 5 ranks the clairvoyant query. Geng et
+by its most similar query's and by the clairvoyant best one's, and where eq. 5 ranks the clairvoyant query.
+``--config.plots=True`` draws the test metric against ``C`` with the clairvoyant bound (``clusters.png``, Figs.
+6-8) and the clairvoyant query's ranks (``clairvoyant_ranks.png``, Fig. 5). Geng et
 al.'s KNN (``K`` on validation) and D&K run per test query. The global baselines of ``config.ltr_baselines``
 (:mod:`hashjax.localrank.baselines`): RankBoost (rounds ``T`` on validation, from the prefixes of one fit), SVM-MAP
 (``c`` on validation) and LambdaMART through LightGBM (trees, learning rate and leaves on validation), each timed
@@ -32,7 +34,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from experiments import cli, reporting
+from experiments import cli, plots, reporting
 from experiments.methods import checks
 from hashjax import data, io, localrank, ranking
 
@@ -460,6 +462,8 @@ def _json_ready(x):
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   """Every fold of ``config``; returns and writes ``<workdir>/results.json`` (rows, curves, LSH, per fold)."""
   checks.check_config(config)
+  if config.plots:
+    plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
   from threadpoolctl import threadpool_limits  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
   with threadpool_limits(limits=config.blas_threads):
@@ -470,6 +474,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
              "load_at_end": _load()}
   results = _json_ready(results)
   io.atomic_write_json(os.path.join(workdir, "results.json"), results)
+  if config.plots:
+    paths = [plots.plot_clusters(results["curves"], os.path.join(workdir, "clusters.png"), metric=config.select_by)]
+    if results["single_query"]:
+      ranks = [r for f in folds if f.get("single_query") for r in f["single_query"]["clairvoyant_rank"]]
+      paths.append(plots.plot_rank_histogram(ranks, os.path.join(workdir, "clairvoyant_ranks.png")))
+    for path in paths:
+      logging.info("figure: %s", path)
   return results
 
 

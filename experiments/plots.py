@@ -459,6 +459,74 @@ def plot_convergence(histories: Mapping[str, Sequence[Mapping]], path: str, *, m
   return save_figure(fig, path)
 
 
+def plot_clusters(curves: Sequence[Mapping], path: str, *, metric: str = "ap", title: Optional[str] = None) -> str:
+  """Draws a test metric against the number of clusters ``C`` (Banerjee et al. Figs. 6-8), one line per method,
+  with its clairvoyant bound dashed where the rows hold one.
+
+  Args:
+    curves: rows with ``method``, ``C``, ``metric`` and optionally ``"clairvoyant_" + metric`` (the ``curves`` of
+      ``experiments.localrank``'s results).
+    path: the PNG file to write.
+    metric: the key drawn (``"ap"``, ``"ndcg@1"``, ...).
+    title: an optional prefix of the figure's title.
+
+  Returns:
+    ``path``.
+  """
+  methods = list(dict.fromkeys(r["method"] for r in curves if r.get(metric) is not None))
+  if not methods:
+    raise ValueError(f"curves: expected rows with 'method', 'C' and {metric!r}, got none")
+  fig = new_figure(7.2, 4.2)
+  ax = fig.add_subplot()
+  for i, method in enumerate(methods):
+    rows = sorted((r for r in curves if r["method"] == method), key=lambda r: r["C"])
+    c = [r["C"] for r in rows]
+    ax.plot(c, [_number(r[metric]) for r in rows], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)],
+            label=method)
+    bound = [_number(r.get("clairvoyant_" + metric)) for r in rows]
+    if not all(math.isnan(v) for v in bound):
+      ax.plot(c, bound, color=f"C{i % 10}", linestyle="--", label=f"{method}: clairvoyant cluster")
+  ax.set_xscale("log", base=2)
+  sizes = sorted({r["C"] for r in curves})
+  ax.set_xticks(sizes, [str(c) for c in sizes])
+  ax.minorticks_off()
+  ax.set_xlabel("clusters C (C = 1: the global ranker)")
+  ax.set_ylabel(f"test {metric}")
+  ax.grid(True, alpha=0.3)
+  fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+  ax.set_title(_title(f"test {metric} against the number of clusters", title))
+  return save_figure(fig, path)
+
+
+def plot_rank_histogram(ranks: Sequence[int], path: str, *, max_rank: int = 30, title: Optional[str] = None) -> str:
+  """Draws the fraction of test queries whose clairvoyant training query has each similarity rank (Banerjee et al.
+  Fig. 5): ranks ``1 .. max_rank`` and one bar for every rank beyond.
+
+  Args:
+    ranks: the ranks (``>= 1``), one per test query.
+    path: the PNG file to write.
+    max_rank: the last rank with a bar of its own.
+    title: an optional prefix of the figure's title.
+
+  Returns:
+    ``path``.
+  """
+  r = np.asarray(ranks)
+  if r.ndim != 1 or not r.size or not np.issubdtype(r.dtype, np.integer) or r.min() < 1:
+    raise ValueError(f"ranks: expected a non-empty list of ints >= 1, got {_checks.desc(r)}")
+  counts = np.bincount(np.minimum(r, max_rank + 1), minlength=max_rank + 2)[1:] / r.size
+  fig = new_figure(7.2, 3.6)
+  ax = fig.add_subplot()
+  ax.bar(np.arange(1, max_rank + 2), counts, color="C0")
+  ticks = [v for v in (1, 5, 10, 20, 30, 40, 50) if v <= max_rank - 3]  # room for the last bar's label
+  ax.set_xticks(ticks + [max_rank + 1], [str(v) for v in ticks] + [f">{max_rank}"])
+  ax.set_xlabel("rank of the clairvoyant training query by eq. 5 similarity")
+  ax.set_ylabel("fraction of test queries")
+  ax.grid(True, axis="y", alpha=0.3)
+  ax.set_title(_title("where the similarity ranks the best single-query model", title))
+  return save_figure(fig, path)
+
+
 def write_plots(workdir: str, entries: Sequence[Mapping], *, title: Optional[str] = None) -> List[str]:
   """Writes every figure the rows allow into ``workdir``; returns the paths written.
 

@@ -468,6 +468,7 @@ def test_experiment_runlocal_fold1(tmp_path):
   config.knn_neighbors = (20,)
   config.lsh_sweep = ()
   config.rankboost_rounds, config.lambdamart_trees = (5, 20), (10, 20)
+  config.plots = importlib.util.find_spec("matplotlib") is not None  # the plots extra
   if importlib.util.find_spec("lightgbm") is None:  # the ltr extra; its own tests skip then too
     config.ltr_baselines = ("rankboost", "svmmap")
   results = experiment.train_and_evaluate(config, str(tmp_path))
@@ -529,6 +530,8 @@ def test_experiment_runlocal_fold1(tmp_path):
   assert single["ap"]["global"] == pytest.approx(glob["tie_aware:ap"])
   assert single["clairvoyant_rank"]["top_1"] == pytest.approx(np.mean(np.array(fold["clairvoyant_rank"]) == 1))
   assert "One ranker per training query" in experiment.format_tables(results)
+  if config.plots:
+    assert (tmp_path / "clusters.png").stat().st_size > 0 and (tmp_path / "clairvoyant_ranks.png").stat().st_size > 0
   for field, value in (("ltr_baselines", ("svm",)), ("svmmap_c", ()), ("rankboost_rounds", (0,))):
     bad = localrank_config.get_config("runlocal")
     bad.data_dir = str(folder)

@@ -193,6 +193,19 @@ def test_convergence_figure_from_the_runs_histories(tmp_path, capsys):
     plots.main([str(tmp_path / "lambdarank"), str(tmp_path / "ranknet")])
 
 
+def test_cluster_and_rank_figures(tmp_path):
+  pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hashjax[plots]')")
+  curves = [{"method": "pca", "C": c, "ap": 0.6 - 0.01 * c, "clairvoyant_ap": 0.6 + 0.02 * c} for c in (1, 2, 4)]
+  curves += [{"method": "mean", "C": c, "ap": 0.59} for c in (1, 2, 4)]  # no bound: no dashed line
+  _check_png(plots.plot_clusters(curves, str(tmp_path / "clusters.png"), metric="ap"))
+  _check_png(plots.plot_rank_histogram([1, 1, 2, 7, 45], str(tmp_path / "ranks.png"), max_rank=10))
+  with pytest.raises(ValueError, match="curves: expected rows with 'method', 'C' and 'ndcg@1'"):
+    plots.plot_clusters(curves, str(tmp_path / "x.png"), metric="ndcg@1")
+  with pytest.raises(ValueError, match="ranks: expected a non-empty list of ints >= 1"):
+    plots.plot_rank_histogram([0, 2], str(tmp_path / "x.png"))
+  assert not (tmp_path / "x.png").exists()
+
+
 def test_figures_without_their_data_are_skipped(tmp_path):
   pytest.importorskip("matplotlib", reason="the figures need matplotlib (pip install 'hashjax[plots]')")
   rows = _entries()
