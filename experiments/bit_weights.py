@@ -8,9 +8,10 @@ For every base code and length: fit the code on the protocol's training items, l
 same items with every solver of ``config.solvers`` (:func:`hashjax.weighting.fit`), and score the 1,000
 queries against the database by plain Hamming distance (tie-aware over its bins), by weighted Hamming
 distance (tie-aware over groups of equal distances), and, with ``config.tie_break``, by Hamming distance
-with the EGD weights ordering the items inside each Hamming tie. The table goes to stdout and, with the
-weights and the fitting times, to ``<workdir>/results.json``. With ``--config.plots=True`` the precision-recall
-curves of each code by Hamming distance and by its EGD weights (Feng et al. Figs. 3-5; the weighted curve's radii
+with the EGD weights ordering the items inside each Hamming tie; each also in the paper's AP, PASCAL VOC's
+eleven-point interpolated AP (``AP_11``, :func:`hashjax.metrics.interpolated_ap`). The table goes to stdout
+and, with the weights and the fitting times, to ``<workdir>/results.json``. With ``--config.plots=True`` the
+precision-recall curves of each code by Hamming distance and by its EGD weights (Feng et al. Figs. 3-5; the weighted curve's radii
 are multiples of the mean weight, :func:`experiments.plots.weighted_curves`) go to ``<workdir>/pr_curves.png``.
 The work is :func:`train_and_evaluate`.
 """
@@ -27,18 +28,20 @@ import numpy as np
 
 from experiments import cli, fitting, plots, reporting, tasks
 from experiments.methods import checks
-from hashjax import baselines, codes, data, io, load_model, mappings, weighting
+from hashjax import baselines, codes, data, io, load_model, mappings, metrics, weighting
 from hashjax.evaluate import evaluate_distances
 
 #: Columns of the printed table.
 COLUMNS = (("tie_aware_ap", "AP_T"), ("tie_aware_ndcg", "NDCG_T"), ("tie_aware_precision_at_k", "P@k_T"),
-           ("fit_seconds", "fit s"))
+           ("interpolated_ap", "AP_11"), ("fit_seconds", "fit s"))
 
 
 def _scores(distances, relevance, k: int) -> Dict[str, float]:
-  """Tie-aware AP, NDCG and precision@k of any real-valued ``distances[Q, N]``, means over the queries."""
+  """Tie-aware AP, NDCG and precision@k of any real-valued ``distances[Q, N]``, and the paper's AP (PASCAL VOC's
+  eleven-point interpolated AP, each group of equal distances one point), means over the queries."""
   result = evaluate_distances(distances, relevance=relevance, k=k)
-  return {key: result[key] for key, _ in COLUMNS if key in result}
+  interpolated = metrics.mean_and_count(metrics.interpolated_ap(distances, relevance)).mean
+  return {**{key: result[key] for key, _ in COLUMNS if key in result}, "interpolated_ap": float(interpolated)}
 
 
 def _projections(model, features):

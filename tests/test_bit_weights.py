@@ -45,6 +45,7 @@ def test_rows_plain_weighted_and_tie_break(tmp_path):
   # Curves for the Hamming and the EGD rows (Feng et al.'s figures), drawn; at radius b everything is retrieved.
   assert [("curves" in r) for r in rows] == [True, True, False, False, False]
   assert rows[1]["curves"]["recall"][-1] == pytest.approx(1.0) and (tmp_path / "pr_curves.png").stat().st_size > 0
+  assert all(0.0 < r["interpolated_ap"] <= 1.0 for r in rows)  # the paper's AP (metrics.interpolated_ap)
   # The plain row: the codes' tie-aware AP and NDCG, query by query by a loop over their Hamming distances.
   protocol = tasks.load_protocol(config)
   split = protocol.split

@@ -600,3 +600,36 @@ def test_formulas_on_concrete_histograms_compile_nothing():
   assert all(isinstance(o, jax.Array) for o in outs)
 
 
+
+
+def _eleven_point_loop(distances, relevant):
+  """PASCAL VOC 2007 AP of one query by loops: a precision-recall point after each group of equal distances."""
+  total = sum(relevant)
+  if total == 0:
+    return float("nan")
+  points = []
+  for d in sorted(set(distances)):
+    kept = [r for x, r in zip(distances, relevant) if x <= d]
+    points.append((sum(kept) / total, sum(kept) / len(kept)))
+  return sum(max([p for r, p in points if r >= t - 1e-9], default=0.0) for t in [i / 10 for i in range(11)]) / 11
+
+
+def test_interpolated_ap_matches_loops_on_hamming_and_real_distances():
+  rng = np.random.default_rng(7)
+  d = rng.integers(0, 5, size=(6, 25))
+  rel = (rng.random((6, 25)) < 0.3).astype(np.int32)
+  rel[5] = 0
+  want = [_eleven_point_loop(list(d[q]), list(rel[q])) for q in range(6)]
+  with jax.enable_x64(True):
+    np.testing.assert_allclose(np.asarray(metrics.interpolated_ap(d, rel, num_bits=4)), want, rtol=1e-12)
+    real = d + 0.25 * rng.integers(0, 2, size=d.shape)  # more, finer tie groups
+    want_real = [_eleven_point_loop(list(real[q]), list(rel[q])) for q in range(6)]
+    np.testing.assert_allclose(np.asarray(metrics.interpolated_ap(real, rel)), want_real, rtol=1e-12)
+    where = rng.random(d.shape) < 0.8
+    want_where = [_eleven_point_loop(list(d[q][where[q]]), list(rel[q][where[q]])) for q in range(6)]
+    np.testing.assert_allclose(np.asarray(metrics.interpolated_ap(d, rel, num_bits=4, where=where)), want_where,
+                               rtol=1e-12)
+    traced = jax.jit(lambda a, b: metrics.interpolated_ap(a, b, num_bits=4))(d, rel)
+    np.testing.assert_allclose(np.asarray(traced), want, rtol=1e-12)
+  with pytest.raises(ValueError, match="relevance"):
+    metrics.interpolated_ap(d, rel[:, :3], num_bits=4)

@@ -15,7 +15,8 @@ functions of ``distances[..., N]`` validate, count the histogram and apply it.
   values, by sorting) as the bins, by the same formulas (:mod:`hashjax._ties`).
 * Ties: each docstring states its policy. Tie-aware = the expectation over all
   orders of tied items (He et al. eqs. 3-4) in closed form; optimistic /
-  pessimistic = relevant items first / last; :func:`ap`, :func:`ndcg`: ascending index.
+  pessimistic = relevant items first / last; :func:`ap`, :func:`ndcg`: ascending index;
+  :func:`interpolated_ap` (PASCAL VOC's eleven points): each tie group is one point of the curve.
 * Undefined values are NaN (AP and recall without a relevant item, NDCG without
   positive gain); :func:`mean_and_count` averages the others and counts them.
 * Cutoffs: AP@k is normalised by ``min(N+, k)``, precision@k by ``min(k, N)``,
@@ -38,11 +39,13 @@ functions of ``distances[..., N]``, :func:`ap`, :func:`ndcg`, :func:`error_rate`
 :func:`hashjax.evaluate.evaluate_distances` a real ``distances[Q, N]``.
 """
 
-from hashjax.metrics.distances import MeanCount, ap, error_rate, knn_classify, mean_and_count, ndcg, optimistic_ap
+from hashjax.metrics.distances import MeanCount, ap, error_rate, interpolated_ap, knn_classify, mean_and_count, ndcg
+from hashjax.metrics.distances import optimistic_ap
 from hashjax.metrics.distances import pessimistic_ap, precision_at_radius, precision_recall_curve
 from hashjax.metrics.distances import recall_at_radius, retrieved_at_radius, tie_aware_ap, tie_aware_ndcg
 from hashjax.metrics.distances import tie_aware_precision_at_k
 from hashjax.metrics.histogram import APBins, DCGWeights, ap_bin_pieces, dcg_weights, knn_classify_from_histogram
+from hashjax.metrics.histogram import interpolated_ap_from_histogram
 from hashjax.metrics.histogram import nearest_bins_mask, optimistic_ap_from_histogram, pessimistic_ap_from_histogram
 from hashjax.metrics.histogram import precision_at_radius_from_histogram, precision_recall_curve_from_histogram
 from hashjax.metrics.histogram import recall_at_radius_from_histogram, retrieved_at_radius_from_histogram
@@ -51,10 +54,11 @@ from hashjax.metrics.histogram import tie_aware_precision_at_k_from_histogram, v
 
 __all__ = [
     "MeanCount", "mean_and_count",
-    "tie_aware_ap", "optimistic_ap", "pessimistic_ap", "ap", "tie_aware_ndcg", "ndcg",
+    "tie_aware_ap", "optimistic_ap", "pessimistic_ap", "ap", "interpolated_ap", "tie_aware_ndcg", "ndcg",
     "tie_aware_precision_at_k", "precision_at_radius", "recall_at_radius", "retrieved_at_radius",
     "precision_recall_curve", "knn_classify", "error_rate",
     "tie_aware_ap_from_histogram", "optimistic_ap_from_histogram", "pessimistic_ap_from_histogram",
+    "interpolated_ap_from_histogram",
     "tie_aware_ndcg_from_histogram", "tie_aware_precision_at_k_from_histogram",
     "precision_at_radius_from_histogram", "recall_at_radius_from_histogram",
     "retrieved_at_radius_from_histogram", "precision_recall_curve_from_histogram",

@@ -17,7 +17,8 @@ import numpy as np
 from hashjax import _checks
 from hashjax import _special
 from hashjax.metrics import _inputs
-from hashjax.metrics.histogram import knn_classify_from_histogram, optimistic_ap_from_histogram
+from hashjax.metrics.histogram import interpolated_ap_from_histogram, knn_classify_from_histogram
+from hashjax.metrics.histogram import optimistic_ap_from_histogram
 from hashjax.metrics.histogram import pessimistic_ap_from_histogram, precision_at_radius_from_histogram
 from hashjax.metrics.histogram import precision_recall_curve_from_histogram, recall_at_radius_from_histogram
 from hashjax.metrics.histogram import retrieved_at_radius_from_histogram, tie_aware_ap_from_histogram
@@ -341,6 +342,37 @@ def precision_recall_curve(distances: Array, relevance: Array, *, num_bits: int,
   """
   counting = _inputs.counting("relevance", distances, relevance, num_bits=num_bits, where=where)
   return precision_recall_curve_from_histogram(counting, dtype=dtype)
+
+
+def interpolated_ap(distances: Array, relevance: Array, *, num_bits: Optional[int] = None,
+                    where: Optional[Array] = None, dtype: Any = None) -> Array:
+  r"""Eleven-point interpolated average precision (PASCAL VOC 2007), the AP of Feng et al.'s tables.
+
+  Ties: none broken; each distance (tie group) is one point of the precision-recall curve.
+
+  Without ``num_bits``, ``distances`` may be any real values (e.g. weighted Hamming distances): each query's groups
+  of equal values are its points, in ascending order.
+
+  The histogram form: :func:`interpolated_ap_from_histogram`.
+
+  .. math:: \mathrm{AP}_{11} = rac{1}{11} \sum_{t \in \{0, 0.1, \ldots, 1\}} \max_{d : R(d) \ge t} P(d)
+
+  Args:
+    distances: ``[..., N]``, smaller is closer: Hamming distances with ``num_bits``, else any real values.
+    relevance: ``{0, 1}`` (or bool) ``[..., N]``, same shape as ``distances``.
+    num_bits: the code length of Hamming ``distances``; None (default): real-valued ``distances``.
+    where: optional bool ``[..., N]`` mask; ``False`` items are left out.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> interpolated_ap(np.array([[0, 1, 1, 2]]), np.array([[1, 0, 1, 0]]), num_bits=2).tolist()
+  [0.84848]
+  """
+  counting = _inputs.counting("relevance", distances, relevance, num_bits=num_bits, where=where, real=True)
+  return interpolated_ap_from_histogram(counting, dtype=dtype)
 
 
 def knn_classify(distances: Array, db_labels: Array, *, num_classes: int, num_bits: int, k: int,

@@ -150,6 +150,15 @@ def _precision_recall(hist, dtype, xp):
   return precision, recall
 
 
+def _eleven_point_ap(hist, dtype, xp):
+  """The mean over recall levels ``0, 0.1, .., 1`` of the best precision at that recall or more (0 if none)."""
+  precision, recall = _precision_recall(hist, dtype, xp)
+  levels = xp.asarray(np.linspace(0.0, 1.0, 11), dtype)
+  reached = recall[..., None, :] >= levels[:, None] - 1e-6  # [..., 11, B]; a float tolerance on the levels
+  best = xp.max(xp.where(reached, precision[..., None, :], 0.0), axis=-1)
+  return xp.where(xp.isnan(recall[..., -1]), xp.nan, xp.mean(best, axis=-1))
+
+
 def _at_radius(hist, radius, which, dtype, xp):
   """``which`` (precision / recall / retrieved) of the items with ``d <= radius``."""
   at = min(radius, hist.shape[-2] - 1)
@@ -421,6 +430,30 @@ def precision_recall_curve_from_histogram(hist: Array, *, dtype: Any = None) -> 
   ([1.0, 0.66667, 0.66667], [0.5, 1.0, 1.0])
   """
   return _inputs.evaluate(_precision_recall, hist, dtype=_checks.check_float_dtype(dtype))
+
+
+def interpolated_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
+  r"""Eleven-point interpolated average precision (PASCAL VOC 2007), the AP of Feng et al.'s tables.
+
+  Ties: none broken; each distance bin (tie group) is one point of the precision-recall curve.
+
+  .. math:: \mathrm{AP}_{11} = rac{1}{11} \sum_{t \in \{0, 0.1, \ldots, 1\}} \max_{d : R(d) \ge t} P(d)
+
+  with ``P(d)``, ``R(d)`` the precision and recall of the items at distance ``<= d`` (0 where no point reaches
+  ``t``). Recall levels are compared with a tolerance of ``1e-6``.
+
+  Args:
+    hist: ``int[..., num_bits + 1, V]`` counts; levels ``v >= 1`` are relevant.
+    dtype: result float dtype (``None``: follow x64 mode).
+
+  Returns:
+    ``float[...]``; NaN where no item is relevant.
+
+  >>> import numpy as np
+  >>> interpolated_ap_from_histogram(np.array([[0, 1], [1, 1], [0, 0]])).tolist()  # 6 levels at 1, 5 at 2/3
+  0.84848
+  """
+  return _inputs.evaluate(_eleven_point_ap, hist, dtype=_checks.check_float_dtype(dtype))
 
 
 def knn_classify_from_histogram(class_hist: Array, *, k: int, threshold: str = "relative") -> Array:
