@@ -5,8 +5,8 @@ r"""Nair et al.'s regression task (eq. 11): LambdaRank and RankNet bit vectors f
 
 scikit-learn's diabetes set (442 patients, 10 measurements, disease progression as the target), 88 queries against
 the other 354 patients (the training set); Nair's linear hash (eq. 1, N(0, 1e-3) weights) at 8 and 16 bits,
-LambdaRank with eq. 11's |Delta S| and RankNet, beside LSH, ITQ and spectral hashing codes and exact 3-NN, seeds
-0, 1, 2. Metric: the kNN regression error relative to the query targets' variance (lower is better).
+LambdaRank with eq. 11's |Delta S| and RankNet, beside LSH, ITQ (8 bits only: at most the 10 features) and
+spectral hashing codes and exact 3-NN, seeds 0, 1, 2. Metric: the kNN regression error relative to the query targets' variance (lower is better).
 Expected and measured in docs/results/nair.md (regression section); about 2 minutes on 2 cores.
 """
 
