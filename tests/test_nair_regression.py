@@ -41,13 +41,18 @@ def test_exact_error_and_split_by_loops():
     nearest = sorted(range(len(train)), key=lambda j: d[j])[:config.k]
     errors.append((np.mean(t[train][nearest]) - t[q]) ** 2)
   assert nair_regression.exact_error(config, split) == pytest.approx(np.mean(errors) / np.var(t[split["query"]]))
+  design = np.hstack([x[train], np.ones((len(train), 1))])  # least squares with an intercept
+  coef = np.linalg.lstsq(design, t[train], rcond=None)[0]
+  estimate = x[split["query"]] @ coef[:-1] + coef[-1]
+  want = np.mean((estimate - t[split["query"]]) ** 2) / np.var(t[split["query"]])
+  assert nair_regression.linear_error(split) == pytest.approx(want, rel=1e-9)
 
 
 def test_runlocal_trains_both_learners_and_checks_its_config(tmp_path):
   config = lambdarank_regression.get_config("runlocal")
   results = nair_regression.train_and_evaluate(config, str(tmp_path))
   rows = {r["method"]: r for r in results["rows"]}
-  assert set(rows) == {"lambdarank", "ranknet", "lsh", "exact-l2-3nn"}
+  assert set(rows) == {"lambdarank", "ranknet", "lsh", "exact-l2-3nn", "linear regression"}
   for learner in ("lambdarank", "ranknet"):
     evaluations = rows[learner]["evaluations"]
     assert [e["step"] for e in evaluations] == [0, 30, 60]
