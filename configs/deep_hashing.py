@@ -38,8 +38,8 @@ A config holds its own objective's fields only; ``:bits=`` sets the code length 
 Test AP_T, 32 bits, seed 0 (docs/results/deep.md), each run 3-7 minutes on a 2-core CPU shared with other
 jobs (2-4 minutes alone):
 
-  talr_ap 0.9875   talr_ndcg 0.9892   dpsh 0.9866   dtsh 0.9889
-  hashnet 0.9841   csq 0.9872         greedyhash 0.9915   lambdarank 0.9868
+  talr_ap 0.9875   talr_ndcg 0.9892   dpsh 0.9861   dtsh 0.9921
+  hashnet 0.9841   csq 0.9872         greedyhash 0.9899   lambdarank 0.9869
 """
 
 import math
