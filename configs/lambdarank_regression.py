@@ -44,6 +44,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.log_every = 250
   config.eval_every = 250  # the kNN regression error on the queries during training
   config.checkpoint_every = 0  # (0: at the start and end only)
+  config.target = 0.0  # > 0: log the time to reach it (config.target_metric)
+  config.target_metric = "knn_regression_error"
   if arg.runlocal:
     config.seeds = (0,)
     config.bits = (8,)

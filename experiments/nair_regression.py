@@ -108,13 +108,11 @@ def learned_error(config: ml_collections.ConfigDict, split: Dict, learner: str, 
   x, t = split["features"], split["targets"]
   mapping = mappings.make_mapping("linear", num_bits=bits, init=config.init)
   params = mappings.init(jax.random.key(seed), mapping, x[:2])
-  run = ml_collections.ConfigDict(config.to_dict())
-  run.target = 0.0
   encode = lambda p, rows: codes.pack_bits(mappings.apply(mapping, p, x[rows]) > 0)
   eval_fn = lambda p: {"knn_regression_error": regression_error(
       np.asarray(codes.hamming_distance(encode(p, split["query"]), encode(p, split["train"]))),
       t[split["query"]], t[split["train"]], k=config.k)}
-  params, history = fitting.fit(run, workdir, params=params, loss_fn=make_loss(config, mapping, learner),
+  params, history = fitting.fit(config, workdir, params=params, loss_fn=make_loss(config, mapping, learner),
                                 batch_fn=make_batch_fn(config, split, seed), eval_fn=eval_fn)
   return {"error": eval_fn(params)["knn_regression_error"], "history": history}
 

@@ -190,8 +190,9 @@ def weighted_curves(distances, relevance, *, weights) -> Dict[str, Any]:
   """
   d = np.asarray(distances, np.float64)
   w = np.asarray(weights, np.float64)
-  if w.ndim != 1 or not w.size or np.any(w < 0) or not np.any(w > 0):
-    raise ValueError(f"weights: expected b >= 1 weights >= 0, not all 0, got {_checks.desc(weights)}")
+  _checks.check_real("weights", w, ndim=1, shape_doc="[num_bits] of non-negative weights", nonnegative="weights")
+  if not np.any(w > 0):
+    raise ValueError(f"weights: expected some weight > 0, got {_checks.desc(weights)}")
   _checks.check_shape("relevance", relevance, d.shape, like="distances")
   num_bits = w.size
   radius = np.clip(np.ceil(d / np.mean(w) - 1e-9), 0, num_bits).astype(np.int64)

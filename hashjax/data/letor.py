@@ -279,7 +279,7 @@ def load_letor_fold(folder: PathLike, *, fold: int, num_features: int = 46,
   subsets are concatenated in the table's order; a query id may appear in
   one file only.
 
-  .. math:: \mathcal D^{train}_k = igcup_{s \in T_k} S_s, \quad
+  .. math:: \mathcal D^{train}_k = \bigcup_{s \in T_k} S_s, \quad
      \mathcal D^{vali}_k = S_{v_k}, \quad \mathcal D^{test}_k = S_{t_k}
 
   Args:

@@ -355,7 +355,7 @@ def interpolated_ap(distances: Array, relevance: Array, *, num_bits: Optional[in
 
   The histogram form: :func:`interpolated_ap_from_histogram`.
 
-  .. math:: \mathrm{AP}_{11} = rac{1}{11} \sum_{t \in \{0, 0.1, \ldots, 1\}} \max_{d : R(d) \ge t} P(d)
+  .. math:: \mathrm{AP}_{11} = \frac{1}{11} \sum_{t \in \{0, 0.1, \ldots, 1\}} \max_{d : R(d) \ge t} P(d)
 
   Args:
     distances: ``[..., N]``, smaller is closer: Hamming distances with ``num_bits``, else any real values.

@@ -437,7 +437,7 @@ def interpolated_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
 
   Ties: none broken; each distance bin (tie group) is one point of the precision-recall curve.
 
-  .. math:: \mathrm{AP}_{11} = rac{1}{11} \sum_{t \in \{0, 0.1, \ldots, 1\}} \max_{d : R(d) \ge t} P(d)
+  .. math:: \mathrm{AP}_{11} = \frac{1}{11} \sum_{t \in \{0, 0.1, \ldots, 1\}} \max_{d : R(d) \ge t} P(d)
 
   with ``P(d)``, ``R(d)`` the precision and recall of the items at distance ``<= d`` (0 where no point reaches
   ``t``). Recall levels are compared with a tolerance of ``1e-6``.

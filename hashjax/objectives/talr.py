@@ -122,10 +122,13 @@ def ranking_loss(distances: Array, affinity: Array, *, metric: Callable[[Array],
   """
   hist = relaxations.soft_histogram(distances, affinity, num_bits=num_bits, num_levels=num_levels,
                                     width=width)
-  values = metric(hist)
-  counts = relaxations.has_relevant(hist).astype(values.dtype)
-  num = jnp.maximum(jnp.sum(counts), 1.0)
-  mean = jnp.sum(values * counts) / num
+  return _minus_mean(metric(hist), relaxations.has_relevant(hist))
+
+
+def _minus_mean(values: Array, counted: Array) -> tuple:
+  """``(-mean, aux)``: minus the mean of ``values[Q]`` over the queries ``counted`` (those with a relevant item)."""
+  counts = counted.astype(values.dtype)
+  mean = jnp.sum(values * counts) / jnp.maximum(jnp.sum(counts), 1.0)
   return -mean, {"metric": mean, "queries": jnp.sum(counts)}
 
 
@@ -265,9 +268,6 @@ def tie_unaware_ap(mapping, *, num_bits: int, temperature: float = 1.0,
     phi = relaxations.relax(mappings.apply(mapping, params, batch["features"]), alpha=_alpha(alpha, step))
     d = relaxations.off_diagonal(dist(phi, phi))
     relevant = relaxations.off_diagonal(batch["affinity"]) > 0
-    values = relaxations.smooth_ap(d, relevant, temperature=temperature)
-    counts = jnp.any(relevant, axis=-1).astype(values.dtype)
-    mean = jnp.sum(values * counts) / jnp.maximum(jnp.sum(counts), 1.0)
-    return -mean, {"metric": mean, "queries": jnp.sum(counts)}
+    return _minus_mean(relaxations.smooth_ap(d, relevant, temperature=temperature), jnp.any(relevant, axis=-1))
 
   return loss_fn
