@@ -92,10 +92,9 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   """
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, rows = query_words.shape[0], db_words.shape[0]
-  num_db = rows if num_db is None else _checks.check_int_at_most(
-      "num_db", num_db, rows, what=f"len(db_words) = {rows} (real rows; the rest pad)")
-  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
-                               **({} if num_db == rows else {"db_like": "[num_db]"}))
+  num_db = rows if num_db is None else _checks.check_int_at_most("num_db", num_db, rows, what=f"len(db_words) = {rows}")
+  num_levels = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
+                             **({} if num_db == rows else {"db_like": "[num_db]"}))
   radius = _checks.check_int("radius", radius, low=0)
   k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
   dtype = _checks.check_float_dtype(dtype)  # the histograms check chunk_size
@@ -106,14 +105,12 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   else:
     count = histograms.hamming_histogram
     db_words = db_words if num_db == rows else db_words[:num_db]
-  if labels_given:
+  if num_levels is None:
     hist = count(query_words, db_words, num_bits=num_bits, query_labels=query_labels, db_labels=db_labels,
                  chunk_size=chunk_size)
-  elif relevance is not None:
-    _checks.check_int_range("relevance", relevance, 0, 1, what="relevance labels")
-    hist = count(query_words, db_words, relevance, num_bits=num_bits, num_levels=2, chunk_size=chunk_size)
   else:
-    hist = count(query_words, db_words, affinity, num_bits=num_bits, chunk_size=chunk_size)
+    hist = count(query_words, db_words, affinity if relevance is None else relevance, num_bits=num_bits,
+                 num_levels=num_levels, chunk_size=chunk_size)
   hist = np.asarray(hist)
   values = {**_tie_aware(hist, k=k, ndcg_k=ndcg_k, dtype=dtype), **_at_radius(hist, radius=radius, dtype=dtype)}
   return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)
@@ -166,21 +163,18 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
   _checks.check_real_distances(distances)
   _checks.check_array("distances", distances, ndim=2, shape_doc="[Q, N]", kinds="iuf", what="real array")
   num_q, num_db = distances.shape
-  labels_given = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
-                               query_like="[len(distances)]", db_like="[distances.shape[1]]")
+  num_levels = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db, levels_like="distances",
+                             query_like="[len(distances)]", db_like="[distances.shape[1]]")
   _checks.check_concrete("distances", distances, query_labels, db_labels, relevance, affinity,
                          why="evaluate_distances returns Python numbers; under jit use hashjax.metrics.tie_aware_ap")
   k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
   radius = None if radius is None else _checks.check_number("radius", radius)
   dtype = _checks.check_float_dtype(dtype)
-  if labels_given:
+  if num_levels is None:
     ql, xl, num_levels = np.asarray(query_labels), np.asarray(db_labels), 2
     levels = lambda rows: (ql[rows, None] == xl[None, :]).astype(np.int8)
   else:
-    name, given = ("relevance", relevance) if relevance is not None else ("affinity", affinity)
-    num_levels = histograms.num_levels_of(given, 2 if relevance is not None else None, name=name)
-    _checks.check_shape(name, given, distances.shape, like="distances")
-    given = np.asarray(given)
+    given = np.asarray(affinity if relevance is None else relevance)
     levels = lambda rows: given[rows]
   d = np.asarray(distances)
   step = max(1, _BLOCK_CELLS // (num_db * num_levels))
@@ -201,14 +195,23 @@ def evaluate_distances(distances: Array, *, query_labels: Optional[Array] = None
   return _summary(values, radius=radius, k=k, dtype=dtype, num_queries=num_q, num_db=num_db)
 
 
-def _check_levels(query_labels, db_labels, relevance, affinity, num_q: int, num_db: int, **like) -> bool:
-  """Exactly one of labels (both), ``relevance`` or ``affinity``; checks the labels; True when labels."""
+def _check_levels(query_labels, db_labels, relevance, affinity, num_q: int, num_db: int, *,
+                  levels_like: str = "[len(query_words), num_db]", **like) -> Optional[int]:
+  """Exactly one of labels (both), ``relevance`` (``{0, 1}``) or ``affinity`` (levels ``>= 0``), checked:
+  labels as :func:`hashjax._checks.check_label_pair` (``like`` naming their shapes), ``relevance`` or
+  ``affinity`` of shape ``[num_q, num_db]`` (which ``levels_like`` names). Returns None for labels, else the
+  number of levels."""
   given = [name for name, used in (("query_labels/db_labels", query_labels is not None or db_labels is not None),
                                    ("relevance", relevance is not None), ("affinity", affinity is not None)) if used]
   if len(given) != 1:
     raise ValueError("query_labels, db_labels, relevance, affinity: expected exactly one of labels (both), relevance "
                      f"or affinity, got {given or 'none'}")
-  return _checks.check_label_pair(query_labels, db_labels, num_q, num_db, **like)
+  if _checks.check_label_pair(query_labels, db_labels, num_q, num_db, **like):
+    return None
+  name, levels = given[0], relevance if relevance is not None else affinity
+  num_levels = histograms.num_levels_of(levels, 2 if relevance is not None else None, name=name)
+  _checks.check_shape(name, levels, (num_q, num_db), like=levels_like)
+  return num_levels
 
 
 def _tie_aware(hist: np.ndarray, *, k: int, ndcg_k: int, dtype) -> dict:

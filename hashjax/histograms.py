@@ -76,14 +76,13 @@ def num_levels_of(affinity: Any, num_levels: Optional[int] = None, *, name: str 
   >>> num_levels_of(np.array([[0, 3, 1]])), num_levels_of(np.array([0, 0])), num_levels_of(np.array([1]), 4)
   (4, 2, 4)
   """
-  if num_levels is None:
-    if not _checks.is_concrete(affinity):
-      raise ValueError(f"num_levels: must be given when {name} is traced (under jit/vmap)")
-    _checks.check_int_range(name, affinity, 0, _INT32_MAX, what="affinity levels")
-    return max(int(np.asarray(affinity).max(initial=0)) + 1, 2)
-  num_levels = _checks.check_positive_int("num_levels", num_levels)
-  _checks.check_int_range(name, affinity, 0, num_levels - 1, what="affinity levels")
-  return num_levels
+  if num_levels is not None:
+    num_levels = _checks.check_positive_int("num_levels", num_levels)
+  elif not _checks.is_concrete(affinity):
+    raise ValueError(f"num_levels: must be given when {name} is traced (under jit/vmap)")
+  top = _INT32_MAX if num_levels is None else num_levels - 1
+  _checks.check_int_range(name, affinity, 0, top, what=f"{name} levels")
+  return num_levels or max(int(np.asarray(affinity).max(initial=0)) + 1, 2)
 
 
 def distance_histogram(distances: Array, affinity: Optional[Array] = None, *, num_bits: int,

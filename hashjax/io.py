@@ -58,6 +58,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hashjax import _checks
+
 __all__ = ["atomic_write_bytes", "atomic_write_json", "write_synced", "save_arrays", "load_arrays", "MANIFEST",
            "LOCK_FILE"]
 
@@ -132,10 +134,9 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
   try:
     write_synced(tmp, lambda f: f.write(data))
     os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
+  finally:
+    if os.path.exists(tmp):  # the write or the rename failed
       os.unlink(tmp)
-    raise
   _fsync_dir(directory)
 
 
@@ -261,9 +262,8 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
                        "shape": list(array.shape), "sha256": digest})
       _fsync_dir(tmp)
       os.replace(tmp, os.path.join(path, data))
-    except BaseException:
-      shutil.rmtree(tmp, ignore_errors=True)
-      raise
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)  # a failed save's half-written folder (once renamed, nothing)
     _fsync_dir(path)
     previous = _current_data(file)
     body = {**header, "data": data, "arrays": listed}
@@ -277,34 +277,28 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
 
 
 class _Changed(Exception):
-  """A file named by a manifest is missing or does not match its checksum."""
+  """A file named by a manifest does not match its checksum (a missing one raises ``FileNotFoundError``)."""
 
 
 def _read_npy(path: str, entry: Dict[str, Any], manifest: str, mmap: bool) -> np.ndarray:
   file = os.path.join(path, entry["file"])
-  try:
-    with open(file, "rb") as f:
-      if mmap:  # hashed in 16 MiB pieces, then mapped
-        digest = hashlib.sha256()
-        for piece in iter(lambda: f.read(1 << 24), b""):
-          digest.update(piece)
-        digest = digest.hexdigest()
-      else:
-        blob = f.read()
-        digest = hashlib.sha256(blob).hexdigest()
-  except FileNotFoundError:
-    raise _Changed(f"{file}: missing (listed in {manifest})") from None
+  with open(file, "rb") as f:  # FileNotFoundError: load_arrays names the missing file
+    if mmap:  # hashed in 16 MiB pieces, then mapped
+      digest = hashlib.sha256()
+      for piece in iter(lambda: f.read(1 << 24), b""):
+        digest.update(piece)
+      digest = digest.hexdigest()
+    else:
+      blob = f.read()
+      digest = hashlib.sha256(blob).hexdigest()
   if digest != entry["sha256"]:
     raise _Changed(f"{file}: checksum mismatch (sha256 {digest[:16]}..., {manifest} lists {entry['sha256'][:16]}...): "
                    "the file is truncated or altered")
+  # The file is the one the save wrote (its sha256), so its dtype and shape are those the manifest lists.
   try:
-    array = np.load(file, mmap_mode="r", allow_pickle=False) if mmap else np.load(BytesIO(blob), allow_pickle=False)
+    return np.load(file, mmap_mode="r", allow_pickle=False) if mmap else np.load(BytesIO(blob), allow_pickle=False)
   except (OSError, ValueError, EOFError) as e:
     raise ValueError(f"{file}: not a readable .npy array ({type(e).__name__}: {e})") from None
-  if array.dtype.str != entry["dtype"] or list(array.shape) != entry["shape"]:
-    raise ValueError(f"{file}: expected dtype {entry['dtype']} and shape {tuple(entry['shape'])} (as {manifest} "
-                     f"lists), got dtype {array.dtype.name} and shape {array.shape}")
-  return array
 
 
 def _parse(file: str, raw: bytes, check: Callable[[str, Dict[str, Any]], None]) -> Dict[str, Any]:
@@ -312,17 +306,16 @@ def _parse(file: str, raw: bytes, check: Callable[[str, Dict[str, Any]], None]) 
     header = json.loads(raw.decode("utf-8"))
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise ValueError(f"{file}: not valid JSON, truncated or altered ({e})") from None
-  if not isinstance(header, dict):
-    raise ValueError(f"{file}: expected a JSON object, got {type(header).__name__}")
+  _checks.check_type(file, header, dict, what="a JSON object")
   check(file, header)
-  if "checksum" not in header:
-    return header
-  if header["checksum"] != _checksum(header):
+  signed = "checksum" in header  # else an older layout (read_legacy), whose arrays list no file or sha256
+  if signed and header["checksum"] != _checksum(header):
     raise ValueError(f"{file}: checksum mismatch (the manifest was altered or truncated)")
-  listed = header.get("arrays")
-  if not isinstance(header.get("data"), str) or not isinstance(listed, list) or not all(
-      isinstance(e, dict) and {"name", "file", "dtype", "shape", "sha256"} <= set(e) for e in listed):
-    raise ValueError(f"{file}: expected a data folder and arrays as a list of {{name, file, dtype, shape, sha256}}")
+  keys = ("name", "file", "dtype", "shape", "sha256") if signed else ("name", "dtype", "shape")
+  listed, folder = header.get("arrays"), "a data folder and " if signed else ""
+  if not isinstance(listed, list) or not all(isinstance(e, dict) and set(keys) <= set(e) for e in listed) or (
+      signed and not isinstance(header.get("data"), str)):
+    raise ValueError(f"{file}: expected {folder}arrays as a list of {{{', '.join(keys)}}}")
   return header
 
 

@@ -131,11 +131,16 @@ def _as_float(x: Any) -> Array:
   return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
 
 
+def check_mapping(mapping: Any) -> None:
+  """``mapping`` must be a module of :func:`make_mapping` (the rule of every function that takes one)."""
+  _checks.check_type("mapping", mapping, (Linear, MLP, CNN), what="a hashjax.mappings module from make_mapping")
+
+
 def _check_features(name: str, features: Any, mapping: Any, params: Any = None) -> None:
   """``mapping`` a module of :func:`make_mapping` and ``features[..., dim]`` finite reals, ``dim`` its input width
   (a CNN's: the product of its ``image_shape``; else that of ``params`` when given, else that of its ``mean`` /
   ``scale`` when set)."""
-  _checks.check_type("mapping", mapping, (Linear, MLP, CNN), what="a hashjax.mappings module from make_mapping")
+  check_mapping(mapping)
   dim = _stat_dim(mapping) if params is None else _param_dim(mapping, params)
   _checks.check_real(name, features, shape_doc="[..., dim]", min_ndim=1, nonempty="feature column")
   if dim is not None:
@@ -326,8 +331,8 @@ class CNN(nn.Module):
 
 def _check_stat(name: str, value: Any, *, positive: bool) -> Constant:
   _checks.check_real(name, value, shape_doc="[dim] of per-feature statistics", ndim=1)
-  if positive and np.any(np.asarray(value) <= 0):
-    raise ValueError(f"{name}: expected positive per-feature scales, got minimum {np.asarray(value).min()!r}")
+  if positive:
+    _checks.check_numbers(name, value, low=0, low_open=True)
   return Constant(np.asarray(value))
 
 
@@ -369,11 +374,10 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
   >>> make_mapping("cnn", num_bits=16, image_shape=(8, 8, 1), channels=(4,), hidden=()).channels
   (4,)
   """
-  _checks.check_option("name", name, MAPPINGS)
+  for option, value, options in (("name", name, MAPPINGS), ("init", init, INITS),
+                                 ("activation", "relu" if activation is None else activation, ACTIVATIONS)):
+    _checks.check_option(option, value, options)
   num_bits = _checks.check_num_bits(num_bits)
-  _checks.check_option("init", init, INITS)
-  if activation is not None:
-    _checks.check_option("activation", activation, ACTIVATIONS)
   try:
     param_dtype = np.dtype(param_dtype)
   except TypeError:
@@ -384,15 +388,13 @@ def make_mapping(name: str, *, num_bits: int, hidden: Optional[Sequence[int]] = 
   scale_c = None if scale is None else _check_stat("scale", scale, positive=True)
   if mean_c is not None and scale_c is not None:
     _checks.check_shape("scale", scale_c.value, mean_c.value.shape, like="mean")
-  if name != "cnn":
-    for option, value in (("image_shape", image_shape), ("channels", channels)):
-      if value is not None:
-        raise ValueError(f"{option}: expected None for name={name!r} (use name='cnn'), got {value!r}")
+  no_hidden = None if isinstance(hidden, (tuple, list)) and not hidden else hidden  # () or [] mean none
+  cnn_only = (("image_shape", image_shape, "cnn"), ("channels", channels, "cnn"))
+  mlp_only = (("hidden", no_hidden, "mlp"), ("activation", activation, "mlp"))
+  for option, value, owner in {"linear": cnn_only + mlp_only, "mlp": cnn_only, "cnn": ()}[name]:
+    if value is not None:
+      raise ValueError(f"{option}: expected None for name={name!r} (use name={owner!r}), got {value!r}")
   if name == "linear":
-    no_hidden = None if isinstance(hidden, (tuple, list)) and not hidden else hidden  # () or [] mean none
-    for option, value in (("hidden", no_hidden), ("activation", activation)):
-      if value is not None:
-        raise ValueError(f"{option}: expected None for a linear mapping (use name='mlp'), got {value!r}")
     return Linear(num_bits=num_bits, weight_init=init, mean=mean_c, scale=scale_c,
                   param_dtype=param_dtype.type)
   activation = "relu" if activation is None else activation
@@ -594,8 +596,7 @@ def alpha_schedule(step: Any, *, init: float, final: float, steps: int) -> Array
   >>> [float(alpha_schedule(t, init=1.0, final=5.0, steps=4)) for t in (0, 2, 4, 9)]
   [1.0, 3.0, 5.0, 5.0]
   """
-  init = _checks.check_number("init", init, low=0, low_open=True)
-  final = _checks.check_number("final", final, low=0, low_open=True)
+  init, final = (_checks.check_number(name, v, low=0, low_open=True) for name, v in (("init", init), ("final", final)))
   steps = _checks.check_positive_int("steps", steps)
   _checks.check_step(step)
   schedule = optax.linear_schedule(init, final, steps)

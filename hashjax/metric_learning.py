@@ -58,16 +58,19 @@ def _features(features: Any) -> np.ndarray:
   return np.asarray(features, np.float64)
 
 
+def _check_components(num_components: Any, d: int) -> int:
+  """The width ``r`` of a linear map on ``d`` features: ``num_components``, an int in ``[1, d]``, or ``d`` for None."""
+  what = f"the {d} columns of features"
+  return d if num_components is None else _checks.check_int_at_most("num_components", num_components, d, what=what)
+
+
 def _labels_and_k(labels: Any, n: int, k: Any) -> Tuple[np.ndarray, int]:
   """Labels with at least two classes, and ``k`` no larger than the smallest class minus the item itself."""
   labels = _checks.check_class_labels(labels, n)
-  k = _checks.check_positive_int("k", k)
   classes, counts = np.unique(labels, return_counts=True)
-  smallest = int(np.argmin(counts))
-  _checks.check_int_at_most("k", k, int(counts[smallest]) - 1,
-                            what=f"{counts[smallest] - 1} (class {classes[smallest]} has {counts[smallest]} items, "
-                                 "and an item is not its own target neighbour)")
-  return labels, k
+  c = int(np.argmin(counts))
+  return labels, _checks.check_int_at_most("k", k, int(counts[c]) - 1, what=f"{counts[c] - 1} (class {classes[c]} "
+                                           f"has {counts[c]} items, and an item is not its own target neighbour)")
 
 
 def _sq_dist_pairs(z: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -182,10 +185,9 @@ def lmnn_loss(linear_map: Any, features: Any, labels: Any, targets: Any, *,
   if linear_map.shape[0] != d:
     raise ValueError(f"linear_map: expected {d} rows (the columns of features), got shape {tuple(linear_map.shape)}")
   labels = _checks.check_class_labels(labels, n)
-  _checks.check_int_range("targets", targets, 0, n - 1, what="indices into features", ndim=2, shape_doc="[n, k]")
+  _checks.check_int_range("targets", targets, 0, n - 1, what="indices into features", ndim=2, shape_doc="[n, k]",
+                          shape=(n,) + np.shape(targets)[1:], like="one row of targets per item of features")
   targets = np.asarray(targets, np.int64)
-  if targets.shape[0] != n:
-    raise ValueError(f"targets: expected {n} rows (one per item of features), got shape {tuple(targets.shape)}")
   rows = np.arange(n)[:, None]
   bad = (labels[targets] != labels[:, None]) | (targets == rows)
   if bad.any():
@@ -235,8 +237,7 @@ def fit_lmnn(features: Any, labels: Any, *, num_components: Optional[int] = None
   x = _features(features)
   n, d = x.shape
   labels, k = _labels_and_k(labels, n, k)
-  r = d if num_components is None else _checks.check_int_at_most(
-      "num_components", num_components, d, what=f"the {d} columns of features")
+  r = _check_components(num_components, d)
   mu = _checks.check_number("regularization", regularization, low=0, high=1)
   step = _checks.check_number("learning_rate", learning_rate, low=0, low_open=True)
   max_iterations = _checks.check_int("max_iterations", max_iterations, low=0)
@@ -290,8 +291,7 @@ def fit_nca(features: Any, labels: Any, *, num_components: Optional[int] = None,
   x = _features(features)
   n, d = x.shape
   labels = _checks.check_class_labels(labels, n)
-  r = d if num_components is None else _checks.check_int_at_most(
-      "num_components", num_components, d, what=f"the {d} columns of features")
+  r = _check_components(num_components, d)
   max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
   seed = _checks.check_int("seed", seed, low=0)
   nca = NeighborhoodComponentsAnalysis(n_components=r, init="auto", max_iter=max_iterations, random_state=seed)

@@ -435,8 +435,7 @@ def _named_params(cls: Any, kind: str, arrays: Dict[str, np.ndarray]) -> Any:
 
 def _colgen_model(params: Any, bit_weights: Any, *, settings: Dict[str, Any], dim: int,
                   feature_range: Tuple[float, float], config: Optional[Dict[str, Any]]) -> Model:
-  """A checked colgen :class:`Model` (float32 arrays) of ``params`` and ``bit_weights``."""
-  _checks.check_type("params", params, colgen_features.HashParams, what="hashjax.colgen.features.HashParams")
+  """A checked colgen :class:`Model` (float32 arrays) of ``params`` (a ``HashParams``) and ``bit_weights``."""
   arrays = {name: np.asarray(value) for name, value in zip(colgen_features.PARAM_FIELDS, params)}
   for name, value in arrays.items():
     _checks.check_real(f"params.{name}", value)
@@ -484,6 +483,7 @@ def from_colgen(params: Any, bit_weights: Any, *, train_features: Any, method: s
   >>> model.kind, model.num_bits, model.bit_weights.tolist(), model.encode(x[:2]).shape
   ('colgen', 3, [1.0, 0.5, 0.0], (2, 1))
   """
+  _checks.check_type("params", params, colgen_features.HashParams, what="hashjax.colgen.features.HashParams")
   dim, feature_range = _train_stats(train_features)
   _checks.check_type("method", method, str, what="a string")
   return _colgen_model(params, bit_weights, settings={"method": method}, dim=dim, feature_range=feature_range,
@@ -557,37 +557,43 @@ def _resolve(path: str) -> str:
   raise ValueError(f"path: {path!r} holds no saved model (expected {MODEL_FILE} in it, model/ or models/<name>/)")
 
 
+def _check_feature_range(name: str, span: Any) -> None:
+  """``[lo, hi]``, two finite numbers, ``lo <= hi``."""
+  lo, hi = span if isinstance(span, list) and len(span) == 2 else (None, None)
+  _checks.check_number(f"{name}[0]", lo)
+  _checks.check_number(f"{name}[1]", hi, low=lo)
+
+
+#: The rule of each field of ``model.json`` besides its format, version, checksum and arrays (which
+#: :mod:`hashjax.io` and :func:`_read_npz` check), each called with the field's name and value.
+_META_FIELDS = {"kind": functools.partial(_checks.check_option, options=KINDS),
+                "num_bits": _checks.check_int, "dim": _checks.check_int,
+                "settings": functools.partial(_checks.check_type, types=dict, what="an object"),
+                "config": functools.partial(_checks.check_type, types=(dict, type(None)), what="an object or null"),
+                "feature_range": _check_feature_range}
+
+
 def _check_meta(file: str, meta: Dict[str, Any]) -> None:
   """``meta`` (``model.json``) must be a model of a format version this module reads, its fields well-formed."""
   version = meta.get("version")
   if meta.get("format") != FORMAT or not (_checks.is_int(version) and 1 <= version <= VERSION):
     raise ValueError(f"{file}: expected format {FORMAT!r} version 1..{VERSION} (a newer version needs a newer "
                      f"hashjax), got format {meta.get('format')!r} version {version!r}")
-  missing = [k for k in ("kind", "num_bits", "dim", "settings", "feature_range", "config", "arrays") if k not in meta]
+  missing = [k for k in (*_META_FIELDS, "arrays") if k not in meta]
   if missing:
     raise ValueError(f"{file}: missing field(s) {missing}")
-  kind = _checks.check_option(f"{file}: kind", meta["kind"], KINDS)
+  for key, rule in _META_FIELDS.items():
+    rule(f"{file}: {key}", meta[key])
+  kind = meta["kind"]
   if _KIND_VERSION.get(kind, 1) > version:
     raise ValueError(f"{file}: kind {kind!r} needs format version {_KIND_VERSION[kind]} or newer, got {version}")
-  for key in ("num_bits", "dim"):
-    _checks.check_int(f"{file}: {key}", meta[key])
-  span = meta["feature_range"]
-  lo, hi = span if isinstance(span, list) and len(span) == 2 else (None, None)
-  _checks.check_number(f"{file}: feature_range[0]", lo)
-  _checks.check_number(f"{file}: feature_range[1]", hi, low=lo)
-  for key, types, what in (("settings", dict, "an object"), ("config", (dict, type(None)), "an object or null")):
-    _checks.check_type(f"{file}: {key}", meta[key], types, what=what)
   if (version < 3) == ("checksum" in meta):
     raise ValueError(f"{file}: expected a checksum in format version 3 and none before, got version {version}")
 
 
 def _read_npz(directory: str, meta: Dict[str, Any]) -> Dict[str, np.ndarray]:
   """The arrays of a model saved in the layout of format versions 1 and 2: ``model.json`` and ``arrays.npz``."""
-  file, listed = os.path.join(directory, ARRAYS_FILE), meta["arrays"]
-  if not isinstance(listed, list) or not all(isinstance(a, dict) and {"name", "dtype", "shape"} <= set(a)
-                                             for a in listed):
-    raise ValueError(f"{os.path.join(directory, MODEL_FILE)}: arrays: expected a list of {{name, dtype, shape}} "
-                     f"objects, got {listed!r}")
+  file, listed = os.path.join(directory, ARRAYS_FILE), meta["arrays"]  # a list of {name, dtype, shape} (io checks)
   out, problem = {}, None
   with open(file, "rb") as f:  # FileNotFoundError: io.load_arrays tells a missing file from a replaced one
     try:
@@ -665,7 +671,6 @@ def load_model(path: Any) -> Model:
       model = _baseline_model(kind, params, dim=dim, feature_range=feature_range, config=config)
   except (ValueError, TypeError) as e:
     raise ValueError(f"{meta_file}: does not describe a usable model: {e}") from None
-  if (model.num_bits, model.dim) != (meta["num_bits"], dim):
-    raise ValueError(f"{meta_file}: num_bits / dim: the arrays give {model.num_bits} / {model.dim}, the file says "
-                     f"{meta['num_bits']} / {dim}")
+  if model.num_bits != meta["num_bits"]:  # (every kind's model has the dim of the file)
+    raise ValueError(f"{meta_file}: num_bits: the arrays give {model.num_bits}, the file says {meta['num_bits']}")
   return model

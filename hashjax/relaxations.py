@@ -104,11 +104,9 @@ def _check_metric(hist: Any, option: str, value: Any, options: tuple) -> str:
 
 def _check_alpha(alpha: Any) -> None:
   """A positive finite number, or a float scalar array (which may be traced: a slope annealed under jit)."""
-  if getattr(alpha, "ndim", None) == 0 and np.issubdtype(np.dtype(alpha.dtype), np.floating):
-    if _checks.is_concrete(alpha):
-      _checks.check_number("alpha", float(np.asarray(alpha)), low=0, low_open=True)
-    return
-  _checks.check_number("alpha", alpha, low=0, low_open=True)
+  scalar = getattr(alpha, "ndim", None) == 0 and np.issubdtype(np.dtype(alpha.dtype), np.floating)
+  if not scalar or _checks.is_concrete(alpha):
+    _checks.check_number("alpha", float(np.asarray(alpha)) if scalar else alpha, low=0, low_open=True)
 
 
 # --------------------------------------------------------------------------- relaxed codes and distances
@@ -332,6 +330,13 @@ def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_leve
 # --------------------------------------------------------------------------- continuations
 
 
+def _continued(fn, x):
+  """``fn(x, xp)``, a continuation of :mod:`hashjax._special`, of real ``x >= 0`` in the float dtype of ``x``."""
+  _checks.check_real("x", x, shape_doc="[...]", nonnegative="values")
+  dtype = _float_dtype(x)
+  return _special.apply_xp(lambda x, xp: fn(x.astype(dtype), xp), x)
+
+
 def harmonic_number(x: Array) -> Array:
   r"""The harmonic numbers continued to real ``x >= 0``: ``H(x) = psi(x + 1) + gamma``.
 
@@ -351,9 +356,7 @@ def harmonic_number(x: Array) -> Array:
   >>> harmonic_number(jnp.array([0.0, 1.0, 3.0, 0.5])).round(5).tolist()
   [0.0, 1.0, 1.83333, 0.61371]
   """
-  _checks.check_real("x", x, shape_doc="[...]", nonnegative="values")
-  dtype = _float_dtype(x)
-  return _special.apply_xp(lambda x, xp: _special.harmonic_number(x.astype(dtype), xp), x)
+  return _continued(_special.harmonic_number, x)
 
 
 def cumulative_discount(x: Array) -> Array:
@@ -390,9 +393,7 @@ def cumulative_discount(x: Array) -> Array:
   >>> cumulative_discount(jnp.array([0.0, 1.0, 2.0, 1.5])).round(5).tolist()
   [0.0, 1.0, 1.63093, 1.33877]
   """
-  _checks.check_real("x", x, shape_doc="[...]", nonnegative="values")
-  dtype = _float_dtype(x)
-  return _special.apply_xp(lambda x, xp: _special.cumulative_discount(x.astype(dtype), xp), x)
+  return _continued(_special.cumulative_discount, x)
 
 
 # --------------------------------------------------------------------------- relaxed AP
@@ -612,8 +613,7 @@ def ideal_dcg(level_totals: Array, *, discount: str = "exact") -> Array:
   >>> bool(np.isclose(float(ideal_dcg(np.array([1., 1., 1.]))), 3 + 1 / np.log2(3), rtol=1e-6))
   True
   """
-  _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", min_ndim=1, nonempty="level",
-                     nonnegative="(soft) counts")
+  _checks.check_real("level_totals", level_totals, shape_doc="[..., V]", nonempty="level", nonnegative="(soft) counts")
   discount = _checks.check_option("discount", discount, DISCOUNTS)
   return _special.apply_xp(_ideal_dcg, level_totals, discount=discount, dtype=_float_dtype(level_totals))
 

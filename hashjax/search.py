@@ -143,6 +143,22 @@ def _weights(query_words, db_words, weights, *, required: bool = False):
   return wkernels.flush_weights_traced(weights, query_words.shape[1])
 
 
+#: ``k`` of a search that takes none (:func:`radius_search`).
+_NO_K = object()
+
+
+def _check_search(query_words, db_words, weights, k, chunk_size, *, required: bool = False,
+                  concrete: bool = False) -> tuple:
+  """The arguments of a search, checked in order: ``(w, k, chunk_size)``, ``w`` as :func:`_weights` gives it
+  (the inputs then concrete, when ``concrete``), ``1 <= k <= N`` (unless :data:`_NO_K`) and the chunk size
+  rounded up to a multiple of 256."""
+  w = _weights(query_words, db_words, weights, required=required)
+  if concrete:
+    _checks.check_concrete("query_words, db_words, weights", query_words, db_words, weights)
+  k = k if k is _NO_K else _checks.check_k(k, db_words.shape[0])
+  return w, k, _check_chunk_size(chunk_size)
+
+
 # ----------------------------------------------------------------------------
 # Layout: host numpy for concrete inputs, jax.numpy when traced.
 
@@ -341,9 +357,7 @@ def knn(query_words: Array, db_words: Array, k: int, *, weights: Optional[Array]
   >>> distances.tolist(), indices.tolist()
   ([[0.0, 0.5]], [[2, 1]])
   """
-  w = _weights(query_words, db_words, weights)
-  k = _checks.check_k(k, db_words.shape[0])
-  chunk_size = _check_chunk_size(chunk_size)
+  w, k, chunk_size = _check_search(query_words, db_words, weights, k, chunk_size)
   if w is None:
     return _knn(query_words, db_words, k, chunk_size)
   return _weighted_knn(query_words, db_words, w, k, chunk_size)
@@ -379,10 +393,7 @@ def knn_with_ties(query_words: Array, db_words: Array, k: int, *, weights: Optio
   >>> ties.distances.tolist(), ties.indices.tolist(), ties.offsets.tolist()
   ([0, 1, 1], [2, 0, 1], [0, 3])
   """
-  w = _weights(query_words, db_words, weights)
-  _checks.check_concrete("query_words, db_words, weights", query_words, db_words, weights)
-  k = _checks.check_k(k, db_words.shape[0])
-  chunk_size = _check_chunk_size(chunk_size)
+  w, k, chunk_size = _check_search(query_words, db_words, weights, k, chunk_size, concrete=True)
   q, db = np.asarray(query_words), np.asarray(db_words)
   if w is None:
     return _radius(q, db, np.asarray(_knn(q, db, k, chunk_size)[0][:, -1], np.int64), chunk_size)
@@ -417,9 +428,8 @@ def knn_tie_break(query_words: Array, db_words: Array, k: int, *, weights: Array
   >>> res.hamming.tolist(), res.weighted.tolist(), res.indices.tolist()
   ([[0, 1, 1]], [[0.0, 0.5, 2.0]], [[2, 1, 0]])
   """
-  w = _weights(query_words, db_words, weights, required=True)
-  k = _checks.check_k(k, db_words.shape[0])
-  return _knn_tie_break(query_words, db_words, w, k, _check_chunk_size(chunk_size))
+  w, k, chunk_size = _check_search(query_words, db_words, weights, k, chunk_size, required=True)
+  return _knn_tie_break(query_words, db_words, w, k, chunk_size)
 
 
 # ----------------------------------------------------------------------------
@@ -573,9 +583,7 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, float, Arra
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0.0, 0.5, 0.5, 1.0], [2, 1, 3, 0], [0, 2, 4])
   """
-  w = _weights(query_words, db_words, weights)
-  _checks.check_concrete("query_words, db_words, weights", query_words, db_words, weights)
-  chunk_size = _check_chunk_size(chunk_size)
+  w, _, chunk_size = _check_search(query_words, db_words, weights, _NO_K, chunk_size, concrete=True)
   q, db = np.asarray(query_words), np.asarray(db_words)
   if w is None:
     return _radius(q, db, _checks.check_radius(r, q.shape[0]), chunk_size)

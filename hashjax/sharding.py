@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import jax
 from jax import lax
@@ -151,6 +151,25 @@ def _check_mesh(mesh: Any) -> Mesh:
   return _checks.check_type("mesh", mesh, Mesh, what="a jax.sharding.Mesh (e.g. hashjax.sharding.data_mesh())")
 
 
+def _check_split(name: str, x: Any, mesh: Any, pad: Any, num_rows: Optional[int] = None) -> Tuple[Mesh, int]:
+  """The arguments of :func:`shard_rows` (``num_rows`` None: ``x`` holds every row, at least one) and of
+  :func:`shard_process_rows` (``x`` holds this process's rows of ``num_rows``, checked): ``x`` (named ``name``) a
+  concrete array ``[rows, ...]``, ``mesh``, ``pad``, and the rows divisible by the mesh's devices unless ``pad``.
+  Returns the mesh and the number of padding rows."""
+  if not hasattr(x, "shape") or len(x.shape) < 1 or (num_rows is None and x.shape[0] == 0):
+    raise ValueError(f"{name}: expected an array [rows, ...]{' with at least one row' if num_rows is None else ''}, "
+                     f"got {_checks.desc(x)}")
+  _checks.check_concrete(name, x, why="its rows are placed on devices")
+  mesh = _check_mesh(mesh)
+  _checks.check_bool("pad", pad)
+  rows_name, rows = (name, x.shape[0]) if num_rows is None else ("num_rows", num_rows)
+  extra = -rows % mesh.size
+  if extra and not pad:
+    raise ValueError(f"{rows_name}: expected a number of rows divisible by the mesh's {mesh.size} devices, got {rows} "
+                     f"rows (pad=True appends {extra} padding rows; pass num_db={rows} to the searches)")
+  return mesh, extra
+
+
 def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Array:
   r"""``x[N, ...]`` split by rows over every device of ``mesh`` (``NamedSharding(mesh, P(mesh.axis_names))``).
 
@@ -172,16 +191,7 @@ def shard_rows(x: Any, mesh: Mesh, *, name: str = "x", pad: bool = False) -> Arr
   >>> x.shape, x.sharding.spec
   ((3, 2), P('data',))
   """
-  mesh = _check_mesh(mesh)
-  pad = _checks.check_bool("pad", pad)
-  if not hasattr(x, "shape") or len(x.shape) < 1 or x.shape[0] == 0:
-    raise ValueError(f"{name}: expected an array with at least one row, got {_checks.desc(x)}")
-  _checks.check_concrete(name, x, why="shard_rows places data on devices")
-  rows, shards = x.shape[0], mesh.size
-  extra = -rows % shards
-  if extra and not pad:
-    raise ValueError(f"{name}: expected a number of rows divisible by the mesh's {shards} devices, got {rows} "
-                     f"rows (pad=True appends {extra} copies of the last row; pass num_db={rows} to the searches)")
+  mesh, extra = _check_split(name, x, mesh, pad)
   if extra:
     x = np.asarray(x)
     x = np.concatenate([x, np.broadcast_to(x[-1:], (extra,) + x.shape[1:])])
@@ -194,12 +204,10 @@ def _process_block(rows: int, mesh: Mesh) -> slice:
   split = NamedSharding(mesh, P(tuple(mesh.axis_names)))
   blocks = sorted((index[0].start or 0, rows if index[0].stop is None else index[0].stop)
                   for index in split.addressable_devices_indices_map((rows,)).values())
-  if not blocks:
-    raise ValueError(f"mesh: expected a mesh that holds some of process {jax.process_index()}'s devices, got one "
-                     f"over {[d.id for d in mesh.devices.flat]}")
-  if any(b[0] != a[1] for a, b in zip(blocks, blocks[1:])):
-    raise ValueError(f"mesh: expected process {jax.process_index()}'s devices next to each other along the mesh, so "
-                     f"that they hold consecutive rows (data_mesh()), got rows {blocks}")
+  if not blocks or any(b[0] != a[1] for a, b in zip(blocks, blocks[1:])):
+    raise ValueError(f"mesh: expected some of process {jax.process_index()}'s devices, next to each other so that "
+                     f"they hold consecutive rows (data_mesh()), got rows {blocks} over the mesh's devices "
+                     f"{[d.id for d in mesh.devices.flat]}")
   return slice(blocks[0][0], blocks[-1][1])
 
 
@@ -226,7 +234,11 @@ def process_rows(num_rows: int, mesh: Mesh) -> slice:
   """
   mesh = _check_mesh(mesh)
   num_rows = _checks.check_positive_int("num_rows", num_rows)
-  block = _process_block(mesh.size * -(-num_rows // mesh.size), mesh)
+  return _real_rows(_process_block(mesh.size * -(-num_rows // mesh.size), mesh), num_rows)
+
+
+def _real_rows(block: slice, num_rows: int) -> slice:
+  """The rows of ``block`` (this process's, of the padded array) before ``num_rows`` (the real ones)."""
   return slice(min(block.start, num_rows), min(block.stop, num_rows))
 
 
@@ -257,18 +269,10 @@ def shard_process_rows(local_rows: Any, mesh: Mesh, *, num_rows: int, pad: bool 
   >>> shard_process_rows(x[process_rows(3, mesh)], mesh, num_rows=3).sharding.spec
   P('data',)
   """
-  mesh = _check_mesh(mesh)
-  pad = _checks.check_bool("pad", pad)
   num_rows = _checks.check_positive_int("num_rows", num_rows)
-  extra = -num_rows % mesh.size
-  if extra and not pad:
-    raise ValueError(f"num_rows: expected a number of rows divisible by the mesh's {mesh.size} devices, got "
-                     f"{num_rows} (pad=True appends {extra} padding rows; pass num_db={num_rows} to the searches)")
-  if not hasattr(local_rows, "shape") or len(local_rows.shape) < 1:
-    raise ValueError(f"{name}: expected an array [rows, ...], got {_checks.desc(local_rows)}")
-  _checks.check_concrete(name, local_rows, why="shard_process_rows places data on devices")
-  rows = process_rows(num_rows, mesh)
+  mesh, extra = _check_split(name, local_rows, mesh, pad, num_rows)
   block = _process_block(num_rows + extra, mesh)
+  rows = _real_rows(block, num_rows)
   want = rows.stop - rows.start
   if local_rows.shape[0] != want:
     raise ValueError(f"{name}: expected this process's {want} rows {rows.start}:{rows.stop} of {num_rows} "
@@ -319,10 +323,10 @@ def shard_batch(batch: Any, mesh: Mesh, *, replicated: Sequence[str] = ()) -> An
   (P('data',), P())
   """
   mesh = _check_mesh(mesh)
-  if isinstance(replicated, str) or not all(isinstance(k, str) and isinstance(batch, dict) and k in batch
-                                            for k in replicated):
+  keys = list(batch) if isinstance(batch, dict) else []
+  if isinstance(replicated, str) or not all(isinstance(k, str) and k in keys for k in replicated):
     raise ValueError(f"replicated: expected a sequence of keys (str) of a dict batch, got {replicated!r} for a batch "
-                     f"of {f'keys {list(batch)}' if isinstance(batch, dict) else type(batch).__name__}")
+                     f"of {f'keys {keys}' if isinstance(batch, dict) else type(batch).__name__}")
   split = NamedSharding(mesh, P(tuple(mesh.axis_names)))
 
   def place(path, leaf):
@@ -339,15 +343,15 @@ def shard_batch(batch: Any, mesh: Mesh, *, replicated: Sequence[str] = ()) -> An
       lambda path, leaf, k=k: place((jax.tree_util.DictKey(k),) + path, leaf), v) for k, v in batch.items()}
 
 
-def _row_axes(name: str, x: Any):
-  """``(mesh, axes, S)`` of an array split by rows over the mesh ``axes`` (``S`` shards); ValueError otherwise."""
+def _row_layout(x: Any):
+  """``(mesh, axes, S)`` of a concrete ``jax.Array`` whose ``NamedSharding`` splits its rows only, over the mesh
+  ``axes`` (``S`` shards; ``axes`` empty: one copy, ``S = 1``); None for any other value."""
   sharding = getattr(x, "sharding", None) if _checks.is_concrete(x) else None
   if not isinstance(sharding, NamedSharding):
-    raise ValueError(f"{name}: expected a jax.Array laid out with a NamedSharding that splits its rows (shard_rows), "
-                     f"got {type(sharding).__name__ if sharding is not None else _checks.desc(x)}")
+    return None
   spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
   if any(s is not None for s in spec[1:]):
-    raise ValueError(f"{name}: expected a layout that splits rows only, got PartitionSpec{spec}")
+    return None
   first = spec[0]
   axes = () if first is None else (first,) if isinstance(first, str) else tuple(first)
   return sharding.mesh, axes, math.prod(sharding.mesh.shape[a] for a in axes)
@@ -362,29 +366,25 @@ def is_row_sharded(x: Any) -> bool:
   >>> is_row_sharded(np.zeros((4, 1))), is_row_sharded(shard_rows(np.zeros((4, 1)), data_mesh(1)))
   (False, False)
   """
-  if not (isinstance(x, jax.Array) and _checks.is_concrete(x) and isinstance(x.sharding, NamedSharding)):
-    return False
-  spec = tuple(x.sharding.spec)
-  if not spec or spec[0] is None or any(s is not None for s in spec[1:]):
-    return False
-  return _row_axes("x", x)[2] > 1
+  layout = _row_layout(x)
+  return layout is not None and layout[2] > 1
 
 
-def _check_word_pair(query_words: Any, db_words: Any, num_bits: Any = None) -> Any:
-  """:func:`hashjax._checks.check_word_pair`; of a ``db_words`` split over several processes, this process's shards
-  (the others check theirs)."""
-  if not (isinstance(db_words, jax.Array) and _checks.is_concrete(db_words) and not db_words.is_fully_addressable):
-    return _checks.check_word_pair(query_words, db_words, num_bits)
-  for shard in db_words.addressable_shards:
-    checked = _checks.check_word_pair(query_words, shard.data, num_bits)
-  return checked
-
-
-def _check_num_db(num_db: Any, rows: int) -> int:
-  """``num_db`` (None: every row) as an int in ``[1, rows]``."""
-  if num_db is None:
-    return rows
-  return _checks.check_int_at_most("num_db", num_db, rows, what=f"len(db_words) = {rows} (real rows; the rest pad)")
+def _check_search(query_words: Any, db_words: Any, num_db: Any, num_bits: Any = None):
+  """The arguments every search and count here takes: the codes as :func:`hashjax._checks.check_word_pair` (of a
+  ``db_words`` split over several processes, this process's shards; the others check theirs), ``db_words`` split
+  by rows only, and ``num_db`` (None: every row) in ``[1, N]``. Returns ``(num_bits, mesh, axes, S, num_db)``."""
+  split = isinstance(db_words, jax.Array) and _checks.is_concrete(db_words) and not db_words.is_fully_addressable
+  for block in [shard.data for shard in db_words.addressable_shards] if split else [db_words]:
+    checked = _checks.check_word_pair(query_words, block, num_bits)
+  layout = _row_layout(db_words)
+  if layout is None:
+    raise ValueError("db_words: expected a jax.Array laid out with a NamedSharding that splits its rows only "
+                     f"(shard_rows), got {_checks.desc(db_words)} with sharding {getattr(db_words, 'sharding', None)}")
+  rows = db_words.shape[0]
+  if num_db is not None:
+    num_db = _checks.check_int_at_most("num_db", num_db, rows, what=f"len(db_words) = {rows} (real rows; the rest pad)")
+  return (checked, *layout, rows if num_db is None else num_db)
 
 
 def _place_queries(query_words, mesh: Mesh):
@@ -455,11 +455,9 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
   >>> d.tolist(), i.tolist()
   ([[0, 1]], [[2, 0]])
   """
-  _check_word_pair(query_words, db_words)
+  _, mesh, axes, shards, num_db = _check_search(query_words, db_words, num_db)
   if weights is not None:
     _checks.check_weights(weights, db_words.shape[1])
-  mesh, axes, shards = _row_axes("db_words", db_words)
-  num_db = _check_num_db(num_db, db_words.shape[0])
   k = _checks.check_k(k, num_db, db_name="db_words[:num_db]")
   rows = db_words.shape[0] // shards
   k_local = min(k + db_words.shape[0] - num_db, rows)  # each shard keeps k real items past its padding
@@ -526,10 +524,8 @@ def radius_search(query_words: Array, db_words: Array, r: Union[int, Array], *,
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
-  _check_word_pair(query_words, db_words)
+  _, mesh, axes, shards, num_db = _check_search(query_words, db_words, num_db)
   _checks.check_concrete("query_words", query_words)
-  mesh, axes, shards = _row_axes("db_words", db_words)
-  num_db = _check_num_db(num_db, db_words.shape[0])
   num_q, num_words = query_words.shape
   num_bits = 32 * num_words
   radius = np.minimum(_checks.check_radius(r, num_q), num_bits)
@@ -585,10 +581,8 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   >>> hamming_histogram(pack_bits(np.array([[1, 1]])), x, np.array([[1, 1, 0]]), num_bits=2).tolist()
   [[[0, 1], [0, 1], [1, 0]]]
   """
-  num_bits = _check_word_pair(query_words, db_words, num_bits)
-  mesh, axes, _ = _row_axes("db_words", db_words)
+  num_bits, mesh, axes, _, num_db = _check_search(query_words, db_words, num_db, num_bits)
   total = db_words.shape[0]
-  num_db = _check_num_db(num_db, total)
   num_q = query_words.shape[0]
   chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
   inputs = [_place_queries(query_words, mesh), db_words]

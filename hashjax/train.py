@@ -204,14 +204,13 @@ def minibatch_sampler(num_items: int, batch_size: int, *, seed: int) -> Callable
   cache: dict = {}
 
   def indices(step: int) -> np.ndarray:
-    step = _checks.check_int("step", step, low=0)
     epoch, k = divmod(step, per_epoch)
     if cache.get("epoch") != epoch:  # a cache only: the result depends on (seed, step) alone
       cache["perm"] = np.random.default_rng([seed, epoch]).permutation(num_items)
       cache["epoch"] = epoch
     return cache["perm"][k * batch_size:(k + 1) * batch_size].copy()
 
-  return indices
+  return _checked_steps(indices)
 
 
 def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int], np.ndarray]:
@@ -248,12 +247,16 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
   members = [np.flatnonzero(labels == c) for c in classes]
 
   def indices(step: int) -> np.ndarray:
-    step = _checks.check_int("step", step, low=0)
     rng = np.random.default_rng([seed, step])
     picked = np.concatenate([rng.choice(m, per_class, replace=False) for m in members])
     return rng.permutation(picked)
 
-  return indices
+  return _checked_steps(indices)
+
+
+def _checked_steps(indices: Callable[[int], np.ndarray]) -> Callable[[int], np.ndarray]:
+  """A sampler's ``indices(step)``, given a step that is an int >= 0 (checked)."""
+  return lambda step: indices(_checks.check_int("step", step, low=0))
 
 
 # ----------------------------------------------------------------------------
@@ -292,30 +295,33 @@ _RESERVED = ("kind", "step", "loss", "examples_per_sec", "wall_time", "train_tim
 
 
 def _scalars(name: str, values: Any, what: str) -> dict:
-  if not isinstance(values, Mapping):
-    raise ValueError(f"{name}: expected {what} to be a dict of scalars, got {type(values).__name__}")
+  """``values``, a dict of str keys (not history fields) to real scalars, as floats; abstract values
+  (``jax.ShapeDtypeStruct``, of ``jax.eval_shape``) are only checked (None)."""
+  _checks.check_type(name, values, Mapping, what=f"{what} to be a dict of scalars")
   out = {}
   for k, v in values.items():
     if not isinstance(k, str) or k in _RESERVED:
       raise ValueError(f"{name}: expected {what} keys to be str other than the history fields {_RESERVED}, got {k!r}")
-    arr = np.asarray(jax.device_get(v))
+    abstract = isinstance(v, jax.ShapeDtypeStruct)
+    arr = v if abstract else np.asarray(jax.device_get(v))
     if arr.shape != () or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
       raise ValueError(f"{name}: expected {what}[{k!r}] to be a real scalar, got {arr.dtype.name} {arr.shape}")
-    out[k] = float(arr)
+    out[k] = None if abstract else float(arr)
   return out
 
 
 def _check_loss_signature(loss_fn: Callable, params: Any, batch: Any) -> None:
+  """``loss_fn(params, batch, step)`` must return ``(loss, aux)``: a real scalar and aux as :func:`_scalars` takes
+  it (checked on the shapes, before any step runs)."""
   try:
     out = jax.eval_shape(loss_fn, params, batch, jnp.zeros((), jnp.int32))
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"loss_fn: calling loss_fn(params, batch, step) failed: {type(e).__name__}: {e}") from e
   loss, aux = out if isinstance(out, tuple) and len(out) == 2 else (None, None)
-  if not (getattr(loss, "shape", None) == () and jnp.issubdtype(loss.dtype, jnp.floating)
-          and isinstance(aux, Mapping) and all(isinstance(k, str) and getattr(v, "shape", None) == ()
-                                               for k, v in aux.items())):
-    raise ValueError("loss_fn: expected it to return (loss, aux): a real scalar loss and a dict of str to scalars, "
+  if getattr(loss, "shape", None) != () or not jnp.issubdtype(loss.dtype, jnp.floating):
+    raise ValueError("loss_fn: expected it to return (loss, aux) with a real scalar loss, "
                      f"got {jax.tree.map(lambda x: f'{x.dtype}{list(x.shape)}', out)}")
+  _scalars("loss_fn", aux, "aux")
 
 
 def _due(done: int, every: int, num_steps: int) -> bool:
@@ -414,8 +420,7 @@ class _Run:
     if target is None or self.target_done:
       return
     name, value, mode = target
-    if name not in metrics:
-      raise ValueError(f"target: metric {name!r} is not among eval_fn's metrics {sorted(metrics)}")
+    _checks.check_option("target (a metric of eval_fn)", name, sorted(metrics))
     if (metrics[name] >= value) if mode == "max" else (metrics[name] <= value):
       self.target_done = True
       self.history.append({"kind": "target", "metric": name, "target": value, "value": metrics[name],

@@ -104,9 +104,10 @@ def _check_training(bits: Any, labels: Any) -> tuple:
   return bits, _check_labels(labels, bits.shape[0])
 
 
-def _check_penalties(lam: Any, mu: Any) -> tuple:
-  """The objective's weights of its penalties, ``lam >= 0`` and ``mu >= 0``, as floats."""
-  return _checks.check_number("lam", lam, low=0), _checks.check_number("mu", mu, low=0)
+def _check_penalties(**numbers: Any) -> tuple:
+  """Each keyword (the objective's penalty weights ``lam`` and ``mu``, a solver's ``tol``) a finite number ``>= 0``;
+  returns them as floats, in order."""
+  return tuple(_checks.check_number(name, value, low=0) for name, value in numbers.items())
 
 
 def _check_tuples(tuples: Any, labels: Optional[np.ndarray], n: int) -> np.ndarray:
@@ -117,9 +118,9 @@ def _check_tuples(tuples: Any, labels: Optional[np.ndarray], n: int) -> np.ndarr
   if labels is not None:
     y = labels[t]
     bad = ~((y[:, 0] == y[:, 1]) & (y[:, 0] == y[:, 2]) & (y[:, 0] != y[:, 3]))
-    if bad.any():
-      raise ValueError(f"tuples: expected s and s' of the query's class and d of another, got labels "
-                       f"{y[np.argmax(bad)].tolist()} at row {int(np.argmax(bad))}")
+    i = int(np.argmax(bad))  # the first bad row, if any
+    if bad[i]:
+      raise ValueError(f"tuples: expected s, s' of q's class and d of another, got labels {y[i].tolist()} at row {i}")
   return t.astype(np.int32)
 
 
@@ -314,7 +315,7 @@ def objective(weights: Array, bits: Array, tuples: Array, *, lam: float = DEFAUL
                      nonnegative="weights")
   weights = np.asarray(weights, np.float32)
   tuples = _check_tuples(tuples, None, n)
-  lam, mu = _check_penalties(lam, mu)
+  lam, mu = _check_penalties(lam=lam, mu=mu)
   return float(_objective_kernel(jax.device_put(weights), codes.pack_bits(bits), jax.device_put(tuples),
                                  np.float32(lam), np.float32(mu), num_bits=num_bits))
 
@@ -549,9 +550,8 @@ def fit_batch(bits: Array, labels: Array, *, method: str = "egd", seed: Seed = 0
   """
   bits, labels = _check_training(bits, labels)
   method = _checks.check_option("method", method, ("egd", "pgd"))
-  lam, mu = _check_penalties(lam, mu)
+  lam, mu, tol = _check_penalties(lam=lam, mu=mu, tol=tol)
   max_iters = _checks.check_positive_int("max_iters", max_iters)
-  tol = _checks.check_number("tol", tol, low=0)
   return _batch(bits, _training_tuples(labels, tuples, num_tuples, seed), method, lam, mu, max_iters, tol)
 
 
@@ -595,7 +595,7 @@ def fit_online(bits: Array, labels: Array, *, seed: Seed = 0, num_tuples: int = 
   (0, 20)
   """
   bits, labels = _check_training(bits, labels)
-  lam, mu = _check_penalties(lam, mu)
+  lam, mu = _check_penalties(lam=lam, mu=mu)
   step = _checks.check_number("step", step, low=0, low_open=True)
   batch_size = _checks.check_positive_int("batch_size", batch_size)
   inner_steps = _checks.check_positive_int("inner_steps", inner_steps)

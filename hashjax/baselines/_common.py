@@ -112,6 +112,13 @@ def rows(values: Callable, params: Any, features: Any, *, binary: bool) -> Array
   return _checks.as_jax(_encode.blockwise(lambda x: _block(values, binary, params, x), features))
 
 
+def encoded(params: Any, features: Any, values: Callable, *, cls: type, module: str, binary: bool) -> Array:
+  """The body of every baseline's ``project`` (``binary`` False) and ``encode`` (True): ``params`` and
+  ``features`` checked (:func:`check_encode`), then :func:`rows` of ``values``."""
+  check_encode(params, cls, module, features)
+  return rows(values, params, features, binary=binary)
+
+
 @contextlib.contextmanager
 def single_threaded_blas() -> Iterator[None]:
   """Runs host solvers with one BLAS thread (``threadpoolctl``), restored on exit.

@@ -205,8 +205,7 @@ def project(params: AGHParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, AGHParams, "agh", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=AGHParams, module="agh", binary=False)
 
 
 def encode(params: AGHParams, features: Array) -> Array:
@@ -227,5 +226,4 @@ def encode(params: AGHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((100, 8), dtype('uint8'))
   """
-  _common.check_encode(params, AGHParams, "agh", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=AGHParams, module="agh", binary=True)

@@ -180,8 +180,7 @@ def project(params: BREParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, BREParams, "bre", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=BREParams, module="bre", binary=False)
 
 
 def encode(params: BREParams, features: Array) -> Array:
@@ -203,5 +202,4 @@ def encode(params: BREParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((30, 4), dtype('uint8'))
   """
-  _common.check_encode(params, BREParams, "bre", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=BREParams, module="bre", binary=True)

@@ -233,8 +233,7 @@ def project(params: CosdishParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, CosdishParams, "cosdish", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=CosdishParams, module="cosdish", binary=False)
 
 
 def encode(params: CosdishParams, features: Array) -> Array:
@@ -255,5 +254,4 @@ def encode(params: CosdishParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((40, 6), dtype('uint8'))
   """
-  _common.check_encode(params, CosdishParams, "cosdish", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=CosdishParams, module="cosdish", binary=True)

@@ -199,8 +199,7 @@ def project(params: FastHashParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, FastHashParams, "fasthash", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=FastHashParams, module="fasthash", binary=False)
 
 
 def encode(params: FastHashParams, features: Array) -> Array:
@@ -221,5 +220,4 @@ def encode(params: FastHashParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((40, 6), dtype('uint8'))
   """
-  _common.check_encode(params, FastHashParams, "fasthash", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=FastHashParams, module="fasthash", binary=True)

@@ -237,8 +237,7 @@ def project(params: IsoHashParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, IsoHashParams, "isohash", features)
-  return _common.rows(_rotated, params, features, binary=False)
+  return _common.encoded(params, features, _rotated, cls=IsoHashParams, module="isohash", binary=False)
 
 
 def encode(params: IsoHashParams, features: Array) -> Array:
@@ -259,5 +258,4 @@ def encode(params: IsoHashParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((100, 4), dtype('uint8'))
   """
-  _common.check_encode(params, IsoHashParams, "isohash", features)
-  return _common.rows(_rotated, params, features, binary=True)
+  return _common.encoded(params, features, _rotated, cls=IsoHashParams, module="isohash", binary=True)

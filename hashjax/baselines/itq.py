@@ -105,8 +105,7 @@ def project(params: ITQParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, ITQParams, "itq", features)
-  return _common.rows(_rotated, params, features, binary=False)
+  return _common.encoded(params, features, _rotated, cls=ITQParams, module="itq", binary=False)
 
 
 def encode(params: ITQParams, features: Array) -> Array:
@@ -127,8 +126,7 @@ def encode(params: ITQParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((100, 4), dtype('uint8'))
   """
-  _common.check_encode(params, ITQParams, "itq", features)
-  return _common.rows(_rotated, params, features, binary=True)
+  return _common.encoded(params, features, _rotated, cls=ITQParams, module="itq", binary=True)
 
 
 def quantization_loss(params: ITQParams, features: Array) -> Array:

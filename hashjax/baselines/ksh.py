@@ -161,8 +161,7 @@ def project(params: KSHParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, KSHParams, "ksh", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=KSHParams, module="ksh", binary=False)
 
 
 def encode(params: KSHParams, features: Array) -> Array:
@@ -183,5 +182,4 @@ def encode(params: KSHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((30, 2), dtype('uint8'))
   """
-  _common.check_encode(params, KSHParams, "ksh", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=KSHParams, module="ksh", binary=True)

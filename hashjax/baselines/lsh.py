@@ -75,8 +75,7 @@ def project(params: LSHParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, LSHParams, "lsh", features)
-  return _common.rows(_common.centred_projection, params, features, binary=False)
+  return _common.encoded(params, features, _common.centred_projection, cls=LSHParams, module="lsh", binary=False)
 
 
 def encode(params: LSHParams, features: Array) -> Array:
@@ -98,5 +97,4 @@ def encode(params: LSHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((3, 16), dtype('uint8'))
   """
-  _common.check_encode(params, LSHParams, "lsh", features)
-  return _common.rows(_common.centred_projection, params, features, binary=True)
+  return _common.encoded(params, features, _common.centred_projection, cls=LSHParams, module="lsh", binary=True)

@@ -74,8 +74,7 @@ def project(params: PCAParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, PCAParams, "pca", features)
-  return _common.rows(_common.centred_projection, params, features, binary=False)
+  return _common.encoded(params, features, _common.centred_projection, cls=PCAParams, module="pca", binary=False)
 
 
 def encode(params: PCAParams, features: Array) -> Array:
@@ -95,5 +94,4 @@ def encode(params: PCAParams, features: Array) -> Array:
   >>> encode(fit(x, num_bits=1), x).ravel().tolist()
   [0, 0, 1, 1]
   """
-  _common.check_encode(params, PCAParams, "pca", features)
-  return _common.rows(_common.centred_projection, params, features, binary=True)
+  return _common.encoded(params, features, _common.centred_projection, cls=PCAParams, module="pca", binary=True)

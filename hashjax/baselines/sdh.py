@@ -182,8 +182,7 @@ def project(params: SDHParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, SDHParams, "sdh", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=SDHParams, module="sdh", binary=False)
 
 
 def encode(params: SDHParams, features: Array) -> Array:
@@ -204,5 +203,4 @@ def encode(params: SDHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((30, 2), dtype('uint8'))
   """
-  _common.check_encode(params, SDHParams, "sdh", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=SDHParams, module="sdh", binary=True)

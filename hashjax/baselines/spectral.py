@@ -123,8 +123,7 @@ def project(params: SpectralParams, features: Array) -> Array:
   >>> np.round(np.asarray(project(fit(x, num_bits=1), np.array([[-2.0, 0.0], [0.0, 0.0]]))), 3).tolist()
   [[1.0], [0.0]]
   """
-  _common.check_encode(params, SpectralParams, "spectral", features)
-  return _common.rows(_eigenfunctions, params, features, binary=False)
+  return _common.encoded(params, features, _eigenfunctions, cls=SpectralParams, module="spectral", binary=False)
 
 
 def encode(params: SpectralParams, features: Array) -> Array:
@@ -147,5 +146,4 @@ def encode(params: SpectralParams, features: Array) -> Array:
   >>> encode(params, np.array([[-1.5, 0.0], [-0.5, 0.0], [0.5, 0.0], [1.5, 0.0]])).tolist()
   [[1, 1], [1, 0], [0, 0], [0, 1]]
   """
-  _common.check_encode(params, SpectralParams, "spectral", features)
-  return _common.rows(_eigenfunctions, params, features, binary=True)
+  return _common.encoded(params, features, _eigenfunctions, cls=SpectralParams, module="spectral", binary=True)

@@ -155,8 +155,7 @@ def project(params: SphericalParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, SphericalParams, "spherical", features)
-  return _common.rows(_margins, params, features, binary=False)
+  return _common.encoded(params, features, _margins, cls=SphericalParams, module="spherical", binary=False)
 
 
 def encode(params: SphericalParams, features: Array) -> Array:
@@ -177,5 +176,4 @@ def encode(params: SphericalParams, features: Array) -> Array:
   >>> encode(params, np.array([[0.0, 0.0], [3.0, 0.0]], np.float32)).tolist()
   [[1], [0]]
   """
-  _common.check_encode(params, SphericalParams, "spherical", features)
-  return _common.rows(_margins, params, features, binary=True)
+  return _common.encoded(params, features, _margins, cls=SphericalParams, module="spherical", binary=True)

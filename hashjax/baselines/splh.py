@@ -168,8 +168,7 @@ def project(params: SPLHParams, features: Array) -> Array:
   >>> bool(np.array_equal(np.asarray(project(params, x)) > 0, np.asarray(encode(params, x)) == 1))
   True
   """
-  _common.check_encode(params, SPLHParams, "splh", features)
-  return _common.rows(_values, params, features, binary=False)
+  return _common.encoded(params, features, _values, cls=SPLHParams, module="splh", binary=False)
 
 
 def encode(params: SPLHParams, features: Array) -> Array:
@@ -191,5 +190,4 @@ def encode(params: SPLHParams, features: Array) -> Array:
   >>> bits.shape, bits.dtype
   ((30, 3), dtype('uint8'))
   """
-  _common.check_encode(params, SPLHParams, "splh", features)
-  return _common.rows(_values, params, features, binary=True)
+  return _common.encoded(params, features, _values, cls=SPLHParams, module="splh", binary=True)

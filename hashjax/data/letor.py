@@ -120,7 +120,7 @@ def _first_bad_document(x, y: np.ndarray, qid: np.ndarray, num_features: int, ma
   feature values, integer labels in ``[0, max_label]`` (labels are returned as int32: larger ones are refused, not
   wrapped). ``lines()`` gives each document's file line."""
   row_of_entry = lambda: np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))
-  first_row = _check_contiguous(qid)
+  first_row = _first_repeated_row(qid)
   if first_row is not None:
     first_seen = lines()[np.flatnonzero(qid == qid[first_row])[0]]
     return ("path", first_row, f"query id {qid[first_row]} reappears after other queries (first seen on line "
@@ -239,7 +239,7 @@ def _query_ids_from_counts(query_file: pathlib.Path, n: int, path: pathlib.Path)
   return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
 
 
-def _check_contiguous(query_ids: np.ndarray) -> Optional[int]:
+def _first_repeated_row(query_ids: np.ndarray) -> Optional[int]:
   """The first row whose query id appeared before, in an earlier run of rows (None when every query is one run)."""
   starts = np.flatnonzero(np.r_[True, query_ids[1:] != query_ids[:-1]])
   run_ids = query_ids[starts]

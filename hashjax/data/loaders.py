@@ -338,8 +338,9 @@ def load_tfds(name: str, *, split: str, data_dir: Optional[PathLike] = None, dow
   >>> features.shape, features.dtype.name, labels.dtype.name
   ((3, 3072), 'float32', 'int32')
   """
-  _checks.check_nonempty_str("name", name, what="a tfds dataset name such as 'mnist'")
-  _checks.check_nonempty_str("split", split, what="a tfds split such as 'test' or 'train[:5000]'")
+  for arg, value, what in (("name", name, "a tfds dataset name such as 'mnist'"),
+                           ("split", split, "a tfds split such as 'test' or 'train[:5000]'")):
+    _checks.check_nonempty_str(arg, value, what=what)
   _checks.check_bool("scale", scale)
   tfds = _import_tfds()
 

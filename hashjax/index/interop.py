@@ -47,9 +47,8 @@ def _as_database(db: Any, num_bits: Optional[int]) -> CodeDatabase:
   if isinstance(db, CodeDatabase):
     num_bits = _checks.check_codes("db.words", db.words, db.num_bits, num_bits_name="db.num_bits")
     return CodeDatabase(np.asarray(db.words), num_bits)
-  if num_bits is None:
-    raise ValueError("num_bits: expected the code length of the packed words db (they do not tell it), got None")
-  return CodeDatabase(np.asarray(db), _checks.check_codes("db", db, num_bits))
+  # Packed words do not tell their code length: num_bits is required.
+  return CodeDatabase(np.asarray(db), _checks.check_codes("db", db, _checks.check_num_bits(num_bits)))
 
 
 def to_faiss_codes(words: Any, *, num_bits: int) -> np.ndarray:
@@ -67,10 +66,13 @@ def to_faiss_codes(words: Any, *, num_bits: int) -> np.ndarray:
   >>> to_faiss_codes(np.array([[0x0201, 0]], np.uint32), num_bits=40).tolist()
   [[1, 2, 0, 0, 0]]
   """
-  db = _as_database(words, num_bits)
-  num_bytes = -(-db.num_bits // 8)
+  return _faiss_bytes(_as_database(words, num_bits))
+
+
+def _faiss_bytes(db: CodeDatabase) -> np.ndarray:
+  """:func:`to_faiss_codes` of checked codes."""
   raw = np.ascontiguousarray(db.words.astype("<u4")).view(np.uint8)
-  return np.ascontiguousarray(raw[:, :num_bytes])
+  return np.ascontiguousarray(raw[:, :-(-db.num_bits // 8)])
 
 
 def from_faiss_codes(codes: Any, *, num_bits: int) -> np.ndarray:
@@ -90,10 +92,9 @@ def from_faiss_codes(codes: Any, *, num_bits: int) -> np.ndarray:
   """
   if not hasattr(codes, "dtype") or np.dtype(codes.dtype) != np.uint8 or codes.ndim != 2:
     raise ValueError(f"codes: expected faiss binary codes uint8[N, d / 8], got {_checks.desc(codes)}")
-  num_bits = _checks.check_num_bits(num_bits)
   codes = np.asarray(codes)
-  if 8 * codes.shape[1] < num_bits:
-    raise ValueError(f"num_bits: {codes.shape[1]} bytes per code hold {8 * codes.shape[1]} bits, got {num_bits}")
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, 8 * codes.shape[1],
+                                       what=f"the {8 * codes.shape[1]} bits of {codes.shape[1]} bytes per code")
   spare = ~((1 << np.clip(num_bits - 8 * np.arange(codes.shape[1]), 0, 8)) - 1).astype(np.uint8)  # per byte
   if (codes & spare).any():
     raise ValueError(f"codes: bits from {num_bits} on must be 0 for codes of num_bits={num_bits}")
@@ -126,7 +127,7 @@ def to_faiss(db: Any, *, num_bits: Optional[int] = None):
   faiss = _faiss()
   database = _as_database(db, num_bits)
   out = faiss.IndexBinaryFlat(8 * -(-database.num_bits // 8))
-  out.add(to_faiss_codes(database.words, num_bits=database.num_bits))
+  out.add(_faiss_bytes(database))
   return out
 
 

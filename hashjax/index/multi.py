@@ -150,11 +150,9 @@ def _check_db(db_words, num_bits) -> Tuple[np.ndarray, int]:
   return np.ascontiguousarray(np.asarray(db_words)), num_bits
 
 
-def _check_index(index) -> None:
-  _checks.check_type("index", index, MultiIndex, what="a MultiIndex from build_multi_index")
-
-
 def _check_queries(index: MultiIndex, query_words) -> np.ndarray:
+  """The arguments every search takes: the index, and queries of its width; the queries as contiguous numpy."""
+  _checks.check_type("index", index, MultiIndex, what="a MultiIndex from build_multi_index")
   _checks.check_codes("query_words", query_words, index.num_bits, num_bits_name="index.num_bits",
                       why="the multi-index runs on the host")
   return np.ascontiguousarray(np.asarray(query_words))
@@ -574,7 +572,6 @@ def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: st
   >>> distances.tolist(), indices.tolist()
   ([[0, 1, 1]], [[2, 0, 1]])
   """
-  _check_index(index)
   queries = _check_queries(index, query_words)
   k = _checks.check_k(k, index.num_db, db_name="the index")
   budget = _budget(index, method)
@@ -633,7 +630,6 @@ def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Arra
   >>> res.distances.tolist(), res.indices.tolist(), res.offsets.tolist()
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
-  _check_index(index)
   queries = _check_queries(index, query_words)
   radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits)
   budget = _budget(index, method)

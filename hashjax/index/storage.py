@@ -25,6 +25,7 @@ Arrays are stored with ``numpy.save`` (no pickles) and read with
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Dict, NamedTuple, Tuple, Union
 
@@ -119,15 +120,19 @@ def save(obj: Saved, directory: Any) -> str:
 # Loading.
 
 
+#: The rule of each field every index manifest holds, called with the field's name and value.
+_MANIFEST_FIELDS = {"kind": functools.partial(_checks.check_option, options=_KINDS), "num_bits": _checks.check_int,
+                    "count": _checks.check_int}
+
+
 def _check_manifest(file: str, manifest: Dict[str, Any]) -> None:
   """``manifest`` must be an index manifest of :data:`FORMAT_VERSION` (its checksum is verified after)."""
   got = (manifest.get("format"), manifest.get("version"))
   if got != (_FORMAT, FORMAT_VERSION):
     raise ValueError(f"{file}: not a hashjax index manifest this hashjax reads (expected format {_FORMAT!r} "
                      f"version {FORMAT_VERSION}), got format {got[0]!r} version {got[1]!r}")
-  _checks.check_option(f"{file}: kind", manifest.get("kind"), _KINDS)
-  _checks.check_int(f"{file}: num_bits", manifest.get("num_bits"))
-  _checks.check_int(f"{file}: count", manifest.get("count"))
+  for key, rule in _MANIFEST_FIELDS.items():
+    rule(f"{file}: {key}", manifest.get(key))
 
 
 def _expect(condition: bool, path: str, what: str) -> None:

@@ -41,15 +41,10 @@ __all__ = ["RankBoostModel", "fit_rankboost", "rankboost_scores", "svmmap_most_v
 R_CLIP = 1e-10
 
 
-def _check_data(features: Any, labels: Any, query_ids: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-  _checks.check_ranking_data("features", features, labels, query_ids, ndim=2, shape_doc="[n, d]")
-  return np.asarray(features, np.float64), np.asarray(labels).astype(np.int64), np.asarray(query_ids)
-
-
-def _check_scoring(name: str, features: Any, num_features: int, *, what: str) -> np.ndarray:
-  _checks.check_real(name, features, shape_doc="[n, d]", ndim=2)
-  _checks.check_columns(name, features, num_features, what=what)
-  return np.asarray(features, np.float64)
+def _check_pairs(found: bool) -> None:
+  """RankBoost and LambdaMART learn from preference pairs: ``found`` says whether a query holds two labels."""
+  if not found:
+    raise ValueError("labels: expected a query with two different labels (a preference pair to learn from), got none")
 
 
 # --------------------------------------------------------------------------- RankBoost
@@ -114,13 +109,11 @@ def fit_rankboost(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarra
   >>> model.features.tolist(), model.thresholds.tolist(), model.alphas.round(3).tolist()  # 4 of 5 pairs
   ([0], [0.2], [1.099])
   """
-  x, y, q = _check_data(features, labels, query_ids)
   num_rounds = _checks.check_positive_int("num_rounds", num_rounds)
   num_thresholds = _checks.check_int("num_thresholds", num_thresholds, allow_none=True)
-  pairs = rankers.ranknet_pairs(x, y, q)
-  if not len(pairs.first):
-    raise ValueError("labels: expected a query with two different labels (a preference pair to learn from), got "
-                     "none")
+  pairs = rankers.ranknet_pairs(features, labels, query_ids)  # checks the documents
+  _check_pairs(len(pairs.first) > 0)
+  x = pairs.features
   n, d = x.shape
   thresholds = [_candidate_thresholds(x[:, f], num_thresholds) for f in range(d)]
   sizes = np.array([len(t) + 1 for t in thresholds])  # bins of each feature: b(x) = #{thresholds < x}
@@ -334,7 +327,8 @@ def fit_svmmap(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, 
   >>> bool(w[0] > w[1])
   True
   """
-  x, y, q = _check_data(features, labels, query_ids)
+  _checks.check_ranking_data("features", features, labels, query_ids, ndim=2, shape_doc="[n, d]")
+  x, y, q = np.asarray(features, np.float64), np.asarray(labels).astype(np.int64), np.asarray(query_ids)
   c = _checks.check_number("c", c, low=0, low_open=True)
   epsilon = _checks.check_number("epsilon", epsilon, low=0, low_open=True)
   max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
@@ -430,14 +424,11 @@ def fit_lambdamart(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarr
   xs, ys, sizes = _grouped("features", features, labels, query_ids)
   num_trees = _checks.check_positive_int("num_trees", num_trees)
   learning_rate = _checks.check_number("learning_rate", learning_rate, low=0, low_open=True)
-  num_leaves = _checks.check_int("num_leaves", num_leaves, low=2)
-  min_data_in_leaf = _checks.check_int("min_data_in_leaf", min_data_in_leaf, low=0)
-  seed = _checks.check_int("seed", seed, low=0)
-  num_threads = _checks.check_positive_int("num_threads", num_threads)
-  has_pair = any(len(np.unique(part)) > 1 for part in np.split(ys, np.cumsum(sizes)[:-1]))
-  if not has_pair:
-    raise ValueError("labels: expected a query with two different labels (a preference pair to learn from), got "
-                     "none")
+  # LightGBM's integer settings, under their LightGBM names, each an int >= its least value.
+  settings = {name: _checks.check_int(name, value, low=low) for name, value, low in (
+      ("num_leaves", num_leaves, 2), ("min_data_in_leaf", min_data_in_leaf, 0), ("seed", seed, 0),
+      ("num_threads", num_threads, 1))}
+  _check_pairs(any(len(np.unique(part)) > 1 for part in np.split(ys, np.cumsum(sizes)[:-1])))
   if validation is not None:
     if not isinstance(validation, (tuple, list)) or len(validation) != 3:
       raise ValueError(f"validation: expected None or (features, labels, query_ids), got {type(validation).__name__}"
@@ -446,9 +437,8 @@ def fit_lambdamart(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarr
     _checks.check_columns("validation[0]", vx, xs.shape[1], what="the columns of features")
   lgb = _lightgbm()
   max_label = int(max(ys.max(), vy.max() if validation is not None else 0))
-  params = {"objective": "lambdarank", "learning_rate": learning_rate, "num_leaves": num_leaves,
-            "min_data_in_leaf": min_data_in_leaf, "seed": seed, "deterministic": True, "force_row_wise": True,
-            "num_threads": num_threads, "verbosity": -1, "label_gain": [2.0 ** l - 1.0 for l in range(max_label + 1)]}
+  params = {"objective": "lambdarank", "learning_rate": learning_rate, **settings, "deterministic": True,
+            "force_row_wise": True, "verbosity": -1, "label_gain": [2.0 ** l - 1.0 for l in range(max_label + 1)]}
   train = lgb.Dataset(xs, ys, group=sizes, params={"verbosity": -1}, free_raw_data=False)
   if validation is None:
     return lgb.train(params, train, num_boost_round=num_trees)
@@ -481,7 +471,9 @@ def lambdamart_scores(booster: Any, features: np.ndarray, *, num_trees: Optional
   """
   lgb = _lightgbm()
   _checks.check_type("booster", booster, lgb.Booster, what="a lightgbm.Booster (fit_lambdamart)")
-  x = _check_scoring("features", features, booster.num_feature(), what="the booster's features")
+  _checks.check_real("features", features, shape_doc="[n, d]", ndim=2)
+  _checks.check_columns("features", features, booster.num_feature(), what="the booster's features")
+  x = np.asarray(features, np.float64)
   num_trees = _checks.check_int("num_trees", num_trees, low=0, allow_none=True)
   if num_trees == 0:
     return np.zeros(len(x))

@@ -81,7 +81,12 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
   num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
   _checks.check_int_range("clusters", clusters, 0, num_clusters - 1, what="cluster indices")
   _checks.check_shape("clusters", clusters, pairs.query_ids.shape, like="pairs.query_ids")
-  clusters = np.asarray(clusters)
+  return _fit_clusters(pairs, np.asarray(clusters), num_clusters, l2, solver)
+
+
+def _fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, num_clusters: int, l2: float,
+                  solver: str) -> np.ndarray:
+  """:func:`fit_clusters` of checked arguments (``l2`` and ``solver`` are checked by each ranker's fit)."""
   # A cluster whose queries hold no preference pair (every document of each query equally relevant) has no
   # ranker of its own; it takes the ranker of all training queries rather than all-zero weights (which would
   # tie every document of a test query routed to it).
@@ -138,7 +143,7 @@ def fit(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, *, num_
     clusters = np.zeros(g, np.int64)
   else:
     clusters = sel.complete_link(sim_lib.cloud_distances(summary, summary), num_clusters=num_clusters)
-  weights = fit_clusters(pairs, clusters, num_clusters=num_clusters, l2=l2, solver=solver)
+  weights = _fit_clusters(pairs, clusters, num_clusters, l2, solver)
   lsh = None
   if similarity == "pca":
     lsh = sel.build_lsh(summary, num_bits=lsh_bits, num_tables=lsh_tables, seed=rng)

@@ -48,8 +48,8 @@ def complete_link_tree(distances: np.ndarray) -> np.ndarray:
   >>> complete_link_tree(np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]]))[:, 2].tolist()
   [1.0, 4.0]
   """
-  _checks.check_real("distances", distances, shape_doc="[G, G]", ndim=2)
-  _checks.check_shape("distances", distances, (len(distances),) * 2, like="a square matrix [G, G]")
+  g = getattr(distances, "shape", ())[:1]  # (G,), or () for a non-array, which check_real refuses first
+  _checks.check_real("distances", distances, shape_doc="[G, G]", ndim=2, shape=g * 2, like="a square matrix [G, G]")
   d = np.asarray(distances, np.float64)
   if not np.allclose(d, d.T, rtol=1e-9, atol=1e-12):
     raise ValueError("distances: expected a symmetric matrix, got one that is not")

@@ -1,14 +1,15 @@
 """Checked inputs of :mod:`hashjax.metrics`: a histogram, or distances and labels to be counted into one.
 
 Each public function of :mod:`hashjax.metrics.histogram` applies its formula
-through :func:`evaluate`, to a histogram ``hist[..., B, V]`` it checks, or to
-the :class:`Counting` that :func:`counting` returns once it has checked the
-inputs of a function of :mod:`hashjax.metrics.distances`: Hamming distances
-are counted into their histogram, real-valued ones into their tie groups.
+through :func:`evaluate`, which checks the formula's options (:func:`check_options`, each rule once) and the
+histogram ``hist[..., B, V]``, or takes the :class:`Counting` that :func:`counting` returns once it has checked
+the inputs of a function of :mod:`hashjax.metrics.distances`: Hamming distances are counted into their
+histogram, real-valued ones into their tie groups.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Optional
 
 import jax.numpy as jnp
@@ -29,8 +30,21 @@ class Counting(NamedTuple):
   where: Any
 
 
+#: The rule of each option the formulas share, by name: a rank cutoff ``k`` (an int >= 1, or None: none), the
+#: result ``dtype`` and a Hamming ``radius`` (an int >= 0). Options not named here are the formulas' own.
+_OPTIONS = {"k": _checks.check_cutoff, "dtype": _checks.check_float_dtype,
+            "radius": functools.partial(_checks.check_int, "radius", low=0)}
+
+
+def check_options(**options) -> dict:
+  """``options`` with those :data:`_OPTIONS` names checked and converted by its rule."""
+  return {name: _OPTIONS[name](value) if name in _OPTIONS else value for name, value in options.items()}
+
+
 def evaluate(formula, hist, name="hist", **options):
-  """``formula(hist, **options)`` of a checked histogram (or of the one a :class:`Counting` counts)."""
+  """``formula(hist, **options)`` of checked options and a checked histogram (or of the one a :class:`Counting`
+  counts)."""
+  options = check_options(**options)
   if isinstance(hist, Counting) and hist.num_bits is None:
     return _ties.apply_to_groups(formula, hist.distances, hist.levels, hist.where, num_levels=hist.num_levels,
                                  **options)

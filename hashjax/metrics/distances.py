@@ -458,7 +458,9 @@ _HOST_BLOCK_ELEMENTS = 1 << 21
 
 
 def _index_order_rows(formula, distances, values, where, k, num_bits: int, dtype):
-  """``formula`` over every row: traced, one XLA program; concrete, on the host in blocks of rows."""
+  """``formula`` over every row (its options ``k`` and ``dtype`` checked here, once for :func:`ap` and
+  :func:`ndcg`): traced, one XLA program; concrete, on the host in blocks of rows."""
+  k, dtype = _inputs.check_options(k=k, dtype=dtype).values()
   if not all(_checks.is_concrete(x) for x in (distances, values, where) if x is not None):
     return formula(distances, values, where, k, num_bits, dtype, jnp)
   n = distances.shape[-1]
@@ -499,7 +501,6 @@ def ap(distances: Array, relevance: Array, *, num_bits: int, k: Optional[int] = 
   [0.83333]
   """
   num_bits = _inputs.counting("relevance", distances, relevance, num_bits=num_bits, where=where).num_bits
-  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
   return _index_order_rows(_index_order_ap, distances, relevance, where, k, num_bits, dtype)
 
 
@@ -534,7 +535,6 @@ def ndcg(distances: Array, affinity: Array, *, num_bits: int, k: Optional[int] =
   """
   num_bits = _inputs.counting("affinity", distances, affinity, num_bits=num_bits, where=where,
                               option=num_levels).num_bits
-  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
   return _index_order_rows(_index_order_ndcg, distances, affinity, where, k, num_bits, dtype)
 
 
@@ -558,7 +558,7 @@ def error_rate(predictions: Array, labels: Array) -> Array:
     _checks.check_int_range(name, x, np.iinfo(np.int32).min, _checks.INT32_MAX, what="labels")
   _checks.check_shape("labels", labels, predictions.shape, like="predictions")
   _checks.check_nonempty("predictions", predictions.reshape(-1), what="prediction")
-  dtype = _checks.check_float_dtype(None)
+  dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float64 in x64 mode, else float32
   return _special.apply_xp(lambda p, y, xp: xp.mean((p != y).astype(dtype)), predictions, labels)
 
 

@@ -2,7 +2,8 @@
 
 Each formula is written once against an array namespace ``xp`` (numpy on the
 host for concrete histograms, jax.numpy when traced); the public
-``*_from_histogram`` functions check their options and apply it. The pieces
+``*_from_histogram`` functions apply it through :func:`hashjax.metrics._inputs.evaluate`, which checks the
+histogram and the options (``k``, ``dtype``, ``radius``) by one rule each. The pieces
 other modules share: the relative threshold (:func:`nearest_bins_mask`), the
 vote rule (:func:`vote_winners`), AP's and NDCG's per-bin pieces
 (:func:`ap_bin_pieces`, :func:`dcg_weights`).
@@ -196,11 +197,13 @@ def _vote_winners(votes, xp):
   return (votes == top) & (top > 0)
 
 
-def _knn_votes(class_hist, k, relative, xp):
+def _knn_votes(class_hist, reach, relative, xp):
+  """The kNN prediction: the votes of the ``reach`` nearest non-empty bins (``relative``), else of the bins
+  ``d <= reach``."""
   h = class_hist.astype(xp.int32)
   n = xp.sum(h, axis=-1)
   bins = xp.arange(n.shape[-1])
-  selected = _nearest_bins(xp.where(n > 0, bins, _checks.INT32_MAX), k, xp) if relative else bins <= k
+  selected = _nearest_bins(xp.where(n > 0, bins, _checks.INT32_MAX), reach, xp) if relative else bins <= reach
   winners = _vote_winners(xp.sum(xp.where(selected[..., None], h, 0), axis=-2), xp)
   # argmax returns the first winner: the smallest winning label.
   return xp.where(xp.any(winners, axis=-1), xp.argmax(winners, axis=-1).astype(xp.int32), -1)
@@ -235,7 +238,6 @@ def tie_aware_ap_from_histogram(hist: Array, *, k: Optional[int] = None, dtype: 
   >>> tie_aware_ap_from_histogram(h).tolist()   # (1 + (2/2 + 2/3) / 2) / 2
   [0.91667]
   """
-  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
   return _inputs.evaluate(_average_precision, hist, k=k, dtype=dtype, ties="expected")
 
 
@@ -258,8 +260,7 @@ def optimistic_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
   >>> optimistic_ap_from_histogram(np.array([[0, 1], [1, 1], [0, 0]])).tolist()
   1.0
   """
-  dtype = _checks.check_float_dtype(dtype)
-  return _inputs.evaluate(_average_precision, hist, k=_checks.NO_CUTOFF, dtype=dtype, ties="relevant_first")
+  return _inputs.evaluate(_average_precision, hist, k=None, dtype=dtype, ties="relevant_first")
 
 
 def pessimistic_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
@@ -281,8 +282,7 @@ def pessimistic_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
   >>> pessimistic_ap_from_histogram(np.array([[0, 1], [1, 1], [0, 0]])).tolist()  # (1 + 2/3) / 2
   0.83333
   """
-  dtype = _checks.check_float_dtype(dtype)
-  return _inputs.evaluate(_average_precision, hist, k=_checks.NO_CUTOFF, dtype=dtype, ties="relevant_last")
+  return _inputs.evaluate(_average_precision, hist, k=None, dtype=dtype, ties="relevant_last")
 
 
 def tie_aware_ndcg_from_histogram(hist: Array, *, k: Optional[int] = None, dtype: Any = None) -> Array:
@@ -312,7 +312,6 @@ def tie_aware_ndcg_from_histogram(hist: Array, *, k: Optional[int] = None, dtype
   >>> bool(np.isclose(tie_aware_ndcg_from_histogram(h), dcg / ideal))
   True
   """
-  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
   return _inputs.evaluate(_tie_aware_ndcg, hist, k=k, dtype=dtype)
 
 
@@ -336,8 +335,7 @@ def tie_aware_precision_at_k_from_histogram(hist: Array, *, k: int, dtype: Any =
   >>> tie_aware_precision_at_k_from_histogram(np.array([[0, 1], [1, 1], [0, 0]]), k=2).tolist()
   0.75
   """
-  k, dtype = _checks.check_cutoff(k, allow_none=False), _checks.check_float_dtype(dtype)
-  return _inputs.evaluate(_precision_at_k, hist, k=k, dtype=dtype)
+  return _inputs.evaluate(_precision_at_k, hist, k=_checks.check_cutoff(k, allow_none=False), dtype=dtype)
 
 
 def precision_at_radius_from_histogram(hist: Array, *, radius: int, dtype: Any = None) -> Array:
@@ -360,7 +358,6 @@ def precision_at_radius_from_histogram(hist: Array, *, radius: int, dtype: Any =
   >>> precision_at_radius_from_histogram(np.array([[0, 1], [1, 1], [0, 0]]), radius=1).tolist()
   0.66667
   """
-  radius, dtype = _checks.check_int("radius", radius, low=0), _checks.check_float_dtype(dtype)
   return _inputs.evaluate(_at_radius, hist, radius=radius, which="precision", dtype=dtype)
 
 
@@ -383,7 +380,6 @@ def recall_at_radius_from_histogram(hist: Array, *, radius: int, dtype: Any = No
   >>> recall_at_radius_from_histogram(np.array([[0, 1], [1, 1], [0, 2]]), radius=1).tolist()
   0.5
   """
-  radius, dtype = _checks.check_int("radius", radius, low=0), _checks.check_float_dtype(dtype)
   return _inputs.evaluate(_at_radius, hist, radius=radius, which="recall", dtype=dtype)
 
 
@@ -405,7 +401,6 @@ def retrieved_at_radius_from_histogram(hist: Array, *, radius: int) -> Array:
   >>> retrieved_at_radius_from_histogram(np.array([[0, 0], [1, 1], [0, 2]]), radius=0).tolist()
   0
   """
-  radius = _checks.check_int("radius", radius, low=0)
   return _inputs.evaluate(_at_radius, hist, radius=radius, which="retrieved", dtype=None)
 
 
@@ -429,7 +424,7 @@ def precision_recall_curve_from_histogram(hist: Array, *, dtype: Any = None) -> 
   >>> p.tolist(), r.tolist()
   ([1.0, 0.66667, 0.66667], [0.5, 1.0, 1.0])
   """
-  return _inputs.evaluate(_precision_recall, hist, dtype=_checks.check_float_dtype(dtype))
+  return _inputs.evaluate(_precision_recall, hist, dtype=dtype)
 
 
 def interpolated_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
@@ -453,7 +448,7 @@ def interpolated_ap_from_histogram(hist: Array, *, dtype: Any = None) -> Array:
   >>> interpolated_ap_from_histogram(np.array([[0, 1], [1, 1], [0, 0]])).tolist()  # 6 levels at 1, 5 at 2/3
   0.84848
   """
-  return _inputs.evaluate(_eleven_point_ap, hist, dtype=_checks.check_float_dtype(dtype))
+  return _inputs.evaluate(_eleven_point_ap, hist, dtype=dtype)
 
 
 def knn_classify_from_histogram(class_hist: Array, *, k: int, threshold: str = "relative") -> Array:
@@ -486,7 +481,7 @@ def knn_classify_from_histogram(class_hist: Array, *, k: int, threshold: str = "
   """
   relative = _checks.check_option("threshold", threshold, ("relative", "absolute")) == "relative"
   k = _checks.check_cutoff(k, allow_none=False, low=1 if relative else 0)
-  return _inputs.evaluate(_knn_votes, class_hist, name="class_hist", k=k, relative=relative)
+  return _inputs.evaluate(_knn_votes, class_hist, name="class_hist", reach=k, relative=relative)
 
 
 # --------------------------------------------------------------------------
@@ -568,7 +563,6 @@ def ap_bin_pieces(hist: Array, *, k: Optional[int] = None, dtype: Any = None) ->
   >>> pieces.p.tolist(), pieces.before.tolist(), np.round(pieces.dh, 4).tolist()  # dh: 1/1, 1/2 + 1/3, 0
   ([1, 1, 0], [0, 1, 3], [1.0, 0.8333, 0.0])
   """
-  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
   return _inputs.evaluate(_ap_bins, hist, k=k, dtype=dtype)
 
 
@@ -594,5 +588,4 @@ def dcg_weights(hist: Array, *, k: Optional[int] = None, dtype: Any = None) -> D
   >>> out.gains.tolist(), np.round(out.weights, 4).tolist(), float(out.ideal)
   ([0.0, 1.0], [1.0, 0.6309], 1.0)
   """
-  k, dtype = _checks.check_cutoff(k), _checks.check_float_dtype(dtype)
   return _inputs.evaluate(_dcg_weights, hist, k=k, dtype=dtype)

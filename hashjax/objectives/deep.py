@@ -58,13 +58,11 @@ __all__ = ["dpsh", "dtsh", "hashnet", "hashnet_beta", "csq", "hash_centers", "gr
 
 
 def _check_mapping(mapping: Any, num_bits: Any) -> int:
-  """``num_bits`` a positive int equal to the mapping's code length."""
-  num_bits = _checks.check_num_bits(num_bits)
-  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP, mappings.CNN),
-                     what="a hashjax.mappings module from make_mapping")
-  if mapping.num_bits != num_bits:
-    raise ValueError(f"num_bits: expected the mapping's code length {mapping.num_bits}, got {num_bits}")
-  return num_bits
+  """``mapping`` a module of :func:`hashjax.mappings.make_mapping` and ``num_bits`` its code length (an int)."""
+  mappings.check_mapping(mapping)
+  if not _checks.is_int(num_bits) or num_bits != mapping.num_bits:
+    raise ValueError(f"num_bits: expected the mapping's code length {mapping.num_bits}, got {num_bits!r}")
+  return int(num_bits)
 
 
 # --------------------------------------------------------------------------- batch entries (checked when traced)
@@ -206,8 +204,7 @@ def dtsh(mapping, *, num_bits: int, alpha: float = 5.0, eta: float = 0.1) -> Cal
   36
   """
   num_bits = _check_mapping(mapping, num_bits)
-  alpha = _checks.check_number("alpha", alpha, low=0)
-  eta = _checks.check_number("eta", eta, low=0)
+  alpha, eta = (_checks.check_number(name, value, low=0) for name, value in (("alpha", alpha), ("eta", eta)))
 
   def loss_fn(params, batch, step):
     del step
@@ -242,8 +239,7 @@ def hashnet_beta(step: Any, *, gamma: float = 0.005, power: float = 0.5) -> Arra
   >>> [round(float(hashnet_beta(t)), 4) for t in (0, 200, 600)]
   [1.0, 1.4142, 2.0]
   """
-  gamma = _checks.check_number("gamma", gamma, low=0)
-  power = _checks.check_number("power", power, low=0)
+  gamma, power = (_checks.check_number(name, value, low=0) for name, value in (("gamma", gamma), ("power", power)))
   _checks.check_step(step)
   return (1.0 + gamma * jnp.asarray(step)) ** power
 
@@ -338,9 +334,9 @@ def hash_centers(num_classes: int, num_bits: int, *, seed: _checks.Seed = 0) -> 
   if num_bits & (num_bits - 1) == 0 and num_classes <= 2 * num_bits:
     hadamard = scipy.linalg.hadamard(num_bits)
     return np.concatenate([hadamard, -hadamard])[:num_classes].astype(np.float32)
-  if num_bits < 63 and num_classes > 2 ** num_bits:
-    raise ValueError(f"num_classes: expected at most 2**num_bits = {2 ** num_bits} distinct centres of "
-                     f"{num_bits} bits, got {num_classes}")
+  if num_bits < 63:
+    _checks.check_int_at_most("num_classes", num_classes, 2 ** num_bits,
+                              what=f"2**num_bits = {2 ** num_bits} distinct centres of {num_bits} bits")
   centers = rng.integers(0, 2, size=(num_classes, num_bits))
   while True:
     repeated = np.setdiff1d(np.arange(num_classes), np.unique(centers, axis=0, return_index=True)[1])

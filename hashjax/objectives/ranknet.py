@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hashjax import _checks
 from hashjax import relaxations
@@ -55,18 +56,18 @@ THRESHOLDS = ("relative", "absolute")
 # --------------------------------------------------------------------------- checks
 
 
-def _check_codes(query_codes: Any, doc_codes: Any, from_logits: Any) -> None:
-  """``query_codes[Q, B]`` and ``doc_codes[N, B]`` or ``[Q, N, B]``: logits, or sigmoid outputs in [0, 1]."""
+def _check_codes(query_codes: Any, doc_codes: Any, from_logits: Any, doc_name: str = "doc_codes") -> None:
+  """``query_codes[Q, B]`` and ``doc_codes[N, B]`` or ``[Q, N, B]`` (named ``doc_name``): logits, or sigmoid outputs
+  in [0, 1]."""
   _checks.check_bool("from_logits", from_logits)
   what = "logits" if from_logits else "sigmoid outputs in [0, 1]"
   _checks.check_real("query_codes", query_codes, shape_doc=f"[Q, num_bits] of {what}", ndim=2)
-  _checks.check_real("doc_codes", doc_codes, shape_doc=f"[N, num_bits] or [Q, N, num_bits] of {what}")
+  _checks.check_real(doc_name, doc_codes, shape_doc=f"[N, num_bits] or [Q, N, num_bits] of {what}", min_ndim=2)
   q, b = query_codes.shape
-  if (doc_codes.ndim < 2 or doc_codes.shape[:-2] not in ((), (q,)) or doc_codes.shape[-1] != b
-      or not doc_codes.shape[-2]):
-    raise ValueError(f"doc_codes: expected shape [N, {b}] or [{q}, N, {b}] (N >= 1), got {tuple(doc_codes.shape)}")
+  if doc_codes.shape[:-2] not in ((), (q,)) or doc_codes.shape[-1] != b or not doc_codes.shape[-2]:
+    raise ValueError(f"{doc_name}: expected shape [N, {b}] or [{q}, N, {b}] (N >= 1), got {tuple(doc_codes.shape)}")
   if not from_logits:
-    for name, x in (("query_codes", query_codes), ("doc_codes", doc_codes)):
+    for name, x in (("query_codes", query_codes), (doc_name, doc_codes)):
       _checks.check_within(name, x, 0, 1, what="sigmoid outputs (or pass from_logits=True)")
 
 
@@ -353,7 +354,7 @@ def triplet_ranknet_loss(query_codes: Array, better_codes: Array, worse_codes: A
   0.1269
   """
   for name, x in (("better_codes", better_codes), ("worse_codes", worse_codes)):
-    _check_codes(query_codes, x, from_logits)
+    _check_codes(query_codes, x, from_logits, name)
     _checks.check_shape(name, x, query_codes.shape, like="query_codes, one per triplet")
   hq = _probs(query_codes, from_logits)
   docs = jnp.stack([_probs(better_codes, from_logits), _probs(worse_codes, from_logits)], axis=1)
@@ -369,12 +370,9 @@ def _check_lambdarank(distances: Any, affinity: Any, deltas_fn: Any, preference:
   """The arguments of :func:`lambdarank_weights` (and :func:`lambdarank_loss`, whose codes give ``shape``)."""
   _checks.check_callable("deltas_fn", deltas_fn, what="function deltas_fn(distances[N], affinity[N, ...]) -> [N, N]")
   _checks.check_hamming_distances(distances, num_bits)
-  _checks.check_array("distances", distances, ndim=2, shape_doc="[Q, N] of hard distances", kinds="iu")
-  if shape is not None:
-    _checks.check_shape("distances", distances, shape, like="[Q, N] of the codes")
-  _checks.check_real("affinity", affinity, shape_doc="[Q, N, ...] (what deltas_fn reads)", min_ndim=2)
-  if tuple(affinity.shape[:2]) != tuple(distances.shape):
-    raise ValueError(f"affinity: expected [Q, N, ...] with [Q, N] = {tuple(distances.shape)}, got {affinity.shape}")
+  _checks.check_array("distances", distances, ndim=2, shape_doc="[Q, N]", kinds="iu", shape=shape, like="the codes")
+  _checks.check_real("affinity", affinity, shape_doc="[Q, N, ...] (what deltas_fn reads)", min_ndim=2,
+                     shape=tuple(distances.shape) + np.shape(affinity)[2:], like="distances, then what deltas_fn reads")
   if preference is None and affinity.ndim != 2:
     raise ValueError(f"preference: required when affinity is not [Q, N]; got affinity of shape {tuple(affinity.shape)}")
   if preference is not None:

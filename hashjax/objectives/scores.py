@@ -83,12 +83,11 @@ def check_affinity(affinity: Any, distances: Any, *, what: str = "per-document v
   """``affinity`` shaped like ``distances``: integer levels in ``[0, high]`` when ``high`` is given, else real
   values (non-negative with ``nonnegative``; values checked when concrete)."""
   if high is None:
-    _checks.check_real("affinity", affinity, shape_doc=f"of {what}")
+    _checks.check_real("affinity", affinity, shape_doc=f"of {what}", shape=np.shape(distances), like="distances")
   if nonnegative or high is not None:
     _checks.check_nonnegative("affinity", affinity, what=what)
   if high is not None:
-    _checks.check_int_range("affinity", affinity, 0, high, what=what)
-  _checks.check_shape("affinity", affinity, np.shape(distances), like="distances")
+    _checks.check_int_range("affinity", affinity, 0, high, what=what, shape=np.shape(distances), like="distances")
 
 
 def check_similarity(similarity: Any) -> int:
@@ -122,8 +121,7 @@ def _check_query_label(query_label: Any, hist: Any) -> None:
 def _check_query_doc_shapes(query_name: str, query: Any, doc_name: str, doc: Any, *, what: str) -> None:
   """Per-query values ``[Q]`` and per-document values ``[N]`` (shared documents) or ``[Q, N]`` (one row per query)."""
   if query.ndim != 1 or doc.ndim == 0 or doc.shape[:-1] not in ((), query.shape):
-    raise ValueError(f"{query_name}, {doc_name}: expected [Q] and [N] or [Q, N] {what}, got shapes {query.shape} and "
-                     f"{doc.shape}")
+    raise ValueError(f"{query_name}, {doc_name}: expected [Q] and [N] or [Q, N] {what}, got {query.shape}, {doc.shape}")
 
 
 # --------------------------------------------------------------------------- neighbour sets

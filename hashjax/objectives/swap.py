@@ -73,8 +73,7 @@ def _float():
 def _check_scalar_score(name: str, value: Any) -> Array:
   """The output of a score function: a real (int or float) scalar."""
   value = jnp.asarray(value)
-  _checks.check_array(name, value, ndim=0, shape_doc="score of one query (the function's output)", kinds="iuf",
-                      what="real", nonempty=False)
+  _checks.check_array(name, value, ndim=0, shape_doc="of one query", kinds="iuf", what="real score", nonempty=False)
   return value
 
 
@@ -340,10 +339,6 @@ def regression_deltas(distances: Array, affinity: Array, *, k: int = 3, mode: st
 # --------------------------------------------------------------------------- closed forms: tie-aware NDCG and AP
 
 
-def _check_relevance_levels(distances, affinity, num_bits):
-  return _check_one_query(distances, affinity, num_bits=num_bits, high=_checks.INT32_MAX)
-
-
 def ndcg_deltas(distances: Array, affinity: Array, *, num_bits: int, num_levels: Optional[int] = None,
                 k: Optional[int] = None) -> Array:
   r"""Exact swap matrix of :func:`~hashjax.objectives.ndcg_score` (tie-aware NDCG@k), for one query.
@@ -371,7 +366,7 @@ def ndcg_deltas(distances: Array, affinity: Array, *, num_bits: int, num_levels:
   >>> np.round(ndcg_deltas(np.array([0, 1]), np.array([0, 1]), num_bits=1), 4).tolist()
   [[0.0, 0.3691], [0.3691, 0.0]]
   """
-  num_bits = _check_relevance_levels(distances, affinity, num_bits)
+  num_bits = _check_one_query(distances, affinity, num_bits=num_bits, high=_checks.INT32_MAX)
   num_levels = _checks.check_gain_levels(histograms.num_levels_of(affinity, num_levels), name="num_levels")
   d, a = jnp.asarray(distances).astype(jnp.int32), jnp.asarray(affinity).astype(jnp.int32)
   hist = histograms.distance_histogram(d, a, num_bits=num_bits, num_levels=num_levels)
@@ -409,7 +404,7 @@ def average_precision_deltas(distances: Array, affinity: Array, *, num_bits: int
   >>> average_precision_deltas(np.array([0, 1]), np.array([0, 1]), num_bits=1).tolist()
   [[0.0, 0.5], [0.5, 0.0]]
   """
-  num_bits = _check_relevance_levels(distances, affinity, num_bits)
+  num_bits = _check_one_query(distances, affinity, num_bits=num_bits, high=_checks.INT32_MAX)
   dt = _float()
   d = jnp.asarray(distances).astype(jnp.int32)
   relevance = (jnp.asarray(affinity) > 0).astype(jnp.int32)
