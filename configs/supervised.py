@@ -30,6 +30,7 @@ runs/talr-linear-64,runs/talr-mlp-64,runs/cghash,runs/structhash
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from configs import common
 
@@ -51,6 +52,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
   config.precision_k = 100  # tie-aware precision@100
   config.plots = False  # True: AP against code length, precision-recall and distance histograms as PNGs
+  config.num_devices = 1  # > 1: the database split by rows over that many devices for the evaluation
+  # Several processes (hosts), jax.distributed: None reads JAX_NUM_PROCESSES / JAX_PROCESS_ID / JAX_COORDINATOR_ADDRESS.
+  config.num_processes = config_dict.placeholder(int)  # processes in the run (None and unset: one)
+  config.process_id = config_dict.placeholder(int)  # this process, 0 .. num_processes - 1 (process 0 writes)
+  config.coordinator_address = config_dict.placeholder(str)  # "host:port" of process 0
   if arg.runlocal:
     config.dataset = "digits"
     config.queries_per_class = 10

@@ -19,6 +19,12 @@ weighted Hamming distance, so its radius columns are left empty.
 The table goes to stdout and, with the timings, to ``<workdir>/results.json``; each fitted baseline to
 ``<workdir>/models/<method>-<bits>`` (``hashjax.load_model``), and with ``--config.plots=True`` the figures
 (AP against code length, precision-recall curves, distance histograms) to ``<workdir>/*.png``.
+
+Over several processes (``--config.num_processes``, ``--config.process_id``, ``--config.coordinator_address``,
+or the ``JAX_*`` environment variables) or ``--config.num_devices > 1``, every process fits the same baselines
+(on the host, in float64, so their codes agree), encodes only its own rows of the database, and the
+evaluation runs over the database split by rows across every device (:func:`hashjax.sharding.hamming_histogram`
+through ``evaluate_codes``); process 0 alone saves the models and writes ``results.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import time
 from typing import Dict, List
 
 from absl import logging
+import jax
 import ml_collections
 import numpy as np
 
@@ -68,12 +75,13 @@ def saved_model(path: str, config: ml_collections.ConfigDict):
 
 def codes_row(method: str, num_bits: int, query_words, db_words, protocol: tasks.Protocol,
               config: ml_collections.ConfigDict, **extra) -> Dict:
-  """The row of a Hamming ranking: :func:`hashjax.evaluate.evaluate_codes` (and the plots' curves)."""
+  """The row of a Hamming ranking: :func:`hashjax.evaluate.evaluate_codes` (and the plots' curves); ``db_words``
+  may be split over devices, padded past the database's rows (:func:`experiments.fitting.encode_split`)."""
   split = protocol.split
   labels = {"query_labels": protocol.labels[split.query], "db_labels": protocol.labels[split.database]}
   start = time.perf_counter()
   result = evaluate_codes(query_words, db_words, num_bits=num_bits, radius=config.radius, k=config.precision_k,
-                          **labels)
+                          num_db=len(split.database), **labels)
   row = {"method": method, "bits": int(num_bits), **reporting.plain(result), **extra,
          "eval_seconds": time.perf_counter() - start}
   if config.plots:
@@ -94,17 +102,19 @@ def weighted_row(method: str, num_bits: int, query_words, db_words, weights, pro
 
 
 def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: ml_collections.ConfigDict,
-                  workdir: str) -> List[Dict]:
-  """Baseline ``method`` fitted on the training items and saved to ``<workdir>/models/<method>-<bits>``; its
-  row, and with ``method`` in ``config.weighted`` the row of EGD bit weights learned on its training codes."""
+                  workdir: str, mesh=None) -> List[Dict]:
+  """Baseline ``method`` fitted on the training items and saved to ``<workdir>/models/<method>-<bits>`` (by
+  process 0); its row, and with ``method`` in ``config.weighted`` the row of EGD bit weights learned on its
+  training codes. ``mesh``: the database split over its devices (:func:`experiments.fitting.encode_split`)."""
   x, labels, split = protocol.features, protocol.labels, protocol.split
   start = time.perf_counter()
   model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed,
                                  train_labels=labels[split.train], config=config)
-  query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
+  query_words, db_words = fitting.encode_split(model.encode, x, split.query, split.database, mesh=mesh)
   seconds = time.perf_counter() - start
   model_dir = os.path.join("models", f"{method}-{num_bits}")
-  model.save(os.path.join(workdir, model_dir))
+  if jax.process_index() == 0:  # of several processes, the first writes
+    logging.info("model: %s", model.save(os.path.join(workdir, model_dir)))
   rows = [codes_row(method, num_bits, query_words, db_words, protocol, config, fit_encode_seconds=seconds,
                     model=model_dir)]
   if method in config.weighted:
@@ -116,11 +126,12 @@ def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: 
   return rows
 
 
-def model_rows(path: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict) -> List[Dict]:
+def model_rows(path: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict,
+               mesh=None) -> List[Dict]:
   """A saved model's row (named by its directory), and the row of its own bit weights when it has them."""
   x, split = protocol.features, protocol.split
   name = os.path.basename(os.path.normpath(path))
-  query_words, db_words = model.encode(x[split.query]), model.encode(x[split.database])
+  query_words, db_words = fitting.encode_split(model.encode, x, split.query, split.database, mesh=mesh)
   rows = [codes_row(name, model.num_bits, query_words, db_words, protocol, config, model=path)]
   if model.bit_weights is not None:
     rows.append(weighted_row(f"{name}+w", model.num_bits, query_words, db_words, model.bit_weights, protocol,
@@ -138,21 +149,29 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   """
   if config.plots:
     plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
+  mesh = fitting.device_mesh(config)
   protocol = tasks.load_protocol(config)
   split = protocol.split
   logging.info("%s: %d queries, %d database items, %d training items, dim %d", protocol.name,
                len(split.query), len(split.database), len(split.train), protocol.features.shape[1])
   learned = [(path, saved_model(path, config)) for entry in config.models for path in model_paths(entry)]
+  if mesh is not None and (config.weighted or config.plots or any(m.bit_weights is not None for _, m in learned)):
+    raise ValueError(f"config.num_devices / config.num_processes: weighted rankings and plots read the whole "
+                     f"database on one host; run them in one process on one device (got weighted="
+                     f"{tuple(config.weighted)}, plots={config.plots}, models with bit weights: "
+                     f"{[p for p, m in learned if m.bit_weights is not None]})")
   rows = []
   for num_bits in config.bits:
     for method in config.methods:
-      rows += baseline_rows(method, num_bits, protocol, config, workdir)
+      rows += baseline_rows(method, num_bits, protocol, config, workdir, mesh)
     for path, model in learned:
-      rows += model_rows(path, model, protocol, config) if model.num_bits == num_bits else []
+      rows += model_rows(path, model, protocol, config, mesh) if model.num_bits == num_bits else []
   for path, model in learned:
-    rows += model_rows(path, model, protocol, config) if model.num_bits not in config.bits else []
+    rows += model_rows(path, model, protocol, config, mesh) if model.num_bits not in config.bits else []
+  if jax.process_index() != 0:  # of several processes, the first writes
+    return rows
   io.atomic_write_json(os.path.join(workdir, "results.json"),
-                       {"config": config.to_dict(), "dataset": protocol.name, "rows": rows})
+                       {"config": reporting.recorded_config(config), "dataset": protocol.name, "rows": rows})
   if config.plots:
     for path in plots.write_plots(workdir, rows, title=protocol.name):
       logging.info("plot: %s", path)

@@ -77,13 +77,14 @@ def start_processes(config: ml_collections.ConfigDict) -> int:
     raise ValueError(f"config.{e}") from None
 
 
-def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: int, rows_from: str):
+def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: Optional[int] = None, rows_from: str = ""):
   """The mesh of ``config.num_devices > 1`` (data parallelism, :func:`hashjax.sharding.data_mesh`), else None.
 
   Over several processes (:func:`start_processes`), the mesh spans every device of every process
   (``config.num_devices`` is then 1 or that count). ``batch_rows`` is the leading axis of the batch's split
   leaves (``rows_from`` tells which config fields make it, for the error): the device count must divide it,
-  since a padded batch would change the loss.
+  since a padded batch would change the loss. None: nothing is trained (an evaluation's mesh only splits the
+  database, padded as needed).
   """
   n = config.get("num_devices", 1)
   n = _checks.check_int("config.num_devices", 1 if n is None else n, low=1)
@@ -96,7 +97,7 @@ def device_mesh(config: ml_collections.ConfigDict, *, batch_rows: int, rows_from
     return None
   if n > jax.device_count():
     raise ValueError(f"config.num_devices: expected at most the {jax.device_count()} device(s) jax sees, got {n}")
-  if batch_rows % n:
+  if batch_rows is not None and batch_rows % n:
     raise ValueError(f"config.num_devices: expected a divisor of the batch's {batch_rows} rows ({rows_from}), "
                      f"since the batch is split over the devices, got {n}")
   return sharding.data_mesh(n)

@@ -283,3 +283,71 @@ def _leaves(tree):
   """The array leaves of a parameter tree, as numpy."""
   import jax  # pylint: disable=g-import-not-at-top
   return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
+
+
+# ----------------------------------------------------------------------------
+# experiments.evaluate: baselines fitted in every process, the database split over both.
+
+#: Two unsupervised baselines and a supervised one at 24 bits (codes with padding bits) on scikit-learn digits:
+#: 100 queries, 1,697 database items (4 devices hold 425 rows each, 3 of them padding), 1,200 training items.
+EVALUATE = ("-m", "experiments.evaluate", "--config=configs/baselines.py:runlocal", "--config.methods=lsh,itq,sdh",
+            "--config.bits=24", "--config.train_per_class=120")
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+  """Like :func:`launched`, for :data:`EVALUATE`."""
+  reason = _gloo_missing()
+  if reason:
+    pytest.skip(reason)
+  two, one = tmp_path_factory.mktemp("evaluate_two"), tmp_path_factory.mktemp("evaluate_one")
+  address = f"localhost:{_free_port()}"
+  ended = _run_together([[*EVALUATE, f"--workdir={two}", f"--config.num_processes={NUM_PROCESSES}",
+                          f"--config.process_id={p}", f"--config.coordinator_address={address}"]
+                         for p in range(NUM_PROCESSES)] + [[*EVALUATE, f"--workdir={one}"]], 2 * TIMEOUT_S)
+  for p, (status, out, err) in enumerate(ended):
+    assert status == 0, f"{'process ' + str(p) if p < NUM_PROCESSES else 'the single process'} exited with " \
+                        f"{status}:\n{(out + err)[-4000:]}"
+  return (ended[:NUM_PROCESSES], two), (ended[NUM_PROCESSES], one)
+
+
+def _evaluate_table(stdout):
+  """The printed table: the lines from the header to the one before ``results:``."""
+  lines = stdout.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith("method"))
+  stop = next(i for i, line in enumerate(lines) if line.startswith("results:"))
+  return lines[start:stop]
+
+
+def test_evaluate_processes_split_the_database_and_print_the_one_process_table(evaluated):
+  (ended, two), ((_, one_out, one_err), one) = evaluated
+  for p, rows in enumerate(("0:850", "850:1697")):
+    assert f"evaluation database: process {p} encodes rows {rows} of 1697 over 4 devices" in ended[p][2], p
+  assert "evaluation database" not in one_err
+  table = _evaluate_table(one_out)
+  assert [line.split()[0] for line in table[2:]] == ["lsh", "itq", "sdh"]
+  for p, (_, out, _) in enumerate(ended):
+    assert _evaluate_table(out) == table, p
+  got, ref = _results(two), _results(one)
+  assert got["config"]["num_processes"] == NUM_PROCESSES and ref["config"]["num_processes"] == 1
+  assert len(got["rows"]) == len(ref["rows"]) == 3
+  for row, want in zip(got["rows"], ref["rows"]):
+    assert row.keys() == want.keys(), row["method"]
+    for key, value in want.items():
+      if key.endswith("_seconds"):
+        continue
+      assert row[key] == (pytest.approx(value, rel=1e-6, abs=1e-9) if isinstance(value, float) else value), key
+    assert 0 < row["tie_aware_ap"] < 1 and row["num_db"] == 1697 and row["bits"] == 24
+
+
+def test_evaluate_only_process_zero_saves_models_that_encode_as_one_process(evaluated):
+  from hashjax import models  # pylint: disable=g-import-not-at-top
+  (ended, two), (_, one) = evaluated
+  names = ["itq-24", "lsh-24", "sdh-24"]
+  assert sorted(os.listdir(two / "models")) == sorted(os.listdir(one / "models")) == names
+  assert "model: " in ended[0][2] and "model: " not in ended[1][2]  # the line process 0 logs when it saves
+  x = np.random.default_rng(0).uniform(0, 1, size=(50, 64)).astype(np.float32)  # digits' 64 pixels, scaled
+  for name in names:
+    model, ref = models.load_model(str(two / "models" / name)), models.load_model(str(one / "models" / name))
+    np.testing.assert_array_equal(np.asarray(model.encode(x)), np.asarray(ref.encode(x)), err_msg=name)
+  assert all("Traceback" not in err for _, _, err in ended)
