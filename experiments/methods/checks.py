@@ -41,6 +41,8 @@ BIT_WEIGHT_SOLVERS = weighting.SOLVERS + ("whrank",)
 LOCALRANK_METRICS = ("ap", "ndcg@1", "ndcg@5", "ndcg@10")
 #: ``config.ltr_baselines`` of experiments.localrank (hashjax.localrank.baselines).
 LTR_BASELINES = ("rankboost", "svmmap", "lambdamart")
+#: ``config.ranker`` of experiments.localrank_synthetic (hashjax.localrank: fit_svmmap, fit_ranknet).
+SYNTHETIC_RANKERS = ("svmmap", "ranknet")
 #: ``config.target_metric``: what each method's periodic evaluation logs.
 TARGETS = {"talr": TALR_EVAL_KEYS, "nair": ("knn_error", "precision_at_radius"), "deep": TALR_EVAL_KEYS}
 #: Command-line words of a bool (any case).
@@ -312,6 +314,12 @@ def _rules() -> Dict[str, Callable]:
       "svmmap_max_iterations": _int(1), "lambdamart_trees": _ints(1, nonempty=True),
       "lambdamart_learning_rates": _positive_numbers, "lambdamart_leaves": _ints(2, nonempty=True),
       "lambdamart_min_data_in_leaf": _int(1), "lambdamart_threads": _int(1),
+      # experiments.localrank_synthetic
+      "table_seed": _int(0), "dim": _int(1), "relevant_docs": _int(1), "nonrelevant_docs": _int(1),
+      "max_std": _num(0, low_open=True), "min_std": _num(0, low_open=True), "separation": _num(0),
+      "mean_shift": _num(0), "scale": _num(0, low_open=True), "flipped": _int(0),
+      "ranker": _choice(SYNTHETIC_RANKERS), "svm_c": _num(0, low_open=True), "l2": _num(0, low_open=True),
+      "measures": _names(localrank.SIMILARITIES, nonempty=True),
   }
 
 
