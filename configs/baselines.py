@@ -3,6 +3,7 @@ r"""Unsupervised baselines (LSH, PCA-sign, ITQ, SH) on the embedded MNIST-10k pr
 
   python -m experiments.evaluate --config=configs/baselines.py
   python -m experiments.evaluate --config=configs/baselines.py:runlocal  # scikit-learn digits
+  python -m experiments.evaluate --config=configs/baselines.py --config.methods=sth,itq  # self-taught hashing
 
 Test AP_T at 16 / 32 / 64 bits: ITQ 0.4105 / 0.4539 / 0.4643, LSH 0.2306 / 0.2455 / 0.3466
 (README, the main job; the same at any thread count); 16 s on a 2-core CPU (runlocal: a few seconds). Override
@@ -25,7 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # TALR protocol: 100 queries per class, the rest database, 500 per class of it for training.
   config.queries_per_class = 100  # the rest of each class is the database
   config.train_per_class = 500  # of the database, what the baselines are fitted on
-  # Any of hashjax.baselines.BASELINES: lsh, pca, itq, sh, iso, sph, agh (unsupervised), ksh, sdh, cosdish,
+  # Any of hashjax.baselines.BASELINES: lsh, pca, itq, sh, iso, sph, agh, sth (unsupervised), ksh, sdh, cosdish,
   # fasthash, bre, splh (supervised: fitted with the training items' labels); --config.methods=ksh,sdh
   config.methods = ("lsh", "pca", "itq", "sh")
   config.weighted = ()  # of config.methods, also ranked by learned bit weights (EGD, hashjax.weighting.fit)

@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.queries_per_class = 100  # the rest of each class is the database
   config.train_per_class = 500  # of the database, what the methods are fitted on (with its labels)
   # Supervised (hashjax.baselines.SUPERVISED): ksh, sdh, cosdish, fasthash, bre, splh; unsupervised: lsh, pca,
-  # itq, sh, iso, sph, agh.
+  # itq, sh, iso, sph, agh, sth.
   config.methods = ("itq", "sph", "agh", "ksh", "sdh", "cosdish", "fasthash", "bre", "splh")
   config.weighted = ("itq",)  # of config.methods, also ranked by learned bit weights (EGD, hashjax.weighting.fit)
   config.models = ()  # saved models (hashjax.load_model paths) on the same protocol, scored beside the methods

@@ -308,8 +308,8 @@ def test_codes_do_not_depend_on_threads_or_cpu_features(tmp_path):
 
 
 def test_registry():
-  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "iso", "sph", "agh", "ksh", "sdh", "cosdish",
-                                      "fasthash", "bre", "splh"}
+  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "iso", "sph", "agh", "sth", "ksh", "sdh",
+                                      "cosdish", "fasthash", "bre", "splh"}
   assert set(baselines.SUPERVISED) == {"ksh", "sdh", "cosdish", "fasthash", "bre", "splh"}
   assert set(baselines.PARAMS) == set(baselines.BASELINES)
   x = _anisotropic(n=50, d=4)

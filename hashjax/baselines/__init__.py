@@ -1,5 +1,5 @@
-r"""Hashing baselines: the unsupervised LSH, PCA (PCAH), ITQ, spectral hashing, IsoHash, spherical hashing and
-anchor graph hashing, and the supervised KSH, SDH, COSDISH, FastHash, BRE and SPLH.
+r"""Hashing baselines: the unsupervised LSH, PCA (PCAH), ITQ, spectral hashing, IsoHash, spherical hashing, anchor
+graph hashing and self-taught hashing, and the supervised KSH, SDH, COSDISH, FastHash, BRE and SPLH.
 
 Each method is a module with three pure functions,
 
@@ -10,7 +10,7 @@ Each method is a module with three pure functions,
   real-valued output is ``> 0``, the convention of :func:`hashjax.codes.binarize`), and
 * ``project(params, features[..., dim]) -> float[..., num_bits]``, the values whose signs are the bits,
 
-and :data:`BASELINES` maps a short name to its module. PCA, SH and IsoHash are deterministic and ignore
+and :data:`BASELINES` maps a short name to its module. PCA, SH, IsoHash and STH are deterministic and ignore
 ``key``; LSH, ITQ, KSH, SDH, BRE and SPLH require one; COSDISH, FastHash, spherical hashing and AGH use
 ``jax.random.key(0)`` when it is None. PCA, ITQ and IsoHash keep ``num_bits`` principal directions, so they need
 ``num_bits <= dim``.
@@ -25,7 +25,8 @@ import jax
 
 from hashjax import _checks
 from hashjax.baselines import _common
-from hashjax.baselines import agh, bre, cosdish, fasthash, isohash, itq, ksh, lsh, pca, sdh, spectral, spherical, splh
+from hashjax.baselines import (agh, bre, cosdish, fasthash, isohash, itq, ksh, lsh, pca, sdh, spectral, spherical, splh,
+                               sth)
 from hashjax.baselines.agh import AGHParams
 from hashjax.baselines.bre import BREParams
 from hashjax.baselines.cosdish import CosdishParams
@@ -39,12 +40,13 @@ from hashjax.baselines.sdh import SDHParams
 from hashjax.baselines.spectral import SpectralParams
 from hashjax.baselines.spherical import SphericalParams
 from hashjax.baselines.splh import SPLHParams
+from hashjax.baselines.sth import STHParams
 
 Array = jax.Array
 
 #: Name -> module with ``fit`` and ``encode``.
 BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral, "iso": isohash, "sph": spherical, "agh": agh,
-             "ksh": ksh, "sdh": sdh, "cosdish": cosdish, "fasthash": fasthash, "bre": bre, "splh": splh}
+             "sth": sth, "ksh": ksh, "sdh": sdh, "cosdish": cosdish, "fasthash": fasthash, "bre": bre, "splh": splh}
 
 #: Name -> the training items its ``fit`` needs with its default anchors (one anchor per item at most).
 MIN_TRAIN_ITEMS = {"agh": agh.DEFAULT_NUM_ANCHORS, "ksh": ksh.DEFAULT_NUM_ANCHORS, "sdh": sdh.DEFAULT_NUM_ANCHORS,
@@ -56,19 +58,17 @@ SUPERVISED = ("ksh", "sdh", "cosdish", "fasthash", "bre", "splh")
 
 #: Name -> the params NamedTuple of its ``fit``.
 PARAMS = {"lsh": LSHParams, "pca": PCAParams, "itq": ITQParams, "sh": SpectralParams, "iso": IsoHashParams,
-          "sph": SphericalParams, "agh": AGHParams, "ksh": KSHParams, "sdh": SDHParams, "cosdish": CosdishParams,
-          "fasthash": FastHashParams, "bre": BREParams, "splh": SPLHParams}
+          "sph": SphericalParams, "agh": AGHParams, "sth": STHParams, "ksh": KSHParams, "sdh": SDHParams,
+          "cosdish": CosdishParams, "fasthash": FastHashParams, "bre": BREParams, "splh": SPLHParams}
 
-__all__ = ["BASELINES", "SUPERVISED", "PARAMS", "MIN_TRAIN_ITEMS", "fit", "encode", "project", "lsh", "pca", "itq", "spectral",
-           "isohash", "spherical", "agh", "ksh", "sdh", "cosdish", "fasthash", "bre", "splh", "LSHParams",
-           "PCAParams", "ITQParams", "SpectralParams", "IsoHashParams", "SphericalParams", "AGHParams", "KSHParams",
-           "SDHParams", "CosdishParams", "FastHashParams", "BREParams", "SPLHParams"]
+__all__ = ["BASELINES", "SUPERVISED", "PARAMS", "MIN_TRAIN_ITEMS", "fit", "encode", "project", "lsh", "pca", "itq",
+           "spectral", "isohash", "spherical", "agh", "sth", "ksh", "sdh", "cosdish", "fasthash", "bre", "splh",
+           "LSHParams", "PCAParams", "ITQParams", "SpectralParams", "IsoHashParams", "SphericalParams", "AGHParams",
+           "STHParams", "KSHParams", "SDHParams", "CosdishParams", "FastHashParams", "BREParams", "SPLHParams"]
 
 
 def _module(method: Any) -> ModuleType:
-  if not isinstance(method, str) or method not in BASELINES:
-    raise ValueError(f"method: expected one of {sorted(BASELINES)}, got {method!r}")
-  return BASELINES[method]
+  return BASELINES[_checks.check_option("method", method, sorted(BASELINES))]
 
 
 def fit(method: str, features: Array, *, num_bits: int, key: Optional[Any] = None, labels: Optional[Any] = None,
