@@ -203,22 +203,27 @@ def test_data_parallel_talr_matches_one_process(outs):
 # The launcher.
 
 
-@pytest.fixture(scope="module")
-def launched(tmp_path_factory):
-  """``(two, one)``: the two processes' ``(exit status, stdout, stderr)`` and workdir, then the single
-  process's, all three started at once."""
+def _launch_beside_one(command, tmp_path_factory, name):
+  """``(two, one)``: ``command`` run by two processes in one workdir, their ``(exit status, stdout, stderr)`` and
+  that workdir, then by a single process in another, all three started at once."""
   reason = _gloo_missing()
   if reason:
     pytest.skip(reason)
-  two, one = tmp_path_factory.mktemp("launcher_two"), tmp_path_factory.mktemp("launcher_one")
+  two, one = tmp_path_factory.mktemp(f"{name}_two"), tmp_path_factory.mktemp(f"{name}_one")
   address = f"localhost:{_free_port()}"
-  ended = _run_together([[*LAUNCH, f"--workdir={two}", f"--config.num_processes={NUM_PROCESSES}",
+  ended = _run_together([[*command, f"--workdir={two}", f"--config.num_processes={NUM_PROCESSES}",
                           f"--config.process_id={p}", f"--config.coordinator_address={address}"]
-                         for p in range(NUM_PROCESSES)] + [[*LAUNCH, f"--workdir={one}"]], 2 * TIMEOUT_S)
+                         for p in range(NUM_PROCESSES)] + [[*command, f"--workdir={one}"]], 2 * TIMEOUT_S)
   for p, (status, out, err) in enumerate(ended):
     assert status == 0, f"{'process ' + str(p) if p < NUM_PROCESSES else 'the single process'} exited with " \
                         f"{status}:\n{(out + err)[-4000:]}"
   return (ended[:NUM_PROCESSES], two), (ended[NUM_PROCESSES], one)
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+  """:data:`LAUNCH` by two processes beside one (:func:`_launch_beside_one`)."""
+  return _launch_beside_one(LAUNCH, tmp_path_factory, "launcher")
 
 
 def _table(stdout):
@@ -296,19 +301,8 @@ EVALUATE = ("-m", "experiments.evaluate", "--config=configs/baselines.py:runloca
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
-  """Like :func:`launched`, for :data:`EVALUATE`."""
-  reason = _gloo_missing()
-  if reason:
-    pytest.skip(reason)
-  two, one = tmp_path_factory.mktemp("evaluate_two"), tmp_path_factory.mktemp("evaluate_one")
-  address = f"localhost:{_free_port()}"
-  ended = _run_together([[*EVALUATE, f"--workdir={two}", f"--config.num_processes={NUM_PROCESSES}",
-                          f"--config.process_id={p}", f"--config.coordinator_address={address}"]
-                         for p in range(NUM_PROCESSES)] + [[*EVALUATE, f"--workdir={one}"]], 2 * TIMEOUT_S)
-  for p, (status, out, err) in enumerate(ended):
-    assert status == 0, f"{'process ' + str(p) if p < NUM_PROCESSES else 'the single process'} exited with " \
-                        f"{status}:\n{(out + err)[-4000:]}"
-  return (ended[:NUM_PROCESSES], two), (ended[NUM_PROCESSES], one)
+  """:data:`EVALUATE` by two processes beside one (:func:`_launch_beside_one`)."""
+  return _launch_beside_one(EVALUATE, tmp_path_factory, "evaluate")
 
 
 def _evaluate_table(stdout):
