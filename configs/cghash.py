@@ -4,6 +4,7 @@ r"""CGHash (Lin et al., Sec. 3): column generation for a triplet loss on weighte
   python -m experiments.colgen --config=configs/cghash.py:runlocal     # scikit-learn digits, seconds
   python -m experiments.colgen --config=configs/cghash.py --config.features=linear   # raw pixels
   python -m experiments.colgen --config=configs/cghash.py --config.regularizer=linf --config.C=0.1   # weight bound
+  python -m experiments.colgen --config=configs/cghash.py --config.loss=logistic   # logistic loss, about 10 minutes
 
 One 64-bit run (its first 16 and 32 bits are the shorter models) on 200 training items per class, 50 relevant
 and 100 irrelevant neighbours each (10^7 triplets), perceptron hash functions on RBF responses to 300 training
