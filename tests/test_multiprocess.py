@@ -226,11 +226,11 @@ def launched(tmp_path_factory):
   return _launch_beside_one(LAUNCH, tmp_path_factory, "launcher")
 
 
-def _table(stdout):
-  """The printed result table: the lines from the header to the one before the throughput line."""
+def _table(stdout, end="train step throughput"):
+  """The printed result table: the lines from the header to the one before the line starting with ``end``."""
   lines = stdout.splitlines()
   start = next(i for i, line in enumerate(lines) if line.startswith("method"))
-  stop = next(i for i, line in enumerate(lines) if line.startswith("train step throughput"))
+  stop = next(i for i, line in enumerate(lines) if line.startswith(end))
   return lines[start:stop]
 
 
@@ -305,23 +305,15 @@ def evaluated(tmp_path_factory):
   return _launch_beside_one(EVALUATE, tmp_path_factory, "evaluate")
 
 
-def _evaluate_table(stdout):
-  """The printed table: the lines from the header to the one before ``results:``."""
-  lines = stdout.splitlines()
-  start = next(i for i, line in enumerate(lines) if line.startswith("method"))
-  stop = next(i for i, line in enumerate(lines) if line.startswith("results:"))
-  return lines[start:stop]
-
-
 def test_evaluate_processes_split_the_database_and_print_the_one_process_table(evaluated):
   (ended, two), ((_, one_out, one_err), one) = evaluated
   for p, rows in enumerate(("0:850", "850:1697")):
     assert f"evaluation database: process {p} encodes rows {rows} of 1697 over 4 devices" in ended[p][2], p
   assert "evaluation database" not in one_err
-  table = _evaluate_table(one_out)
+  table = _table(one_out, end="results:")
   assert [line.split()[0] for line in table[2:]] == ["lsh", "itq", "sdh"]
   for p, (_, out, _) in enumerate(ended):
-    assert _evaluate_table(out) == table, p
+    assert _table(out, end="results:") == table, p
   got, ref = _results(two), _results(one)
   assert got["config"]["num_processes"] == NUM_PROCESSES and ref["config"]["num_processes"] == 1
   assert len(got["rows"]) == len(ref["rows"]) == 3
