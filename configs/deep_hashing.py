@@ -99,6 +99,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
   config.baselines = ("lsh", "itq")  # the table's baselines at the same length: --config.baselines=lsh,itq,sh
   config.plots = False  # True: precision-recall and distance histograms as PNGs in the workdir
+  config.save_codes = False  # True: each row's codes and labels to <workdir>/codes/<method>.npz (evaluate_codes)
 
   if arg.objective == "lambdarank":  # Nair's LambdaRank (experiments.methods.nair), tie-aware AP as its score
     config.method = "lambdarank"

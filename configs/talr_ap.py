@@ -95,6 +95,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.precision_k = 100  # tie-aware precision@100
   config.baselines = ("lsh", "itq")  # the table's baselines at the same length: --config.baselines=lsh,itq,sh
   config.plots = False  # True: precision-recall and distance histograms as PNGs in the workdir
+  config.save_codes = False  # True: each row's codes and labels to <workdir>/codes/<method>.npz (evaluate_codes)
 
   if arg.model == "linear" and arg.bits == 16:
     config.alpha = 5.0  # chosen on validation_heldout at 16 bits

@@ -3,6 +3,7 @@ text table."""
 
 from __future__ import annotations
 
+import io as _bytes_io
 import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
@@ -18,7 +19,7 @@ from hashjax import io, models
 
 
 def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: str, learned_words: Callable,
-                evaluate: Callable, mesh=None) -> List[Dict]:
+                evaluate: Callable, mesh=None, workdir: str = "") -> List[Dict]:
   """Table rows: the learned codes (``learned_words() -> (query_words, db_words)``), then ``config.baselines``.
 
   ``evaluate(query_words, db_words) -> {metric: value}`` scores each; the
@@ -26,7 +27,8 @@ def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: st
   ``config.plots``, every row also holds the ``curves`` the figures are drawn from
   (:func:`experiments.plots.distance_curves`). With a ``mesh``, the baselines' database words are split over
   its devices as :func:`experiments.fitting.encode_split` splits them (``learned_words`` should do the same);
-  the curves then read every process's real rows.
+  the curves then read every process's real rows. With ``config.save_codes``, each row's codes go to
+  ``<workdir>/codes/<method>.npz`` (:func:`save_codes`).
   """
   if config.plots:
     relevance = ({"query_labels": task.labels[task.query], "db_labels": task.labels[task.database]}
@@ -34,11 +36,16 @@ def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: st
 
   def row(method, words, **extra):
     out = {"method": method, "bits": config.bits, **plain(evaluate(*words)), **extra}
-    if config.plots:
+    if config.plots or config.get("save_codes"):
       query_words, db_words = words
       if mesh is not None:  # every process's rows, padding cut off
         db_words = multihost_utils.process_allgather(db_words, tiled=True)[:len(task.database)]
-      out["curves"] = plots.distance_curves(query_words, db_words, num_bits=config.bits, **relevance)
+      if config.plots:
+        out["curves"] = plots.distance_curves(query_words, db_words, num_bits=config.bits, **relevance)
+      if config.get("save_codes") and jax.process_index() == 0:
+        path = save_codes(os.path.join(workdir, CODES_DIR, f"{method}.npz"), query_words, db_words, task,
+                          num_bits=config.bits)
+        logging.info("codes: %s (python -m experiments.evaluate_codes --codes=%s)", path, path)
     return out
 
   start = time.perf_counter()
@@ -49,6 +56,26 @@ def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: st
                                                    num_bits=config.bits, seed=config.seed, labels=task.labels,
                                                    mesh=mesh)))
   return rows
+
+
+#: Where ``config.save_codes`` writes each row's codes in the workdir.
+CODES_DIR = "codes"
+
+
+def save_codes(path: str, query_words, db_words, task: tasks.Task, *, num_bits: int) -> str:
+  """Writes packed codes with the task's labels as the ``.npz`` that ``experiments.evaluate_codes`` reads.
+
+  Keys ``query_codes`` / ``db_codes`` (``uint32`` words), ``num_bits``, and ``query_labels`` / ``db_labels``:
+  class labels ``int32[n]``, or for ``"shared_labels"`` multi-hot rows ``uint8[n, L]``. Written atomically;
+  returns ``path``.
+  """
+  sets = task.label_sets if task.affinity == "shared_labels" else None
+  labels = task.labels if sets is None else sets.astype(np.uint8)
+  buffer = _bytes_io.BytesIO()
+  np.savez(buffer, query_codes=np.asarray(query_words, np.uint32), db_codes=np.asarray(db_words, np.uint32),
+           num_bits=np.int64(num_bits), query_labels=labels[task.query], db_labels=labels[task.database])
+  io.atomic_write_bytes(path, buffer.getvalue())
+  return path
 
 
 #: Where a training run writes its model in the workdir (``hashjax.load_model(workdir)`` reads it).

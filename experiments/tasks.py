@@ -14,11 +14,41 @@ from hashjax import _checks, data
 EVAL_SPLITS = ("test", "validation", "validation_heldout")
 
 class Protocol(NamedTuple):
-  """A labelled dataset split into queries, database and a training subset."""
+  """A labelled dataset split into queries, database and a training subset (stratified by ``labels``)."""
   features: np.ndarray  # float32 [num_items, dim]
   labels: np.ndarray  # int32 [num_items]
   split: data.RetrievalSplit
   name: str
+  label_sets: Optional[np.ndarray] = None  # multi-label datasets: bool [num_items, num_labels]
+
+
+#: The multi-label dataset: two MNIST-10k digits side by side (:func:`load_mnist_pairs`).
+PAIRS = "mnist_pairs"
+
+
+def load_mnist_pairs():
+  r"""Two-digit images from the embedded MNIST test set: ``(features, labels, label_sets)``.
+
+  The 10,000 digits, in one fixed random order (seed 0, whatever the run's seed), are paired two by two; each
+  pair becomes one 28 x 56 image, the first digit on the left, flattened row-major: 5,000 images of 1,568
+  pixels, no digit in two images. ``label_sets`` ``bool[5000, 10]`` holds the digits an image shows (one label
+  when both are the same digit, else two); ``labels`` ``int32[5000]``, the left digit, is what the retrieval
+  split is stratified by.
+
+  .. math:: x = [\,l_{r,:}\;\; r_{r,:}\,]_{r=1}^{28}, \quad Y = \{y_l, y_r\}
+
+  >>> x, y, sets = load_mnist_pairs()
+  >>> x.shape, y.shape, sets.shape, sets.sum(axis=1).min(), sets.sum(axis=1).max()
+  ((5000, 1568), (5000,), (5000, 10), 1, 2)
+  """
+  features, labels = data.load_mnist_t10k()
+  order = np.random.default_rng(0).permutation(len(labels)).reshape(-1, 2)
+  left, right = order[:, 0], order[:, 1]
+  images = np.concatenate([features[left].reshape(-1, 28, 28), features[right].reshape(-1, 28, 28)], axis=2)
+  label_sets = np.zeros((len(order), 10), bool)
+  label_sets[np.arange(len(order)), labels[left]] = True
+  label_sets[np.arange(len(order)), labels[right]] = True
+  return images.reshape(len(order), -1), labels[left].astype(np.int32), label_sets
 
 
 def load_dataset(name: str, *, tfds_split: str = "test", data_dir: str | None = None):
@@ -50,11 +80,15 @@ def load_dataset(name: str, *, tfds_split: str = "test", data_dir: str | None = 
 
 def load_protocol(config: ml_collections.ConfigDict) -> Protocol:
   """The dataset and its seeded query/database/train split, as the config names them."""
-  features, labels = load_dataset(config.dataset, tfds_split=config.get("tfds_split", "test"),
-                                  data_dir=config.get("data_dir", None))
+  label_sets = None
+  if config.dataset == PAIRS:
+    features, labels, label_sets = load_mnist_pairs()
+  else:
+    features, labels = load_dataset(config.dataset, tfds_split=config.get("tfds_split", "test"),
+                                    data_dir=config.get("data_dir", None))
   split = data.retrieval_split(labels, queries_per_class=config.queries_per_class,
                                train_per_class=config.train_per_class, seed=config.seed)
-  return Protocol(features.astype(np.float32), labels.astype(np.int32), split, config.dataset)
+  return Protocol(features.astype(np.float32), labels.astype(np.int32), split, config.dataset, label_sets)
 
 
 def evaluation_split(config: ml_collections.ConfigDict):
@@ -94,9 +128,10 @@ def evaluation_split(config: ml_collections.ConfigDict):
 
 
 #: ``config.affinity``: same label; TALR's multi-level Euclidean levels (the closest 5 / 1 / 0.2 /
-#: 0.1% of training pairs -> 1 / 2 / 5 / 10); or Nair's Sec. 5.2 relevance, the
-#: ``config.num_neighbors`` Euclidean nearest neighbours in feature space.
-AFFINITIES = ("label", "euclidean", "neighbors")
+#: 0.1% of training pairs -> 1 / 2 / 5 / 10); Nair's Sec. 5.2 relevance, the
+#: ``config.num_neighbors`` Euclidean nearest neighbours in feature space; or, on a multi-label dataset
+#: (:data:`PAIRS`), the number of labels two items share (He et al.'s NUS-WIDE affinity, Sec. 5.3).
+AFFINITIES = ("label", "euclidean", "neighbors", "shared_labels")
 
 
 class Task(NamedTuple):
@@ -112,6 +147,7 @@ class Task(NamedTuple):
   train_relevance: Optional[np.ndarray] = None  # "neighbors": bool [n_train, n_train], positions in train
   eval_relevance: Optional[np.ndarray] = None  # "neighbors": bool [n_query, n_database]
   train_neighbors: Optional[int] = None  # "neighbors": config.train_neighbors resolved to a count
+  label_sets: Optional[np.ndarray] = None  # "shared_labels": bool [num_items, num_labels]
 
 
 def make_task(config: ml_collections.ConfigDict) -> Task:
@@ -137,11 +173,14 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
     train_rel = euclidean_neighbors(x[train], x[train], num_neighbors=k_train, exclude_self=True)
     eval_rel = euclidean_neighbors(x[query], x[database], num_neighbors=k,
                                    exclude_self=config.eval_split == "validation")
+  if kind == "shared_labels" and protocol.label_sets is None:
+    raise ValueError(f"config.affinity: 'shared_labels' needs a multi-label dataset ({PAIRS!r}), "
+                     f"got config.dataset={config.dataset!r}")
   num_classes = int(protocol.labels.max()) + 1
   logging.info("%s: %d training items, %d evaluation queries, %d database items (eval split %s, affinity %s)",
                config.dataset, len(train), len(query), len(database), config.eval_split, kind)
   return Task(x, protocol.labels, train, query, database, num_classes, kind, thresholds, train_rel, eval_rel,
-              k_train)
+              k_train, protocol.label_sets)
 
 
 def euclidean_neighbors(query_features: np.ndarray, db_features: np.ndarray, *, num_neighbors: int,
@@ -175,9 +214,12 @@ def euclidean_neighbors(query_features: np.ndarray, db_features: np.ndarray, *, 
 
 
 def affinity(task: Task, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-  """int32 ``[len(rows), len(cols)]`` affinity of two index sets: label agreement or the Euclidean levels."""
+  """int32 ``[len(rows), len(cols)]`` affinity of two index sets: label agreement, the Euclidean levels or the
+  number of shared labels."""
   if task.affinity == "label":
     return np.asarray(data.label_affinity(task.labels[rows], task.labels[cols]))
+  if task.affinity == "shared_labels":
+    return np.asarray(data.multilabel_affinity(task.label_sets[rows], task.label_sets[cols]))
   if task.affinity == "euclidean":
     return data.euclidean_affinity_levels(task.features[rows], task.features[cols],
                                           thresholds=task.thresholds).astype(np.int32)

@@ -234,10 +234,10 @@ def _file_exists(name: str, path: str, value: str) -> None:
 
 
 def _dataset(name, v):
-  forms = "'mnist_t10k', 'digits', 'tfds:<name>', 'idx:<images>,<labels>' or 'npz:<file>'"
+  forms = f"'mnist_t10k', 'digits', {tasks.PAIRS!r}, 'tfds:<name>', 'idx:<images>,<labels>' or 'npz:<file>'"
   if not isinstance(v, str):
     raise _fail(name, forms, v)
-  if v in ("mnist_t10k", "digits") or (v.startswith("tfds:") and v[5:]):
+  if v in ("mnist_t10k", "digits", tasks.PAIRS) or (v.startswith("tfds:") and v[5:]):
     return
   if v.startswith("idx:"):
     paths = v[4:].split(",")
@@ -274,6 +274,7 @@ def _rules() -> Dict[str, Callable]:
       "eta": _num(0), "dtsh_alpha": _num(0), "hashnet_alpha": _positive_or_none, "hashnet_gamma": _num(0),
       "csq_lambda": _num(0), "greedy_alpha": _num(0),
       "score": _choice(NAIR_SCORES), "k": _int(1), "radius": _int(0), "top_bins": _int(1, True),
+      "hierarchy": lambda name, v: v is None or _choice(data.LINKAGES)(name, v),
       "swap_bins": _int(1, True), "threshold": _choice(ranknet_lib.THRESHOLDS),
       "queries_per_batch": _int(1), "docs_per_query": _int(1), "doc_pool": _int(1, True),
       "optimizer": _choice(fitting.OPTIMIZERS), "learning_rate": _num(0, low_open=True),
@@ -285,7 +286,7 @@ def _rules() -> Dict[str, Callable]:
       "num_processes": _int(1, True), "process_id": _int(0, True),
       "coordinator_address": lambda name, v: v is None or _checks.check_nonempty_str(
           name, v, what="'host:port' of process 0, or None"),
-      "exact_l2": _bool, "plots": _bool, "trials": _int(1),
+      "exact_l2": _bool, "plots": _bool, "save_codes": _bool, "trials": _int(1),
       "baselines": _names(baselines.BASELINES, nonempty=False), "methods": _names(baselines.BASELINES, nonempty=True),
       "models": _folders, "weighted": _names(baselines.BASELINES, nonempty=False),
       # experiments.colgen
@@ -353,7 +354,7 @@ def run_kind(config: ml_collections.ConfigDict) -> Optional[str]:
 def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> None:
   c = config.get
   if kind in ("talr", "nair", "deep"):
-    affinities = NAIR_AFFINITIES if kind == "nair" else ("label", "euclidean")
+    affinities = NAIR_AFFINITIES if kind == "nair" else ("label", "euclidean", "shared_labels")
     if c("affinity") is not None and c("affinity") not in affinities:
       raise _fail("config.affinity", f"one of {list(affinities)} for config.method={c('method')!r}", c("affinity"))
     targets = TARGETS[kind]
@@ -367,6 +368,19 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
   if c("objective") == "tie_unaware_ap" and "temperature" not in config:
     raise ConfigError("config.temperature: expected a temperature > 0 for config.objective='tie_unaware_ap', "
                       "got a config without it")
+  if c("dataset") == tasks.PAIRS and (kind != "talr" or c("affinity") != "shared_labels"):
+    raise _fail("config.dataset", "a single-label dataset (the multi-label one is for config.method='talr' with "
+                "config.affinity='shared_labels')", c("dataset"))
+  if c("affinity") == "shared_labels" and c("dataset") != tasks.PAIRS:
+    raise _fail("config.affinity", f"'shared_labels' only on config.dataset={tasks.PAIRS!r} (the multi-label "
+                "dataset)", c("affinity"))
+  supervised = [m for m in c("baselines") or () if m in baselines.SUPERVISED]
+  if c("affinity") == "shared_labels" and supervised:
+    raise _fail("config.baselines", "unsupervised baselines for config.affinity='shared_labels' (the supervised "
+                "ones learn from single class labels)", supervised[0])
+  if c("save_codes") and c("affinity") not in ("label", "shared_labels"):
+    raise _fail("config.save_codes", "False for config.affinity={!r} (the saved codes carry class labels or "
+                "label sets)".format(c("affinity")), c("save_codes"))
   if kind == "deep" and c("objective") in DEEP_CLASS_OBJECTIVES and c("affinity") != "label":
     raise _fail("config.affinity", f"'label' for config.objective={c('objective')!r} (it trains on class labels)",
                 c("affinity"))
@@ -459,6 +473,7 @@ class DataShape(NamedTuple):
 #: ``(dataset, tfds split)`` -> items, features, classes of the datasets whose sizes are known.
 KNOWN_SHAPES = {
     ("mnist_t10k", None): DataShape(10000, 784, 10), ("digits", None): DataShape(1797, 64, 10),
+    (tasks.PAIRS, None): DataShape(5000, 1568, 10),
     ("tfds:mnist", "test"): DataShape(10000, 784, 10), ("tfds:mnist", "train"): DataShape(60000, 784, 10),
     ("tfds:fashion_mnist", "test"): DataShape(10000, 784, 10),
     ("tfds:fashion_mnist", "train"): DataShape(60000, 784, 10),

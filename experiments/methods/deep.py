@@ -91,5 +91,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   model = reporting.save_model(workdir, mapping, mapping_params(config, params), task, record)
   rows = reporting.result_rows(config, task, name=f"{config.objective}-{config.model}",
                                learned_words=lambda: reporting.model_words(model, task, mesh),
-                               evaluate=functools.partial(talr.evaluate, config, task), mesh=mesh)
+                               evaluate=functools.partial(talr.evaluate, config, task), mesh=mesh,
+                               workdir=workdir)
   return reporting.write_results(workdir, record, rows, history)

@@ -36,7 +36,10 @@ EVAL_KEYS = ("tie_aware_ap", "tie_aware_ndcg")
 
 
 def num_levels(task: tasks.Task) -> int:
-  """Affinity levels ``V``: 2 for labels, 11 for the Euclidean levels 0 / 1 / 2 / 5 / 10."""
+  """Affinity levels ``V``: 2 for labels, 11 for the Euclidean levels 0 / 1 / 2 / 5 / 10, one more than the most
+  labels of an item for shared labels."""
+  if task.affinity == "shared_labels":
+    return int(task.label_sets.sum(axis=1).max()) + 1
   return 2 if task.affinity == "label" else max(data.TALR_LEVELS) + 1
 
 
@@ -100,7 +103,7 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task, *, labels
   adds the minibatch's class labels ``"labels"`` ``int32[M]`` (the class-based deep hashing losses).
   """
   if task.affinity == "neighbors":
-    raise ValueError("config.affinity: expected 'label' or 'euclidean' for TALR, got 'neighbors'")
+    raise ValueError("config.affinity: expected 'label', 'euclidean' or 'shared_labels' for TALR, got 'neighbors'")
   x = task.features
   sampler = train_lib.balanced_sampler(task.labels[task.train], config.batch_per_class, seed=config.seed)
   setting = config.get("setting", "query_vs_rest")
@@ -182,5 +185,5 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   model = reporting.save_model(workdir, mapping, params, task, record)
   rows = reporting.result_rows(config, task, name=f"talr-{config.objective}-{config.model}",
                                learned_words=lambda: reporting.model_words(model, task, mesh), evaluate=score,
-                               mesh=mesh)
+                               mesh=mesh, workdir=workdir)
   return reporting.write_results(workdir, record, rows, history)
