@@ -9,6 +9,8 @@ meet by a collective:
   ``all_gather``-ed and merged by one two-key sort: exactly :func:`hashjax.search.knn`'s answer (the global
   top ``k`` lies within the union of the shards' top ``k``, and global indices are distinct), with Hamming
   or weighted Hamming distances (``weights=``);
+* :func:`multi_index_knn`: the same merge over processes that each hold a multi-index of their own rows
+  (:func:`hashjax.index.build_multi_index`), gathered by :func:`jax.experimental.multihost_utils.process_allgather`;
 * :func:`radius_search`: the shards' histograms give each shard's largest count within the radius ``K``;
   each shard's top ``K`` then holds all its items within the radius, merged and cut at the radius:
   :func:`hashjax.search.radius_search`'s answer, at the cost of a histogram scan plus a k-NN with ``k = K``;
@@ -43,6 +45,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import jax
 from jax import lax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
@@ -50,11 +53,12 @@ import numpy as np
 from hashjax import _checks
 from hashjax import histograms
 from hashjax import search
+from hashjax.index import multi
 
 Array = jax.Array
 
 __all__ = ["initialize_processes", "data_mesh", "shard_rows", "process_rows", "shard_process_rows", "replicate",
-           "shard_batch", "is_row_sharded", "knn", "radius_search", "hamming_histogram"]
+           "shard_batch", "is_row_sharded", "knn", "multi_index_knn", "radius_search", "hamming_histogram"]
 
 # ----------------------------------------------------------------------------
 # Processes.
@@ -464,6 +468,64 @@ def knn(query_words: Array, db_words: Array, k: int, *, num_db: Optional[int] = 
   program = _topk_program(mesh, axes, rows, k_local, k, num_db, weights is not None)
   w = () if weights is None else (_place_queries(np.asarray(weights, np.float32), mesh),)
   return program(_place_queries(query_words, mesh), db_words, *w)
+
+
+def multi_index_knn(index: multi.MultiIndex, query_words: Array, k: int, *, first_row: int, method: str = "auto"):
+  r"""Exact k nearest neighbours over a database split by rows over processes, each with a multi-index of its rows.
+
+  Every process builds :func:`hashjax.index.build_multi_index` over its own block of rows (e.g. the rows
+  :func:`process_rows` names) and calls this with the same queries and ``k`` and its block's first global row.
+  Each searches its own index (:func:`hashjax.index.multi_index_knn`); the lists, their indices made global, are
+  gathered from every process and merged by (distance, index): exactly ``search.knn(query_words, db, k)`` over
+  the whole database, on every process. The blocks must not overlap; together they need at least ``k`` rows.
+
+  .. math:: \mathrm{knn}_k(q) = \text{first } k \text{ of } \textstyle\bigcup_p \mathrm{knn}_k^{(p)}(q)
+     \text{ by } (d(q, i), i)
+
+  Args:
+    index: this process's :class:`hashjax.index.MultiIndex`, over global rows ``first_row ..
+      first_row + index.num_db - 1``.
+    query_words: ``uint32[Q, W]`` packed query codes, the same on every process.
+    k: ``1 <= k <=`` the rows of all the processes' indexes together.
+    first_row: the global index of this process's first row, ``>= 0``.
+    method: ``"auto"`` or ``"probe"``, as :func:`hashjax.index.multi_index_knn` takes it.
+
+  Returns:
+    ``(distances int32[Q, k], indices int32[Q, k])``, sorted per row by (distance, index), the same on every
+    process.
+
+  >>> import numpy as np
+  >>> from hashjax.codes import pack_bits
+  >>> from hashjax.index import build_multi_index
+  >>> rows = pack_bits(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]))  # global rows 5, 6, 7
+  >>> d, i = multi_index_knn(build_multi_index(rows, num_bits=4, num_tables=2),
+  ...                        pack_bits(np.array([[1, 0, 0, 0]])), 2, first_row=5)
+  >>> d.tolist(), i.tolist()
+  ([[0, 1]], [[7, 5]])
+  """
+  first_row = _checks.check_int("first_row", first_row, low=0)
+  if not isinstance(index, multi.MultiIndex):
+    raise TypeError(f"index: expected a hashjax.index.MultiIndex (build_multi_index), got {type(index).__name__}")
+  blocks = np.asarray(multihost_utils.process_allgather(np.array([first_row, index.num_db], np.int64)))
+  blocks = blocks.reshape(-1, 2)
+  ends = blocks[:, 0] + blocks[:, 1]
+  order = np.argsort(blocks[:, 0], kind="stable")
+  if np.any(blocks[order[1:], 0] < ends[order[:-1]]):
+    raise ValueError(f"first_row: expected the processes' blocks of rows not to overlap, got blocks "
+                     f"{[(int(a), int(b)) for a, b in zip(blocks[:, 0], ends)]} (first row, end) of processes "
+                     f"0..{len(blocks) - 1}")
+  k = _checks.check_k(k, int(blocks[:, 1].sum()), db_name="the indexes of every process")
+  own = min(k, index.num_db)
+  d, i = (np.asarray(a) for a in multi.multi_index_knn(index, query_words, own, method=method))
+  sentinel_d = np.full((d.shape[0], k - own), index.num_bits + 1, np.int32)  # past every real distance
+  d = np.concatenate([d, sentinel_d], axis=1)
+  i = np.concatenate([i.astype(np.int64) + first_row, np.full(sentinel_d.shape, np.iinfo(np.int64).max)], axis=1)
+  gathered_d, gathered_i = (np.asarray(multihost_utils.process_allgather(a)) for a in (d, i))
+  gathered_d = np.moveaxis(gathered_d.reshape(-1, *d.shape), 0, 1).reshape(d.shape[0], -1)
+  gathered_i = np.moveaxis(gathered_i.reshape(-1, *i.shape), 0, 1).reshape(i.shape[0], -1)
+  best = np.lexsort((gathered_i, gathered_d), axis=1)[:, :k]
+  return (jax.device_put(np.take_along_axis(gathered_d, best, 1).astype(np.int32)),
+          jax.device_put(np.take_along_axis(gathered_i, best, 1).astype(np.int32)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,4 +1,5 @@
-"""One of the processes that tests/test_multiprocess.py starts: sharded search (weighted too), histograms,
+"""One of the processes that tests/test_multiprocess.py starts: sharded search (weighted too, and over one
+multi-index per process), histograms,
 evaluation and a short data-parallel TALR run over the devices of every process.
 
   python tests/multiprocess_worker.py PROCESS_ID NUM_PROCESSES HOST:PORT FOLDER
@@ -82,6 +83,11 @@ def main(argv):
          "rows": np.array([rows.start, rows.stop]), "global_rows": xs.shape[0]}
   for k in KS:
     out[f"knn{k}_d"], out[f"knn{k}_i"] = (np.asarray(a) for a in sharding.knn(q, xs, k, num_db=NUM_DB))
+  from hashjax import index  # pylint: disable=g-import-not-at-top
+  own = index.build_multi_index(np.array(db[rows]), num_bits=NUM_BITS, num_tables=2)
+  for k in KS:
+    out[f"mih{k}_d"], out[f"mih{k}_i"] = (np.asarray(a) for a in sharding.multi_index_knn(
+        own, q, k, first_row=rows.start))
   out["wknn_d"], out["wknn_i"] = (np.asarray(a) for a in sharding.knn(q, xs, 7, num_db=NUM_DB,
                                                                      weights=inputs["weights"]))
   try:  # a search of this process's memory refuses a database split over processes

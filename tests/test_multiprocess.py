@@ -136,6 +136,15 @@ def test_knn_matches_brute_force_with_ties_on_every_process(outs):
     assert (np.diff(ref_d, axis=1) == 0).sum() > 0  # ties were broken by index
 
 
+def test_one_multi_index_per_process_matches_brute_force_on_every_process(outs):
+  out, db, _, inputs = outs
+  for k in worker.KS:  # k = 203: more than either process's rows
+    ref_d, ref_i = _ref_knn(inputs["q"], db, k)
+    for p, o in enumerate(out):
+      np.testing.assert_array_equal(o[f"mih{k}_d"], ref_d, err_msg=f"k={k} process {p}")
+      np.testing.assert_array_equal(o[f"mih{k}_i"], ref_i, err_msg=f"k={k} process {p}")
+
+
 def test_weighted_knn_matches_brute_force_and_local_searches_refuse(outs):
   out, db, _, inputs = outs
   q, w = inputs["q"], inputs["weights"].astype(np.float64)

@@ -307,3 +307,24 @@ def test_histogram_ignores_rows_past_num_db_whatever_they_hold():
   np.testing.assert_array_equal(sharding.hamming_histogram(q, db, aff, num_bits=16, num_levels=3, num_db=7), ref_aff)
   np.testing.assert_array_equal(
       sharding.hamming_histogram(q, db, num_bits=16, query_labels=qlab, db_labels=xlab, num_db=7), ref_lab)
+
+
+def test_multi_index_knn_of_one_process_is_the_scan_of_its_block_with_global_indices():
+  from hashjax import codes, index  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  pool = rng.integers(0, 2, (6, 24))
+  db = np.asarray(codes.pack_bits(pool[rng.integers(0, 6, 40)]))  # few distinct codes: many ties
+  q = np.asarray(codes.pack_bits(rng.integers(0, 2, (5, 24))))
+  own = index.build_multi_index(db, num_bits=24, num_tables=3)
+  d_ref = ref_distances(q, db)
+  for k in (1, 7, 40):
+    d, i = sharding.multi_index_knn(own, q, k, first_row=100)
+    order = np.stack([np.lexsort((np.arange(40), row))[:k] for row in d_ref])
+    np.testing.assert_array_equal(np.asarray(i), order + 100)
+    np.testing.assert_array_equal(np.asarray(d), np.take_along_axis(d_ref, order, 1))
+  with pytest.raises(ValueError, match="^k: expected at most the 40 items of the indexes of every process"):
+    sharding.multi_index_knn(own, q, 41, first_row=0)
+  with pytest.raises(ValueError, match="^first_row: expected an int >= 0, got -1"):
+    sharding.multi_index_knn(own, q, 3, first_row=-1)
+  with pytest.raises(TypeError, match="^index: expected a hashjax.index.MultiIndex"):
+    sharding.multi_index_knn(db, q, 3, first_row=0)
