@@ -5,6 +5,7 @@ r"""Nair et al. (2012) error tables: RankNet / LambdaRank against LSH, ITQ, spec
   python -m experiments.nair_study --parts=search                    # LambdaRank vs RankNet, validation
   python -m experiments.nair_study --parts=mlp                       # MLP mapping, 32 bits
   python -m experiments.nair_study --parts=metric --datasets=mnist_t10k  # NCA and LMNN (not in the default)
+  python -m experiments.nair_study --parts=hierarchy                 # eq. 10 (not in the default, ~35 min)
   python -m experiments.nair_study --runlocal                        # a quick check (digits, 2 bit lengths)
 
 Parts (``--parts``):
@@ -33,6 +34,13 @@ Parts (``--parts``):
   :data:`METRIC` ``["pca_components"]`` dimensions (fitted on the training items), and after NCA and LMNN
   (:mod:`hashjax.metric_learning`, fitted on the PCA features of the training items; options in
   :data:`METRIC`), with the fit seconds. Run only when named: ``--parts=metric``.
+* ``hierarchy``: Nair's hierarchical classification score (eq. 10) on MNIST-10k's test split, 32 bits, for
+  every seed of ``--seeds``: the runs of :data:`HIERARCHY_RUNS` (LambdaRank trained on eq. 10, on the flat
+  count score eq. 7, RankNet; LSH, ITQ, SH and exact L2 3-NN from the first run's rows), each row's kNN
+  error, severity of mistakes in the class hierarchy (mean tree distance of predicted and true class, over
+  all queries and the wrong ones) and mean eq.-10 score, as mean (sd over seeds). The hierarchy is the
+  average-linkage dendrogram of the training items' class means
+  (:func:`experiments.methods.nair.class_tree`). Run only when named: ``--parts=hierarchy``.
 
 Datasets: ``mnist_t10k`` (1,000 queries, 9,000 database, 5,000 of it for
 training) and ``digits`` (scikit-learn's 1,797 8x8 digits: 30 queries per
@@ -60,7 +68,8 @@ from experiments import cli, fitting, methods, tasks
 from experiments.methods import checks, nair
 from hashjax import io
 
-_PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"], "Which parts to run: tables, mlp, search, metric.")
+_PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"],
+                           "Which parts to run: tables, mlp, search, metric, hierarchy.")
 _DATASETS = flags.DEFINE_list("datasets", ["mnist_t10k", "digits"], "Datasets of the tables.")
 _BITS = flags.DEFINE_list("bits", ["8", "16", "32", "64"], "Code lengths of the learned codes.")
 _BASELINE_BITS = flags.DEFINE_list("baseline_bits", ["128"], "Extra code lengths for the baselines only.")
@@ -121,6 +130,20 @@ SEARCH = {
 METRIC = {"pca_components": 50, "nca_iterations": 100, "lmnn_iterations": 1000}
 #: The ``metric`` part's rows: key, printed name.
 METRIC_ROWS = (("l2", "exact L2 3-NN, raw"), ("pca", "L2 3-NN, PCA"), ("nca", "NCA 3-NN"), ("lmnn", "LMNN 3-NN"))
+
+
+#: The ``hierarchy`` part's runs: name -> (argument of ``configs/lambdarank_knn.py``, field overrides). The same
+#: as ``python -m experiments.train --config=configs/lambdarank_knn.py:<argument> --config.<field>=<value>``
+#: (``--config.seed=S`` beside): the first also scores the baselines, the others only their learned code.
+HIERARCHY_RUNS = {
+    "lambdarank-hierarchical": ("score=hierarchical", {"baselines": ("lsh", "itq", "sh")}),
+    "lambdarank": ("", {"hierarchy": "average", "exact_l2": False, "baselines": ()}),
+    "ranknet": ("method=ranknet", {"hierarchy": "average", "exact_l2": False, "baselines": ()}),
+}
+#: The ``hierarchy`` part's columns: result key, printed title, scale (100: percent).
+HIERARCHY_KEYS = (("knn_error", "kNN err %", 100), ("tree_distance", "tree d", 1),
+                  ("tree_distance_wrong", "d | wrong", 1), ("hierarchical_score", "S_Hier", 1),
+                  ("neighbour_similarity", "mean F", 1))
 
 
 #: Keys of a :data:`SEARCH` entry that go through the config's argument (they choose other values).
@@ -325,6 +348,50 @@ def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
   return out
 
 
+def hierarchy_config(name: str, seed: int, *, runlocal: bool = False) -> ml_collections.ConfigDict:
+  """The config of :data:`HIERARCHY_RUNS` entry ``name`` at ``seed`` (``runlocal``: on digits, seconds)."""
+  arg, overrides = HIERARCHY_RUNS[name]
+  config = lambdarank_knn.get_config(",".join(a for a in (arg, "runlocal" if runlocal else "") if a))
+  config.update({"seed": seed, **overrides})
+  return config
+
+
+def _num(x: Optional[float], scale: int) -> str:
+  """A ``hierarchy`` cell: percent with one decimal (``scale`` 100), else four decimals; ``-`` for None."""
+  return "-" if x is None else f"{scale * x:.{1 if scale == 100 else 4}f}"
+
+
+def hierarchy(seeds, workdir, *, runlocal=False) -> Dict:
+  """The ``hierarchy`` part: the :data:`HIERARCHY_RUNS` at every seed, run once into
+  ``<workdir>/hierarchy/<name>_s<seed>`` and read back from there; prints each row's :data:`HIERARCHY_KEYS` as
+  mean (sd) over the seeds, then per seed."""
+  per_seed: Dict[str, Dict[str, List]] = {}  # row -> key -> value per seed
+  times: Dict[str, List[float]] = {}
+  for seed in seeds:
+    for name in HIERARCHY_RUNS:
+      config = hierarchy_config(name, seed, runlocal=runlocal)
+      res = run(config, os.path.join(workdir, "hierarchy", f"{name}_s{seed}"))
+      times.setdefault(name, []).append(res["summary"]["train_time"])
+      for i, row in enumerate(res["rows"]):
+        values = per_seed.setdefault(name if i == 0 else row["method"], {})
+        for key, _, _ in HIERARCHY_KEYS:
+          values.setdefault(key, []).append(row.get(key))
+  stats = {m: {k: mean_sd(v) if None not in v else None for k, v in kv.items()} for m, kv in per_seed.items()}
+  print(f"\nhierarchy: {'digits (runlocal)' if runlocal else 'MNIST-10k'}, {config.bits} bits, test queries, "
+        f"mean (sd) over seeds {list(seeds)}")
+  print(f"{'method':<26}" + "".join(f"{title:>20}" for _, title, _ in HIERARCHY_KEYS))
+  for m, st in stats.items():
+    cells = ["-" if st[k] is None else f"{_num(st[k]['mean'], scale)} ({_num(st[k]['sd'], scale)})"
+             for k, _, scale in HIERARCHY_KEYS]
+    print(f"{m:<26}" + "".join(f"{c:>20}" for c in cells))
+  for i, seed in enumerate(seeds):
+    print(f"  seed {seed}: " + "; ".join(
+        f"{m} " + " / ".join(_num(kv[k][i], scale) for k, _, scale in HIERARCHY_KEYS) for m, kv in per_seed.items()))
+  for name, t in times.items():
+    print(f"  train time {name}: {np.mean(t):.1f} s (mean of {len(t)})")
+  return {"per_seed": per_seed, "stats": stats, "train_time": {k: float(np.mean(t)) for k, t in times.items()}}
+
+
 def metric_row(config: ml_collections.ConfigDict, task: tasks.Task, method: str, pca_features: np.ndarray) -> Dict:
   """One row of the ``metric`` part: ``method`` (a key of :data:`METRIC_ROWS`) fitted on the training items of
   ``pca_features`` (``"l2"``: the raw features, nothing fitted), scored by :func:`nair.exact_l2_row`."""
@@ -412,7 +479,7 @@ def study_flags() -> Dict:
 
   Raises ConfigError (one line) for a bad flag value or a run that cannot go.
   """
-  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search", "metric")),
+  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search", "metric", "hierarchy")),
        "datasets": _names("datasets", _DATASETS.value, list(PROTOCOLS)),
        "bits": _ints("bits", _BITS.value, low=1), "baseline_bits": _ints("baseline_bits", _BASELINE_BITS.value, low=1),
        "methods": _names("methods", _METHODS.value, nair.METHODS), "seeds": _ints("seeds", _SEEDS.value, low=0),
@@ -428,6 +495,8 @@ def study_flags() -> Dict:
                             bits=16 if f["runlocal"] else 32, runlocal=f["runlocal"]) for m in f["methods"]]
   if "search" in f["parts"]:
     configs += [search_config(n, f["seeds"][0], runlocal=f["runlocal"]) for n in f["search"] or SEARCH]
+  if "hierarchy" in f["parts"]:
+    configs += [hierarchy_config(n, f["seeds"][0], runlocal=f["runlocal"]) for n in HIERARCHY_RUNS]
   for config in configs:
     checks.check_run(config)
   return f
@@ -452,6 +521,8 @@ def main():
                             [], f["methods"], seeds, workdir(), runlocal=runlocal, model="mlp", part="mlp")
     elif part == "metric":
       study["metric"] = metric(f["datasets"], seeds, workdir(), runlocal=runlocal)
+    elif part == "hierarchy":
+      study["hierarchy"] = hierarchy(seeds, workdir(), runlocal=runlocal)
     else:
       study["search"] = search(seeds, workdir(), names=f["search"], runlocal=runlocal)
   study["seconds"] = time.perf_counter() - start

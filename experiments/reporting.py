@@ -19,7 +19,7 @@ from hashjax import io, models
 
 
 def result_rows(config: ml_collections.ConfigDict, task: tasks.Task, *, name: str, learned_words: Callable,
-                evaluate: Callable, mesh=None, workdir: str = "") -> List[Dict]:
+                evaluate: Callable, workdir: str, mesh=None) -> List[Dict]:
   """Table rows: the learned codes (``learned_words() -> (query_words, db_words)``), then ``config.baselines``.
 
   ``evaluate(query_words, db_words) -> {metric: value}`` scores each; the

@@ -297,7 +297,8 @@ def _variants():
   out += [("talr_ndcg", a, talr_ndcg.get_config(a)) for a in (None, "model=mlp", "runlocal")]
   out += [("lambdarank_knn", a, lambdarank_knn.get_config(a))
           for a in (None, "method=ranknet", "bits=8", "bits=16", "bits=64", "model=mlp", "fixed_step", "runlocal",
-                    "score=retrieval", "score=ap", "score=knn_majority", "method=ranknet,model=mlp,runlocal")]
+                    "score=retrieval", "score=ap", "score=knn_majority", "score=hierarchical",
+                    "method=ranknet,model=mlp,runlocal")]
   out += [("lambdarank_retrieval", a, lambdarank_retrieval.get_config(a))
           for a in (None, "method=ranknet", "runlocal", "score=retrieval")]
   out += [(m.__name__, a, m.get_config(a)) for m in (cghash, structhash, bit_weights) for a in (None, "runlocal")]
@@ -363,7 +364,8 @@ def test_the_tie_unaware_control_needs_query_vs_rest_and_a_temperature():
 @pytest.mark.parametrize("field, value, fragment", [
     ("method", "lambda",
      "config.method: expected one of ['talr', 'ranknet', 'lambdarank', 'deep', 'cghash', 'structhash'], got 'lambda'"),
-    ("score", "mrr", "config.score: expected one of ['knn_count', 'knn_majority', 'retrieval', 'ap']"),
+    ("score", "mrr", "config.score: expected one of ['knn_count', 'knn_majority', 'retrieval', 'ap', 'hierarchical']"),
+    ("hierarchy", "ward", "config.hierarchy: expected one of ['average', 'complete', 'single'], got 'ward'"),
     ("threshold", "fixed", "config.threshold: expected one of ['relative', 'absolute']"),
     ("doc_pool", 0, "config.doc_pool: expected an int >= 1 or None"),
     ("swap_bins", 0, "config.swap_bins: expected an int >= 1 or None"),

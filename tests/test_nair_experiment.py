@@ -195,7 +195,7 @@ def test_bad_config_argument():
     lambdarank_retrieval.get_config("fast")
 
 
-@pytest.mark.parametrize("score", ["knn_count", "knn_majority", "retrieval", "ap"])
+@pytest.mark.parametrize("score", ["knn_count", "knn_majority", "retrieval", "ap", "hierarchical"])
 def test_every_score_gives_a_finite_loss_and_gradient(score):
   config = lambdarank_knn.get_config(f"runlocal,score={score}")
   config.queries_per_batch = 8

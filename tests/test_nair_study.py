@@ -108,3 +108,41 @@ def test_metric_part_scores_every_row_once_and_reuses_them(tmp_path, monkeypatch
   stored["rows"][0]["knn_error"] = 0.5  # a stored row is read back, not refitted
   nair_study.io.atomic_write_json(str(tmp_path / "metric" / "digits" / "lmnn_s0" / "results.json"), stored)
   assert nair_study.metric(["digits"], [0], str(tmp_path), runlocal=True)["digits"]["per_seed"]["lmnn"][0] == 0.5
+
+
+def test_hierarchy_runs_are_the_documented_commands():
+  """The hierarchy part's configs are those of `experiments.train --config=configs/lambdarank_knn.py:<arg> ...`."""
+  from experiments import cli
+  commands = {"lambdarank-hierarchical": ("configs/lambdarank_knn.py:score=hierarchical",
+                                          [("baselines", "lsh,itq,sh")]),
+              "lambdarank": ("configs/lambdarank_knn.py", [("hierarchy", "average"), ("exact_l2", "False"),
+                                                           ("baselines", "")]),
+              "ranknet": ("configs/lambdarank_knn.py:method=ranknet", [("hierarchy", "average"), ("exact_l2", "False"),
+                                                                      ("baselines", "")])}
+  assert set(commands) == set(nair_study.HIERARCHY_RUNS)
+  for name, (spec, overrides) in commands.items():
+    expected = cli.load_config(spec, [("seed", "2")] + overrides).to_dict()
+    assert nair_study.hierarchy_config(name, 2).to_dict() == expected, name
+  assert nair_study.hierarchy_config("lambdarank", 0).score == "knn_count"
+
+
+def test_hierarchy_part_runs_once_and_reads_every_row_back(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(nair_study, "HIERARCHY_RUNS", {
+      "lambdarank-hierarchical": ("score=hierarchical", {"baselines": ("itq",), "num_steps": 4, "eval_every": 0,
+                                                         "checkpoint_every": 0}),
+      "ranknet": ("method=ranknet", {"hierarchy": "average", "exact_l2": False, "baselines": (), "num_steps": 4,
+                                     "eval_every": 0, "checkpoint_every": 0})})
+  out = nair_study.hierarchy([0], str(tmp_path), runlocal=True)
+  assert list(out["per_seed"]) == ["lambdarank-hierarchical", "itq", "exact-l2-3nn", "ranknet"]
+  stored = nair_study._read_json(str(tmp_path / "hierarchy" / "lambdarank-hierarchical_s0" / "results.json"))
+  for row, name in zip(stored["rows"], ["lambdarank-hierarchical", "itq", "exact-l2-3nn"]):
+    for key, _, _ in nair_study.HIERARCHY_KEYS:
+      assert out["per_seed"][name][key] == [row[key]]
+      assert out["stats"][name][key]["mean"] == row[key] and out["stats"][name][key]["sd"] == 0.0
+  printed = capsys.readouterr().out
+  assert "hierarchy: digits (runlocal), 16 bits" in printed
+  assert f"{100 * stored['rows'][0]['knn_error']:.1f} (0.0)" in printed
+  stored["rows"][0]["tree_distance"] = 0.5  # a stored run is read back, not rerun
+  nair_study.io.atomic_write_json(str(tmp_path / "hierarchy" / "lambdarank-hierarchical_s0" / "results.json"), stored)
+  again = nair_study.hierarchy([0], str(tmp_path), runlocal=True)
+  assert again["per_seed"]["lambdarank-hierarchical"]["tree_distance"] == [0.5]

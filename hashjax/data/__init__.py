@@ -10,12 +10,15 @@
 * protocols: ``retrieval_split``, ``random_split``, ``validation_split``;
 * affinities: ``label_affinity``, ``multilabel_affinity``,
   ``euclidean_thresholds``, ``euclidean_affinity_levels``,
-  ``euclidean_top_fraction_affinity``.
+  ``euclidean_top_fraction_affinity``;
+* class hierarchies: ``class_tree_distance`` (LCA heights in a dendrogram of
+  the class means, for Nair et al.'s hierarchical score).
 """
 
 from hashjax.data.affinity import TALR_FRACTIONS, TALR_LEVELS
 from hashjax.data.affinity import euclidean_affinity_levels, euclidean_thresholds
 from hashjax.data.affinity import euclidean_top_fraction_affinity, label_affinity, multilabel_affinity
+from hashjax.data.hierarchy import LINKAGES, class_tree_distance
 from hashjax.data.letor import LETOR4_FOLDS, QueryGroups, RankingData, RankingFold, group_by_query
 from hashjax.data.letor import load_letor_fold, load_svmlight_ranking
 from hashjax.data.loaders import MNIST_T10K_DIR, load_digits, load_idx_images, load_mnist_t10k, load_npz
@@ -24,9 +27,9 @@ from hashjax.data.protocols import RetrievalSplit, ValidationSplit
 from hashjax.data.protocols import random_split, retrieval_split, validation_split
 
 __all__ = [
-    "LETOR4_FOLDS", "MNIST_T10K_DIR", "QueryGroups", "RankingData", "RankingFold", "RetrievalSplit", "TALR_FRACTIONS",
-    "TALR_LEVELS", "ValidationSplit", "euclidean_affinity_levels", "euclidean_thresholds",
-    "euclidean_top_fraction_affinity", "group_by_query", "label_affinity", "load_digits", "load_letor_fold",
-    "load_idx_images", "load_mnist_t10k", "load_npz", "load_svmlight_ranking", "load_tfds", "multilabel_affinity",
-    "random_split", "read_idx", "retrieval_split", "validation_split",
+    "LETOR4_FOLDS", "LINKAGES", "MNIST_T10K_DIR", "QueryGroups", "RankingData", "RankingFold", "RetrievalSplit",
+    "TALR_FRACTIONS", "TALR_LEVELS", "ValidationSplit", "class_tree_distance", "euclidean_affinity_levels",
+    "euclidean_thresholds", "euclidean_top_fraction_affinity", "group_by_query", "label_affinity", "load_digits",
+    "load_letor_fold", "load_idx_images", "load_mnist_t10k", "load_npz", "load_svmlight_ranking", "load_tfds",
+    "multilabel_affinity", "random_split", "read_idx", "retrieval_split", "validation_split",
 ]

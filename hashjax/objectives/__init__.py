@@ -3,7 +3,8 @@
 * :mod:`~hashjax.objectives.scores`: the task scores ``S`` (kNN classification
   eqs. 6-7, retrieval eq. 8, hierarchical eq. 10, regression eq. 11, tie-aware
   AP and NDCG), each ``(distances, affinity) -> score`` with keyword options,
-  plus histogram forms;
+  plus histogram forms and ``tree_similarity`` (eq. 10's class similarity from
+  a class hierarchy);
 * :mod:`~hashjax.objectives.swap`: swap-delta matrices ``Delta S[N, N]`` of
   one query: ``swap_deltas`` (any score function, evaluated on every swapped
   ranking), the exact closed form of each shipped score (``knn_count_deltas``,
@@ -33,7 +34,7 @@ from hashjax.objectives.scores import average_precision_score, hierarchical_from
 from hashjax.objectives.scores import knn_count_from_histogram, knn_count_score, knn_majority_from_histogram
 from hashjax.objectives.scores import knn_majority_score, label_pairs, majority_from_votes, ndcg_from_histogram
 from hashjax.objectives.scores import ndcg_score, nearest_bins_mask, pair_relevance, regression_score
-from hashjax.objectives.scores import retrieval_from_histogram, retrieval_score, target_offsets
+from hashjax.objectives.scores import retrieval_from_histogram, retrieval_score, target_offsets, tree_similarity
 from hashjax.objectives.swap import SWAP_METHODS, average_precision_deltas
 from hashjax.objectives.swap import hierarchical_deltas, histogram_swap_deltas, knn_count_deltas
 from hashjax.objectives.swap import knn_majority_deltas, ndcg_deltas, regression_deltas, retrieval_deltas
@@ -50,7 +51,7 @@ __all__ = [
     "average_precision_score", "ndcg_score", "knn_count_from_histogram", "knn_majority_from_histogram",
     "hierarchical_from_histogram", "retrieval_from_histogram", "average_precision_from_histogram",
     "ndcg_from_histogram", "majority_from_votes", "nearest_bins_mask", "label_pairs", "pair_relevance",
-    "target_offsets", "TIES", "REGRESSION_MODES",
+    "target_offsets", "tree_similarity", "TIES", "REGRESSION_MODES",
     # ranknet.py
     "ranknet_loss", "triplet_ranknet_loss", "lambdarank_loss", "lambdarank_weights", "preference_pairs",
     "swap_mask", "paper_swap_bins", "subsample_documents", "relaxed_scores", "hard_distances", "THRESHOLDS",

@@ -55,7 +55,7 @@ from hashjax.metrics import nearest_bins_mask
 Array = jax.Array
 
 __all__ = [
-    "knn_count_score", "knn_majority_score", "hierarchical_score", "retrieval_score",
+    "knn_count_score", "knn_majority_score", "hierarchical_score", "tree_similarity", "retrieval_score",
     "regression_score", "average_precision_score", "ndcg_score",
     "knn_count_from_histogram", "knn_majority_from_histogram", "hierarchical_from_histogram",
     "retrieval_from_histogram", "average_precision_from_histogram", "ndcg_from_histogram",
@@ -346,6 +346,43 @@ def hierarchical_score(distances: Array, affinity: Array, *, similarity: Array, 
   mask = nearest_bins_mask(distances, k=k)
   check_label_pairs(affinity, distances, num_classes)
   return _masked_sum(mask, jnp.asarray(similarity).reshape(-1)[jnp.asarray(affinity)])
+
+
+def tree_similarity(tree_distance: Array) -> Array:
+  r"""A class similarity ``F`` for :func:`hierarchical_score` from a tree distance between classes.
+
+  .. math:: F(a, b) = 1 - \frac{h(a, b)}{\max_{c, c'} h(c, c')}
+
+  ``h(a, b)`` is the height of the lowest common ancestor of ``a`` and ``b`` in
+  a class hierarchy (e.g. :func:`hashjax.data.class_tree_distance`), so ``F``
+  is 1 within a class, decreases as the LCA rises, and is 0 for two classes
+  that join only at the root (Nair eq. 10's ``F``). With ``h`` = 0 everywhere
+  (one class), ``F`` = 1.
+
+  Args:
+    tree_distance: real ``[C, C]`` table ``h``: non-negative, symmetric, zero on
+      the diagonal.
+
+  Returns:
+    float ``[C, C]`` in ``[0, 1]``, 1 on the diagonal.
+
+  >>> import numpy as np
+  >>> h = np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 4.0], [4.0, 4.0, 0.0]])  # (0 1) at height 1, then 2 at 4
+  >>> tree_similarity(h).tolist()
+  [[1.0, 0.75, 0.0], [0.75, 1.0, 0.0], [0.0, 0.0, 1.0]]
+  """
+  _checks.check_real("tree_distance", tree_distance, shape_doc="h[C, C]", ndim=2, nonnegative="tree distances")
+  c = tree_distance.shape[0]
+  _checks.check_shape("tree_distance", tree_distance, (c, c), like="a square table h[C, C]")
+  if _checks.is_concrete(tree_distance):
+    h = np.asarray(tree_distance)
+    if np.any(np.diagonal(h) != 0) or not np.array_equal(h, h.T):
+      raise ValueError("tree_distance: expected a symmetric table with zeros on the diagonal (the LCA of a class "
+                       f"and itself is the class), got diagonal {np.diagonal(h).tolist()} and max |h - h^T| "
+                       f"{float(np.abs(h - h.T).max())}")
+  h = jnp.asarray(tree_distance, _float())
+  top = jnp.max(h)
+  return jnp.where(top > 0, 1 - h / jnp.where(top > 0, top, 1), jnp.ones_like(h))
 
 
 # --------------------------------------------------------------------------- retrieval and regression
