@@ -38,7 +38,7 @@ def load_mnist_pairs():
   .. math:: x = [\,l_{r,:}\;\; r_{r,:}\,]_{r=1}^{28}, \quad Y = \{y_l, y_r\}
 
   >>> x, y, sets = load_mnist_pairs()
-  >>> x.shape, y.shape, sets.shape, sets.sum(axis=1).min(), sets.sum(axis=1).max()
+  >>> x.shape, y.shape, sets.shape, int(sets.sum(axis=1).min()), int(sets.sum(axis=1).max())
   ((5000, 1568), (5000,), (5000, 10), 1, 2)
   """
   features, labels = data.load_mnist_t10k()
