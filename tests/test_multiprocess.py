@@ -304,6 +304,34 @@ def _leaves(tree):
 
 #: Two unsupervised baselines and a supervised one at 24 bits (codes with padding bits) on scikit-learn digits:
 #: 100 queries, 1,697 database items (4 devices hold 425 rows each, 3 of them padding), 1,200 training items.
+#: The grid search run by the launcher's settings: two trials of :data:`LAUNCH` on the validation split.
+TUNE = ("-m", "experiments.tune", *LAUNCH[2:], "--grid=alpha=1,3")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+  """:data:`TUNE` by two processes beside one (:func:`_launch_beside_one`)."""
+  return _launch_beside_one(TUNE, tmp_path_factory, "tune")
+
+
+def test_tune_processes_print_and_record_the_one_process_trials(tuned):
+  (ended, two), ((_, one_out, _), one) = tuned
+  rows = lambda out: [line for line in out.splitlines() if line.startswith("alpha=")]
+  assert len(rows(one_out)) == 2
+  for p, (_, out, _) in enumerate(ended):
+    got, want = rows(out), rows(one_out)
+    assert [r.split()[0] for r in got] == [r.split()[0] for r in want], p
+    for g, w in zip(got, want):  # each field key=value; the training time differs
+      for a, b in zip(g.split(), w.split()):
+        if not a.startswith("train_time="):
+          assert float(a.split("=")[1]) == pytest.approx(float(b.split("=")[1]), rel=1e-5), (p, a, b)
+  with open(two / "tuning.json") as f, open(one / "tuning.json") as g:
+    got, ref = json.load(f), json.load(g)
+  assert got["split"] == ref["split"] == "validation"
+  for row, want in zip(got["rows"], ref["rows"]):
+    assert row["alpha"] == want["alpha"] and row["tie_aware_ap"] == pytest.approx(want["tie_aware_ap"], rel=1e-6)
+
+
 EVALUATE = ("-m", "experiments.evaluate", "--config=configs/baselines.py:runlocal", "--config.methods=lsh,itq,sdh",
             "--config.bits=24", "--config.train_per_class=120")
 

@@ -32,6 +32,7 @@ import itertools
 import os
 from typing import Dict, List, Tuple
 
+import jax
 import ml_collections
 
 from experiments import plots
@@ -120,7 +121,10 @@ def tune(config: ml_collections.ConfigDict, grid: str, workdir: str, split: str 
   Each trial (:func:`tune_trials`, all checked first) runs in
   ``<workdir>/<key=value_...>``; its row holds the grid values, the learned
   codes' scores (the table's columns: tie-aware AP, NDCG, ... for TALR, kNN
-  error and precision for RankNet / LambdaRank) and the training time.
+  error and precision for RankNet / LambdaRank) and the training time. Several
+  processes (the config's ``num_processes``) run every trial together, each
+  trial data-parallel over all their devices; every process returns the rows,
+  and process 0 alone writes.
   """
   rows = []
   for name, setting, trial in tune_trials(config, grid, split):
@@ -129,6 +133,7 @@ def tune(config: ml_collections.ConfigDict, grid: str, workdir: str, split: str 
     rows.append({**setting, **{k: row[k] for k, _ in results["columns"] if k in row},
                  "train_time": results["summary"]["train_time"]})
     print(rows[-1], flush=True)
-  io.atomic_write_json(os.path.join(workdir, "tuning.json"),
-                       {"config": config.to_dict(), "split": split, "rows": rows})
+  if jax.process_index() == 0:  # of several processes (each trains every trial together), the first writes
+    io.atomic_write_json(os.path.join(workdir, "tuning.json"),
+                         {"config": config.to_dict(), "split": split, "rows": rows})
   return rows
