@@ -186,10 +186,15 @@ def test_hierarchy_needs_a_linkage_and_labels():
   with pytest.raises(checks.ConfigError, match="config.hierarchy: expected one of"):
     checks.check_config(config)
   config.hierarchy = None
-  checks.check_config(config)  # the pair (score, hierarchy) is checked when the run builds its score
+  with pytest.raises(checks.ConfigError, match="config.hierarchy: expected a linkage, one of"):
+    checks.check_config(config)  # before any data is loaded
   task = tasks.make_task(config)
   with pytest.raises(ValueError, match="config.hierarchy: expected a linkage"):
-    nair.deltas_fn(config, task)
+    nair.deltas_fn(config, task)  # and where the run builds its score
+  retrieval = lambdarank_knn.get_config("runlocal")
+  retrieval.affinity, retrieval.hierarchy = "neighbors", "average"
+  with pytest.raises(checks.ConfigError, match="config.hierarchy: expected None for config.affinity='neighbors'"):
+    checks.check_config(retrieval)
   plain = lambdarank_knn.get_config("runlocal")
   assert plain.hierarchy is None and nair.class_tree(plain, tasks.make_task(plain)) is None
   assert "tree_distance" not in nair.evaluate(plain, task, *(np.zeros((n, 1), np.uint32)
