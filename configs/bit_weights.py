@@ -9,6 +9,10 @@ For every base code (``config.base_codes`` at every length of ``config.bits``, a
 only break Hamming ties, each in tie-aware AP, NDCG and precision@100 (ties: equal distances) with the
 fitting time. Weights are fitted on the protocol's training items, never on the queries. A list takes
 comma-separated values (``--config.bits=16,32``); ``--help`` lists every field.
+
+Expected (docs/results/bit_weights.md), ITQ at 16 / 32 / 64 bits, AP_T plain 0.4105 / 0.4539 / 0.4643 and with
+EGD weights 0.4342 / 0.4924 / 0.5142 at seed 0; over seeds 0, 1, 2 EGD 0.4439 / 0.4812 / 0.5129. About 7
+minutes on a 2-core CPU.
 """
 
 import ml_collections
