@@ -12,7 +12,7 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 from configs import talr_multilabel  # pylint: disable=g-import-not-at-top,wrong-import-position
-from experiments import cli, tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import cli, evaluate_codes, tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments.methods import checks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from hashjax import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -82,6 +82,9 @@ def test_the_runs_table_and_saved_codes_agree_with_a_loop_over_the_codes(tmp_pat
     relevant = (saved["query_labels"].astype(int) @ saved["db_labels"].astype(int).T) > 0
     ap = np.mean([_tie_aware_ap(d[i], relevant[i]) for i in range(len(d)) if relevant[i].any()])
     assert row["tie_aware_ap"] == pytest.approx(ap, abs=1e-5)
+    read = evaluate_codes.evaluate_file(str(tmp_path / "codes" / f"{row['method']}.npz"), topk=50)
+    assert read["labels"].startswith("multi-hot") and read["num_bits"] == config.bits
+    assert read["tie_aware"]["tie_aware_ap"] == pytest.approx(ap, abs=1e-5)  # the file evaluate_codes reads
 
 
 @pytest.mark.parametrize("field,value,message", [
