@@ -504,8 +504,7 @@ def multi_index_knn(index: multi.MultiIndex, query_words: Array, k: int, *, firs
   ([[0, 1]], [[7, 5]])
   """
   first_row = _checks.check_int("first_row", first_row, low=0)
-  if not isinstance(index, multi.MultiIndex):
-    raise TypeError(f"index: expected a hashjax.index.MultiIndex (build_multi_index), got {type(index).__name__}")
+  _checks.check_type("index", index, multi.MultiIndex, what="a hashjax.index.MultiIndex (build_multi_index)")
   blocks = np.asarray(multihost_utils.process_allgather(np.array([first_row, index.num_db], np.int64)))
   blocks = blocks.reshape(-1, 2)
   ends = blocks[:, 0] + blocks[:, 1]

@@ -326,5 +326,5 @@ def test_multi_index_knn_of_one_process_is_the_scan_of_its_block_with_global_ind
     sharding.multi_index_knn(own, q, 41, first_row=0)
   with pytest.raises(ValueError, match="^first_row: expected an int >= 0, got -1"):
     sharding.multi_index_knn(own, q, 3, first_row=-1)
-  with pytest.raises(TypeError, match="^index: expected a hashjax.index.MultiIndex"):
+  with pytest.raises(ValueError, match=r"^index: expected a hashjax.index.MultiIndex \(build_multi_index\), got ndarray"):
     sharding.multi_index_knn(db, q, 3, first_row=0)

@@ -379,14 +379,14 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
     raise _fail("config.baselines", "unsupervised baselines for config.affinity='shared_labels' (the supervised "
                 "ones learn from single class labels)", supervised[0])
   if c("score") == "hierarchical" and c("hierarchy") is None and kind == "nair":
-    raise _fail("config.hierarchy", "a linkage, one of {} for config.score='hierarchical'".format(
-        list(data.LINKAGES)), None)
+    raise _fail("config.hierarchy", f"a linkage, one of {list(data.LINKAGES)} for config.score='hierarchical'",
+                None)
   if c("hierarchy") is not None and c("affinity", "label") != "label":
     raise _fail("config.hierarchy", f"None for config.affinity={c('affinity')!r} (a class hierarchy needs "
                 "class relevance, 'label')", c("hierarchy"))
   if c("save_codes") and c("affinity") not in ("label", "shared_labels"):
-    raise _fail("config.save_codes", "False for config.affinity={!r} (the saved codes carry class labels or "
-                "label sets)".format(c("affinity")), c("save_codes"))
+    raise _fail("config.save_codes", f"False for config.affinity={c('affinity')!r} (the saved codes carry class "
+                "labels or label sets)", c("save_codes"))
   if kind == "deep" and c("objective") in DEEP_CLASS_OBJECTIVES and c("affinity") != "label":
     raise _fail("config.affinity", f"'label' for config.objective={c('objective')!r} (it trains on class labels)",
                 c("affinity"))

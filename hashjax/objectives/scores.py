@@ -371,9 +371,9 @@ def tree_similarity(tree_distance: Array) -> Array:
   >>> tree_similarity(h).tolist()
   [[1.0, 0.75, 0.0], [0.75, 1.0, 0.0], [0.0, 0.0, 1.0]]
   """
-  _checks.check_real("tree_distance", tree_distance, shape_doc="h[C, C]", ndim=2, nonnegative="tree distances")
-  c = tree_distance.shape[0]
-  _checks.check_shape("tree_distance", tree_distance, (c, c), like="a square table h[C, C]")
+  c = getattr(tree_distance, "shape", ())[:1]  # (C,), or () for a non-array, which check_real refuses first
+  _checks.check_real("tree_distance", tree_distance, shape_doc="h[C, C]", ndim=2, nonnegative="tree distances",
+                     shape=c * 2, like="a square table h[C, C]")
   if _checks.is_concrete(tree_distance):
     h = np.asarray(tree_distance)
     if np.any(np.diagonal(h) != 0) or not np.array_equal(h, h.T):
