@@ -101,8 +101,8 @@ def cascade_knn_classify(short_query_words: Array, short_db_words: Array, long_q
   if shortlist_radius is not None:
     _checks.check_int("shortlist_radius", shortlist_radius, low=0)
   else:
-    _checks.check_positive_int("shortlist_bins", shortlist_bins)
-  query_block = _checks.check_positive_int("query_block", query_block)
+    _checks.check_int("shortlist_bins", shortlist_bins)
+  query_block = _checks.check_int("query_block", query_block)
   preds, sizes = [], []
   for s in range(0, sq.shape[0], query_block):
     short_dist = np.asarray(codes.hamming_distance(sq[s:s + query_block], sx))

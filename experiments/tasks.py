@@ -165,11 +165,11 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
   if kind == "euclidean":
     thresholds = data.euclidean_thresholds(x[train])
   elif kind == "neighbors":
-    k = _checks.check_positive_int("config.num_neighbors", config.num_neighbors)
+    k = _checks.check_int("config.num_neighbors", config.num_neighbors)
     k_train = config.train_neighbors
     if k_train == "scaled":
       k_train = max(1, int(round(k * (len(train) - 1) / len(database))))
-    k_train = _checks.check_positive_int("config.train_neighbors", k_train)
+    k_train = _checks.check_int("config.train_neighbors", k_train)
     train_rel = euclidean_neighbors(x[train], x[train], num_neighbors=k_train, exclude_self=True)
     eval_rel = euclidean_neighbors(x[query], x[database], num_neighbors=k,
                                    exclude_self=config.eval_split == "validation")

@@ -58,11 +58,6 @@ def check_int(name: str, value: Any, *, low: int = 1, allow_none: bool = False) 
   return int(value)
 
 
-def check_positive_int(name: str, value: Any) -> int:
-  """``value`` must be a positive int (not a bool); returns it as int."""
-  return check_int(name, value, low=1)
-
-
 def check_option(name: str, value: Any, options) -> str:
   """``value`` must be one of the strings ``options``."""
   if not isinstance(value, str) or value not in options:
@@ -358,8 +353,7 @@ def check_float_radius(r: Any, num_queries: int, *, name: str = "r") -> np.ndarr
   if not hasattr(r, "shape") or getattr(r, "ndim", 0) == 0:
     return np.full((num_queries,), check_number(name, r if not hasattr(r, "item") else r.item(), low=0))
   check_concrete(name, r, why="radius queries return results of varying length")
-  check_real(name, r, shape_doc="[Q] of radii >= 0 (one per query)", shape=(num_queries,), like="one radius per query",
-             nonnegative="radii")
+  check_real(name, r, shape_doc="[Q] of radii >= 0", shape=(num_queries,), like="one per query", nonnegative="radii")
   return np.asarray(r, np.float64)
 
 

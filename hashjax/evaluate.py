@@ -93,8 +93,8 @@ def evaluate_codes(query_words: Array, db_words: Array, *, num_bits: int,
   num_bits = _checks.check_word_pair(query_words, db_words, num_bits)
   num_q, rows = query_words.shape[0], db_words.shape[0]
   num_db = rows if num_db is None else _checks.check_int_at_most("num_db", num_db, rows, what=f"len(db_words) = {rows}")
-  num_levels = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db,
-                             **({} if num_db == rows else {"db_like": "[num_db]"}))
+  db_like = "[len(db_words)]" if num_db == rows else "[num_db]"
+  num_levels = _check_levels(query_labels, db_labels, relevance, affinity, num_q, num_db, db_like=db_like)
   radius = _checks.check_int("radius", radius, low=0)
   k, ndcg_k = _checks.check_cutoff(k, allow_none=False), _checks.check_cutoff(ndcg_k, "ndcg_k")
   dtype = _checks.check_float_dtype(dtype)  # the histograms check chunk_size

@@ -77,7 +77,7 @@ def num_levels_of(affinity: Any, num_levels: Optional[int] = None, *, name: str 
   (4, 2, 4)
   """
   if num_levels is not None:
-    num_levels = _checks.check_positive_int("num_levels", num_levels)
+    num_levels = _checks.check_int("num_levels", num_levels)
   elif not _checks.is_concrete(affinity):
     raise ValueError(f"num_levels: must be given when {name} is traced (under jit/vmap)")
   top = _INT32_MAX if num_levels is None else num_levels - 1
@@ -175,7 +175,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   else:
     _checks.check_shape("affinity", affinity, (num_q, n), like="[len(query_words), len(db_words)]")
     num_levels = num_levels_of(affinity, num_levels)
-  chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
+  chunk_size = _checks.check_int("chunk_size", chunk_size)
   _check_size("query_words, db_words", (num_q, n), num_bits, num_levels)
   as_jax = _checks.as_jax
   if compare.on_accelerator(query_words, db_words):

@@ -240,8 +240,7 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
   others = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else ())
                   if n not in ours and not _OURS.fullmatch(n))
   if others:
-    raise ValueError(f"{path}: holds files that are not a saved {what} ({others[:3]}); refusing to write "
-                     f"a {what} there (choose a new or empty directory)")
+    raise ValueError(f"{path}: holds files that are not a saved {what} ({others[:3]}); choose a new or empty directory")
   os.makedirs(path, exist_ok=True)
   file = os.path.join(path, manifest)
   with _locked(path, shared=False, create=True):

@@ -597,7 +597,7 @@ def alpha_schedule(step: Any, *, init: float, final: float, steps: int) -> Array
   [1.0, 3.0, 5.0, 5.0]
   """
   init, final = (_checks.check_number(name, v, low=0, low_open=True) for name, v in (("init", init), ("final", final)))
-  steps = _checks.check_positive_int("steps", steps)
+  steps = _checks.check_int("steps", steps)
   _checks.check_step(step)
   schedule = optax.linear_schedule(init, final, steps)
   return jnp.asarray(schedule(step), jnp.float32)

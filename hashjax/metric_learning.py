@@ -69,8 +69,8 @@ def _labels_and_k(labels: Any, n: int, k: Any) -> Tuple[np.ndarray, int]:
   labels = _checks.check_class_labels(labels, n)
   classes, counts = np.unique(labels, return_counts=True)
   c = int(np.argmin(counts))
-  return labels, _checks.check_int_at_most("k", k, int(counts[c]) - 1, what=f"{counts[c] - 1} (class {classes[c]} "
-                                           f"has {counts[c]} items, and an item is not its own target neighbour)")
+  most = int(counts[c]) - 1  # an item is not its own target neighbour
+  return labels, _checks.check_int_at_most("k", k, most, what=f"{most}, the size of class {classes[c]} - 1")
 
 
 def _sq_dist_pairs(z: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -292,7 +292,7 @@ def fit_nca(features: Any, labels: Any, *, num_components: Optional[int] = None,
   n, d = x.shape
   labels = _checks.check_class_labels(labels, n)
   r = _check_components(num_components, d)
-  max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
+  max_iterations = _checks.check_int("max_iterations", max_iterations)
   seed = _checks.check_int("seed", seed, low=0)
   nca = NeighborhoodComponentsAnalysis(n_components=r, init="auto", max_iter=max_iterations, random_state=seed)
   with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):

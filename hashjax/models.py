@@ -370,8 +370,7 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
   >>> bool((model.encode(x) == mappings.encode(mapping, params, x)).all())
   True
   """
-  _checks.check_type("mapping", mapping, (mappings.Linear, mappings.MLP, mappings.CNN),
-                     what="a hashjax.mappings module from make_mapping (Linear, MLP or CNN)")
+  mappings.check_mapping(mapping)
   dim, feature_range = _train_stats(train_features)
   for name in ("mean", "scale"):
     constant = getattr(mapping, name)

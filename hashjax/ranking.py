@@ -193,7 +193,7 @@ def paired_bootstrap(values: np.ndarray, baseline: np.ndarray, *, num_samples: i
     if np.isinf(np.asarray(x, np.float64)).any():
       raise ValueError(f"{name}: expected finite values or NaN, got inf")
   _checks.check_shape("baseline", baseline, values.shape, like="values")
-  num_samples = _checks.check_positive_int("num_samples", num_samples)
+  num_samples = _checks.check_int("num_samples", num_samples)
   level = _checks.check_number("level", level, low=0, high=1, low_open=True, high_open=True)
   diff = np.asarray(values, np.float64) - np.asarray(baseline, np.float64)
   diff = diff[~np.isnan(diff)]

@@ -310,7 +310,7 @@ def soft_histogram(distances: Array, affinity: Array, *, num_bits: int, num_leve
   [[0.0, 1.0], [0.0, 0.75], [1.0, 0.25]]
   """
   num_bits = _checks.check_num_bits(num_bits)
-  num_levels = _checks.check_positive_int("num_levels", num_levels)
+  num_levels = _checks.check_int("num_levels", num_levels)
   width = _checks.check_number("width", width, low=0, low_open=True)
   _checks.check_real("distances", distances, shape_doc="[..., N]", min_ndim=1)
   _checks.check_nonnegative("affinity", affinity, what="affinity levels")

@@ -127,7 +127,7 @@ class TieBreakNeighbors(NamedTuple):
 
 def _check_chunk_size(chunk_size) -> int:
   """The chunk size rounded up to a multiple of 256."""
-  return -(-_checks.check_positive_int("chunk_size", chunk_size) // _SB) * _SB
+  return -(-_checks.check_int("chunk_size", chunk_size) // _SB) * _SB
 
 
 def _weights(query_words, db_words, weights, *, required: bool = False):

@@ -107,9 +107,9 @@ def initialize_processes(*, coordinator_address: Optional[str] = None, num_proce
   num_processes = _checks.check_int("num_processes", 1 if num_processes is None else num_processes, low=1)
   if process_id is None:
     process_id = _env_int("process_id", "JAX_PROCESS_ID")
+  last = num_processes - 1
   if process_id is not None:
-    _checks.check_int_at_most("process_id", process_id, num_processes - 1, low=0,
-                              what=f"num_processes - 1 = {num_processes - 1}")
+    _checks.check_int_at_most("process_id", process_id, last, low=0, what=f"num_processes - 1 = {last}")
   if coordinator_address is not None:
     host, _, port = coordinator_address.rpartition(":") if isinstance(coordinator_address, str) else ("", "", "")
     if not host or not port.isdigit():
@@ -209,9 +209,8 @@ def _process_block(rows: int, mesh: Mesh) -> slice:
   blocks = sorted((index[0].start or 0, rows if index[0].stop is None else index[0].stop)
                   for index in split.addressable_devices_indices_map((rows,)).values())
   if not blocks or any(b[0] != a[1] for a, b in zip(blocks, blocks[1:])):
-    raise ValueError(f"mesh: expected some of process {jax.process_index()}'s devices, next to each other so that "
-                     f"they hold consecutive rows (data_mesh()), got rows {blocks} over the mesh's devices "
-                     f"{[d.id for d in mesh.devices.flat]}")
+    raise ValueError(f"mesh: expected process {jax.process_index()}'s devices to hold consecutive rows (data_mesh()), "
+                     f"got rows {blocks} on the mesh's devices {[d.id for d in mesh.devices.flat]}")
   return slice(blocks[0][0], blocks[-1][1])
 
 
@@ -237,7 +236,7 @@ def process_rows(num_rows: int, mesh: Mesh) -> slice:
   slice(0, 10, None)
   """
   mesh = _check_mesh(mesh)
-  num_rows = _checks.check_positive_int("num_rows", num_rows)
+  num_rows = _checks.check_int("num_rows", num_rows)
   return _real_rows(_process_block(mesh.size * -(-num_rows // mesh.size), mesh), num_rows)
 
 
@@ -273,7 +272,7 @@ def shard_process_rows(local_rows: Any, mesh: Mesh, *, num_rows: int, pad: bool 
   >>> shard_process_rows(x[process_rows(3, mesh)], mesh, num_rows=3).sharding.spec
   P('data',)
   """
-  num_rows = _checks.check_positive_int("num_rows", num_rows)
+  num_rows = _checks.check_int("num_rows", num_rows)
   mesh, extra = _check_split(name, local_rows, mesh, pad, num_rows)
   block = _process_block(num_rows + extra, mesh)
   rows = _real_rows(block, num_rows)
@@ -510,9 +509,8 @@ def multi_index_knn(index: multi.MultiIndex, query_words: Array, k: int, *, firs
   ends = blocks[:, 0] + blocks[:, 1]
   order = np.argsort(blocks[:, 0], kind="stable")
   if np.any(blocks[order[1:], 0] < ends[order[:-1]]):
-    raise ValueError(f"first_row: expected the processes' blocks of rows not to overlap, got blocks "
-                     f"{[(int(a), int(b)) for a, b in zip(blocks[:, 0], ends)]} (first row, end) of processes "
-                     f"0..{len(blocks) - 1}")
+    raise ValueError(f"first_row: expected the processes' rows not to overlap, got (first row, end) "
+                     f"{[(int(a), int(b)) for a, b in zip(blocks[:, 0], ends)]} for processes 0..{len(blocks) - 1}")
   k = _checks.check_k(k, int(blocks[:, 1].sum()), db_name="the indexes of every process")
   own = min(k, index.num_db)
   d, i = (np.asarray(a) for a in multi.multi_index_knn(index, query_words, own, method=method))
@@ -645,7 +643,7 @@ def hamming_histogram(query_words: Array, db_words: Array, affinity: Optional[Ar
   num_bits, mesh, axes, _, num_db = _check_search(query_words, db_words, num_db, num_bits)
   total = db_words.shape[0]
   num_q = query_words.shape[0]
-  chunk_size = _checks.check_positive_int("chunk_size", chunk_size)
+  chunk_size = _checks.check_int("chunk_size", chunk_size)
   inputs = [_place_queries(query_words, mesh), db_words]
   split = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))
   rows_spec = P(axes if axes else None)

@@ -241,8 +241,8 @@ def balanced_sampler(labels: Any, per_class: int, *, seed: int) -> Callable[[int
   labels = np.asarray(labels)
   classes, counts = np.unique(labels, return_counts=True)
   small = np.argmin(counts)
-  per_class = _checks.check_int_at_most("per_class", per_class, int(counts[small]),
-                                        what=f"{counts[small]} (the size of class {classes[small]})")
+  most = int(counts[small])
+  per_class = _checks.check_int_at_most("per_class", per_class, most, what=f"{most}, class {classes[small]}'s size")
   seed = _checks.check_int("seed", seed, low=0)
   members = [np.flatnonzero(labels == c) for c in classes]
 

@@ -209,7 +209,7 @@ def sample_tuples(labels: Array, *, num_tuples: int = DEFAULT_NUM_TUPLES, seed: 
   ((4, 4), True, True)
   """
   labels = _check_labels(labels, None)
-  num_tuples = _checks.check_positive_int("num_tuples", num_tuples)
+  num_tuples = _checks.check_int("num_tuples", num_tuples)
   rng = _checks.check_rng(seed)
   classes, inverse, sizes = np.unique(labels, return_inverse=True, return_counts=True)
   if classes.size < 2:
@@ -551,7 +551,7 @@ def fit_batch(bits: Array, labels: Array, *, method: str = "egd", seed: Seed = 0
   bits, labels = _check_training(bits, labels)
   method = _checks.check_option("method", method, ("egd", "pgd"))
   lam, mu, tol = _check_penalties(lam=lam, mu=mu, tol=tol)
-  max_iters = _checks.check_positive_int("max_iters", max_iters)
+  max_iters = _checks.check_int("max_iters", max_iters)
   return _batch(bits, _training_tuples(labels, tuples, num_tuples, seed), method, lam, mu, max_iters, tol)
 
 
@@ -597,8 +597,8 @@ def fit_online(bits: Array, labels: Array, *, seed: Seed = 0, num_tuples: int = 
   bits, labels = _check_training(bits, labels)
   lam, mu = _check_penalties(lam=lam, mu=mu)
   step = _checks.check_number("step", step, low=0, low_open=True)
-  batch_size = _checks.check_positive_int("batch_size", batch_size)
-  inner_steps = _checks.check_positive_int("inner_steps", inner_steps)
+  batch_size = _checks.check_int("batch_size", batch_size)
+  inner_steps = _checks.check_int("inner_steps", inner_steps)
   return _online(bits, _training_tuples(labels, tuples, num_tuples, seed), lam, mu, step, batch_size, inner_steps)
 
 

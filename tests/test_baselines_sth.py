@@ -224,9 +224,9 @@ def test_bad_fit_inputs():
   for bad in (0, -1, 4.0, True, None, np.array(4)):
     with pytest.raises(ValueError, match="num_bits: expected a positive int"):
       sth.fit(x, num_bits=bad, num_neighbors=3)
-  with pytest.raises(ValueError, match="num_bits: expected at most 19: the non-trivial eigenvectors .* 20 training"):
+  with pytest.raises(ValueError, match="num_bits: expected at most 19, the graph's non-trivial eigenvectors, got 20"):
     sth.fit(x, num_bits=20, num_neighbors=3)
-  with pytest.raises(ValueError, match="num_neighbors: expected at most the 19 other training items, got 20"):
+  with pytest.raises(ValueError, match="num_neighbors: expected at most the 19 other items, got 20"):
     sth.fit(x, num_bits=2, num_neighbors=20)
   for bad in (0, 2.5, None, True):
     with pytest.raises(ValueError, match="num_neighbors: expected an int >= 1"):

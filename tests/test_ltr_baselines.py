@@ -207,11 +207,13 @@ def test_bad_input_names_the_argument(name, fit):
   x, y, q = _synthetic(7, num_queries=3)
   with pytest.raises(ValueError, match=r"^labels: expected .*shape \(30,\).*got \(29,\)"):
     fit(x, y[:-1], q)
-  with pytest.raises(ValueError, match=r"^labels: expected a query with .*got none"):
+  no_pair = (r"^labels: no query has both a relevant \(label >= 1\) and a non-relevant \(label 0\) document$"
+             if name == "svmmap" else r"^labels: expected a query with two different labels .*, got none$")
+  with pytest.raises(ValueError, match=no_pair):
     fit(x, np.ones_like(y), q)
   bad = x.copy()
   bad[3, 1] = np.nan
   with pytest.raises(ValueError, match=r"^features: expected finite values, got 1 NaN/inf"):
     fit(bad, y, q)
-  with pytest.raises(ValueError, match=r"^relevant: expected at least one relevant and one non-relevant"):
+  with pytest.raises(ValueError, match=r"^relevant: expected both relevant and non-relevant, got 3 of 3 relevant$"):
     baselines.svmmap_most_violated(np.zeros(3), np.ones(3, bool))

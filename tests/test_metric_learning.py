@@ -140,7 +140,7 @@ def test_bad_inputs_name_the_argument(fit):
   with pytest.raises(ValueError, match="^features: expected a non-empty 2-D"):
     fit(x[0], y)
   if fit is not metric_learning.fit_nca:
-    with pytest.raises(ValueError, match=r"^k: expected at most 3 \(class 0 has 4 items"):
+    with pytest.raises(ValueError, match=r"^k: expected at most 3, the size of class 0 - 1, got 4$"):
       fit(x, y, k=4)
   if fit is not metric_learning.target_neighbors:
     with pytest.raises(ValueError, match="^num_components: expected at most the 5 columns"):

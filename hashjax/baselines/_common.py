@@ -50,12 +50,8 @@ def check_encode(params: Any, cls: type, module: str, features: Any) -> None:
 
 def check_pca_bits(num_bits: Any, dim: int) -> int:
   """``num_bits`` for methods that keep ``num_bits`` principal directions."""
-  num_bits = _checks.check_num_bits(num_bits)
-  if num_bits > dim:
-    raise ValueError(
-        f"num_bits: this method projects onto num_bits principal directions, so it needs "
-        f"num_bits <= feature dim {dim}, got {num_bits} (use LSH or spectral hashing for longer codes)")
-  return num_bits
+  return _checks.check_int_at_most("num_bits", num_bits, dim, what=f"the feature dim {dim}, one principal direction "
+                                   "per bit (LSH and spectral hashing allow longer codes)")
 
 
 def host_features(features: Any, *, name: str = "features") -> tuple:

@@ -136,8 +136,8 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training points", low=2)
   num_nearest = _checks.check_int_at_most("num_nearest", num_nearest, num_anchors, what="num_anchors")
   kmeans_iters = _checks.check_int("kmeans_iters", kmeans_iters, low=0)
-  num_bits = _checks.check_int_at_most("num_bits", num_bits, layers * (num_anchors - 1), what=(
-      f"{layers * (num_anchors - 1)}: {layers} bit(s) from each of the num_anchors - 1 non-trivial eigenvectors"))
+  most = layers * (num_anchors - 1)  # layers bits from each of the num_anchors - 1 non-trivial eigenvectors
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, most, what=f"layers * (num_anchors - 1) = {most}")
   r = -(-num_bits // layers)
   x, dtype = _common.host_features(features)
   mean = x.mean(axis=0)

@@ -91,14 +91,13 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   ((6, 3), (6, 2))
   """
   _common.check_fit_features(features, min_rows=2)
-  labels = _checks.check_class_labels(labels, features.shape[0])
-  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, features.shape[0],
-                                          what=f"the {features.shape[0]} training items")
-  num_bits = _checks.check_int_at_most("num_bits", num_bits, num_anchors,
-                                       what=f"num_anchors = {num_anchors} (one kernel direction per bit)")
+  n = features.shape[0]
+  labels = _checks.check_class_labels(labels, n)
+  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training items")
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, num_anchors, what=f"num_anchors = {num_anchors}")
   _checks.check_key(key)
-  num_labelled = features.shape[0] if num_labelled is None else _checks.check_int_at_most(
-      "num_labelled", num_labelled, features.shape[0], what=f"the {features.shape[0]} training items")
+  num_labelled = n if num_labelled is None else _checks.check_int_at_most(
+      "num_labelled", num_labelled, n, what=f"the {n} training items")
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   x, dtype = _common.host_features(features)
   rng = np.random.default_rng(np.asarray(jax.random.bits(key, (4,))).tolist())

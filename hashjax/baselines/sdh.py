@@ -140,11 +140,10 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   ((6, 3), (6, 2))
   """
   _common.check_fit_features(features, min_rows=2)
-  labels = _checks.check_class_labels(labels, features.shape[0])
-  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, features.shape[0],
-                                          what=f"the {features.shape[0]} training items")
-  num_bits = _checks.check_int_at_most("num_bits", num_bits, num_anchors,
-                                       what=f"num_anchors = {num_anchors} (the rank of the hash function)")
+  n = features.shape[0]
+  labels = _checks.check_class_labels(labels, n)
+  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training items")
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, num_anchors, what=f"num_anchors = {num_anchors}")
   _checks.check_key(key)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   reg, penalty, ridge = (_checks.check_number(name, value, low=0, low_open=True)

@@ -124,12 +124,11 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_lab
   ((5, 4), (0, 5))
   """
   _common.check_fit_features(features, min_rows=2)
-  labels = _checks.check_class_labels(labels, features.shape[0])
-  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, features.shape[0], low=0,
-                                          what=f"the {features.shape[0]} training points")
+  n = features.shape[0]
+  labels = _checks.check_class_labels(labels, n)
+  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, low=0, what=f"the {n} training points")
   width = num_anchors or features.shape[1]
-  num_bits = _checks.check_int_at_most("num_bits", num_bits, width,
-                                       what=f"the width projected, {width} ({'anchors' if num_anchors else 'dim'})")
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, width, what=f"the width projected, {width}")
   rng = _checks.check_key_rng(key)
   num_labelled = _checks.check_int("num_labelled", num_labelled, low=2)
   eta = _checks.check_number("eta", eta, low=0)

@@ -87,8 +87,7 @@ def _check_graph(features: Any, num_neighbors: Any, metric: Any) -> tuple:
   """``(features as float64, params dtype, k, metric)``, the graph's options checked."""
   _common.check_fit_features(features, min_rows=2)
   n = features.shape[0]
-  num_neighbors = _checks.check_int_at_most("num_neighbors", num_neighbors, n - 1,
-                                            what=f"the {n - 1} other training items")
+  num_neighbors = _checks.check_int_at_most("num_neighbors", num_neighbors, n - 1, what=f"the {n - 1} other items")
   metric = _checks.check_option("metric", metric, METRICS)
   x, dtype = _common.host_features(features)
   if metric == "cosine":
@@ -165,8 +164,7 @@ def _eigenmap(graph: scipy.sparse.csr_matrix, num_bits: int) -> Eigenmap:
 
 def _check_num_bits(num_bits: Any, n: int) -> int:
   num_bits = _checks.check_num_bits(num_bits)
-  return _checks.check_int_at_most("num_bits", num_bits, n - 1, what=(
-      f"{n - 1}: the non-trivial eigenvectors of the graph of {n} training items"))
+  return _checks.check_int_at_most("num_bits", num_bits, n - 1, what=f"{n - 1}, the graph's non-trivial eigenvectors")
 
 
 def knn_graph(features: Any, *, num_neighbors: int = DEFAULT_NUM_NEIGHBORS,

@@ -98,7 +98,7 @@ def prepare(features: Any, labels: Any, *, num_bits: int, num_relevant: int, num
   """
   x = triplets.check_features(features)
   y = triplets.check_labels(labels, x.shape[0])
-  num_bits = _checks.check_positive_int("num_bits", num_bits)
+  num_bits = _checks.check_int("num_bits", num_bits)
   _checks.check_option("feature_kind", feature_kind, features_lib.FEATURE_KINDS)
   seed = _checks.check_int("seed", seed, low=0)
   rng = np.random.default_rng(seed)
@@ -144,12 +144,10 @@ def finish(ws: Workspace, weight_path: List[np.ndarray], history: List[Dict[str,
   """
   r = ws.num_learned
   if r == 0:
-    raise RuntimeError(f"column generation: no bit was learned ({stop_reason}); the pair weights gave no "
-                       "non-degenerate hash function")
+    raise RuntimeError(f"column generation: no bit was learned ({stop_reason}), no non-degenerate hash function")
   weights = np.asarray(weight_path[-1], np.float64)
   if not np.any(weights > 0):
-    raise RuntimeError("column generation: every learned bit weight is 0 (raise C: with too small a C the "
-                       "regulariser wins and the weights vanish)")
+    raise RuntimeError("column generation: every learned bit weight is 0 (the regulariser wins: raise C)")
   params = ws.params._replace(projection=np.stack(ws.directions, axis=1), bias=np.asarray(ws.biases))
   return ColgenResult(params, weights.copy(), [np.asarray(w, np.float64) for w in weight_path],
                       ws.bits[:, :r].copy(), history, stop_reason,

@@ -217,7 +217,6 @@ def fit(features: Any, labels: Any, *, num_bits: int, C: float = 3.0, loss: str 
       history.append(record)
       path.append(np.ones(r) if stagewise else bit_w.copy())
       if stagewise and not np.any(w_lp > 0):
-        raise RuntimeError(f"StructHash: the stage-wise weights of bit {r} are all 0 (raise C = {C:g}: with too "
-                           "small a C the regulariser wins and every later bit would repeat this one)")
+        raise RuntimeError(f"StructHash: the stage-wise weights of bit {r} are all 0 (C = {C:g} is too small: raise C)")
     info = {"method": "structhash", "C": C, "loss": loss, "k": k, "stagewise": stagewise, "cp_tolerance": cp_tolerance}
     return loop.finish(ws, path, history, stop, info)

@@ -144,7 +144,7 @@ def whitening(phi: Any, *, ridge: float = 1e-3, max_dim: Optional[int] = None) -
   g = phi.T @ phi
   eps = max(ridge * float(np.trace(g)) / g.shape[0], 1e-12)
   lam, u = np.linalg.eigh(g + eps * np.eye(g.shape[0]))
-  r = g.shape[0] if max_dim is None else min(g.shape[0], _checks.check_positive_int("max_dim", max_dim))
+  r = g.shape[0] if max_dim is None else min(g.shape[0], _checks.check_int("max_dim", max_dim))
   lam, u = lam[::-1][:r], u[:, ::-1][:, :r]
   return u / np.sqrt(lam)
 
@@ -228,8 +228,7 @@ def refine(phi: np.ndarray, neighbors: np.ndarray, weights: np.ndarray, directio
   res = scipy.optimize.minimize(relaxed_objective, x0, args=args, jac=True, method="L-BFGS-B",
                                 options={"maxiter": int(max_iterations)})
   if not (np.isfinite(res.fun) and np.all(np.isfinite(res.x))):
-    raise RuntimeError(f"sigmoid relaxation of the new-bit sub-problem (L-BFGS-B): non-finite result "
-                       f"({res.message})")
+    raise RuntimeError(f"sigmoid relaxation of the new-bit sub-problem (L-BFGS-B): non-finite result ({res.message})")
   return res.x[:-1], float(res.x[-1])
 
 

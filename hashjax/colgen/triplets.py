@@ -83,10 +83,9 @@ def sample_neighbors(labels: Any, *, num_relevant: int, num_irrelevant: int, see
   >>> nb.relevant.shape, nb.irrelevant.shape
   ((5, 1), (5, 2))
   """
-  p = _checks.check_positive_int("num_relevant", num_relevant)
-  m = _checks.check_positive_int("num_irrelevant", num_irrelevant)
-  _checks.check_array("labels", labels, ndim=1, shape_doc="[n]", kinds="biu", what="integer array of class labels",
-                      nonempty=False)
+  p = _checks.check_int("num_relevant", num_relevant)
+  m = _checks.check_int("num_irrelevant", num_irrelevant)
+  _checks.check_array("labels", labels, ndim=1, shape_doc="[n]", kinds="biu", what="array of labels", nonempty=False)
   y = np.asarray(labels, np.int64)
   classes, counts = np.unique(y, return_counts=True)
   if counts.min(initial=np.iinfo(np.int64).max) - 1 < p:

@@ -65,8 +65,7 @@ def class_tree_distance(features: np.ndarray, labels: np.ndarray, *, num_classes
   num_classes = int(y.max()) + 1 if num_classes is None else num_classes
   counts = np.bincount(y, minlength=num_classes)
   if (counts == 0).any():
-    raise ValueError(f"labels: expected every class of 0 .. {num_classes - 1} to occur (a class mean each), "
-                     f"got none of class(es) {np.flatnonzero(counts == 0).tolist()}")
+    raise ValueError(f"labels: expected every class 0 .. {num_classes - 1}, got none of {np.flatnonzero(counts == 0)}")
   if num_classes == 1:
     return np.zeros((1, 1))
   means = np.zeros((num_classes, x.shape[1]))

@@ -78,7 +78,7 @@ def load_svmlight_ranking(path: PathLike, *, num_features: int, query_file: Opti
   >>> data.features.tolist(), data.affinity.tolist(), data.query_ids.tolist()
   ([[0.5, 0.0, 1.0], [0.0, 0.25, 0.0], [1.0, 0.0, 0.0]], [2, 0, 1], [7, 7, 9])
   """
-  num_features = _checks.check_positive_int("num_features", num_features)
+  num_features = _checks.check_int("num_features", num_features)
   if max_label is not None:
     max_label = _checks.check_int_at_most("max_label", max_label, _checks.INT32_MAX, low=0, what="2^31 - 1 (int32)")
   path = pathlib.Path(_checks.check_file("path", path))

@@ -76,7 +76,7 @@ def retrieval_split(labels: np.ndarray, *, queries_per_class: int = 100,
   (2, 5, 4, True)
   """
   labels = _indices("labels", labels, what="class labels")
-  q = _checks.check_positive_int("queries_per_class", queries_per_class)
+  q = _checks.check_int("queries_per_class", queries_per_class)
   t = _checks.check_int("train_per_class", train_per_class, allow_none=True)
   rng = _checks.check_rng(seed)
   need = q + (1 if t is None else t)
@@ -124,7 +124,7 @@ def random_split(num_items: int, *, num_queries: int, num_train: Optional[int] =
   >>> len(s.query), len(s.database), len(s.train)
   (2, 8, 3)
   """
-  n = _checks.check_positive_int("num_items", num_items)
+  n = _checks.check_int("num_items", num_items)
   nq = _checks.check_int_at_most("num_queries", num_queries, n - 1, what=f"num_items - 1 = {n - 1} (keeps a database)")
   nt = None if num_train is None else _checks.check_int_at_most(
       "num_train", num_train, n - nq, what=f"num_items - num_queries = {n - nq}", low=0)
@@ -175,7 +175,7 @@ def validation_split(train_indices: np.ndarray, *, labels: Optional[np.ndarray] 
   if per_class is not None and labels is None:
     raise ValueError("labels: per_class needs the class labels, got None")
   if per_class is not None:
-    per_class = _checks.check_positive_int("per_class", per_class)
+    per_class = _checks.check_int("per_class", per_class)
   else:
     fraction = _checks.check_number("fraction", fraction, low=0, high=1, low_open=True, high_open=True)
   rng = _checks.check_rng(seed)

@@ -93,9 +93,9 @@ def from_faiss_codes(codes: Any, *, num_bits: int) -> np.ndarray:
   if not hasattr(codes, "dtype") or np.dtype(codes.dtype) != np.uint8 or codes.ndim != 2:
     raise ValueError(f"codes: expected faiss binary codes uint8[N, d / 8], got {_checks.desc(codes)}")
   codes = np.asarray(codes)
-  num_bits = _checks.check_int_at_most("num_bits", num_bits, 8 * codes.shape[1],
-                                       what=f"the {8 * codes.shape[1]} bits of {codes.shape[1]} bytes per code")
-  spare = ~((1 << np.clip(num_bits - 8 * np.arange(codes.shape[1]), 0, 8)) - 1).astype(np.uint8)  # per byte
+  width = codes.shape[1]
+  num_bits = _checks.check_int_at_most("num_bits", num_bits, 8 * width, what=f"the {8 * width} bits of {width} bytes")
+  spare = ~((1 << np.clip(num_bits - 8 * np.arange(width), 0, 8)) - 1).astype(np.uint8)  # per byte
   if (codes & spare).any():
     raise ValueError(f"codes: bits from {num_bits} on must be 0 for codes of num_bits={num_bits}")
   num_words = _checks.num_words_for(num_bits)

@@ -109,7 +109,7 @@ def fit_rankboost(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarra
   >>> model.features.tolist(), model.thresholds.tolist(), model.alphas.round(3).tolist()  # 4 of 5 pairs
   ([0], [0.2], [1.099])
   """
-  num_rounds = _checks.check_positive_int("num_rounds", num_rounds)
+  num_rounds = _checks.check_int("num_rounds", num_rounds)
   num_thresholds = _checks.check_int("num_thresholds", num_thresholds, allow_none=True)
   pairs = rankers.ranknet_pairs(features, labels, query_ids)  # checks the documents
   _check_pairs(len(pairs.first) > 0)
@@ -176,8 +176,7 @@ def rankboost_scores(model: RankBoostModel, features: np.ndarray) -> np.ndarray:
   _checks.check_real("features", features, shape_doc="[n, d]", ndim=2)
   used = int(np.max(model.features, initial=-1)) + 1
   if x.shape[1] < used:
-    raise ValueError(f"features: expected at least {used} columns (the model uses feature {used - 1}), got shape "
-                     f"{tuple(x.shape)}")
+    raise ValueError(f"features: expected at least {used} columns (the model's features), got {x.shape[1]}")
   x = x.astype(np.float64)
   return (x[:, model.features] > model.thresholds).astype(np.float64) @ np.asarray(model.alphas, np.float64)
 
@@ -240,8 +239,7 @@ def svmmap_most_violated(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray
                           shape=np.shape(scores), like="scores")
   s, rel = np.asarray(scores, np.float64), np.asarray(relevant).astype(bool)
   if rel.all() or not rel.any():
-    raise ValueError(f"relevant: expected at least one relevant and one non-relevant document, got {int(rel.sum())} "
-                     f"relevant of {len(rel)}")
+    raise ValueError(f"relevant: expected both relevant and non-relevant, got {int(rel.sum())} of {len(rel)} relevant")
   rel_rows, non_rows = np.flatnonzero(rel), np.flatnonzero(~rel)
   rel_rows = rel_rows[np.argsort(-s[rel_rows], kind="stable")]
   non_rows = non_rows[np.argsort(-s[non_rows], kind="stable")]
@@ -331,7 +329,7 @@ def fit_svmmap(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, 
   x, y, q = np.asarray(features, np.float64), np.asarray(labels).astype(np.int64), np.asarray(query_ids)
   c = _checks.check_number("c", c, low=0, low_open=True)
   epsilon = _checks.check_number("epsilon", epsilon, low=0, low_open=True)
-  max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
+  max_iterations = _checks.check_int("max_iterations", max_iterations)
   queries = _MapQueries([], [])
   for rows in letor.group_by_query(q).indices:
     rel = y[rows] >= 1
@@ -339,8 +337,7 @@ def fit_svmmap(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarray, 
       queries.rel.append(rows[rel])
       queries.non.append(rows[~rel])
   if not queries.rel:
-    raise ValueError("labels: expected a query with a relevant (label >= 1) and a non-relevant (label 0) document, "
-                     "got none")
+    raise ValueError("labels: no query has both a relevant (label >= 1) and a non-relevant (label 0) document")
   n = len(queries.rel)
   w = np.zeros(x.shape[1])
   planes = np.zeros((0, x.shape[1]))  # g_k = (1/n) sum_q (Psi_q(y_q) - Psi_q(ybar_q))
@@ -422,7 +419,7 @@ def fit_lambdamart(features: np.ndarray, labels: np.ndarray, query_ids: np.ndarr
   True
   """
   xs, ys, sizes = _grouped("features", features, labels, query_ids)
-  num_trees = _checks.check_positive_int("num_trees", num_trees)
+  num_trees = _checks.check_int("num_trees", num_trees)
   learning_rate = _checks.check_number("learning_rate", learning_rate, low=0, low_open=True)
   # LightGBM's integer settings, under their LightGBM names, each an int >= its least value.
   settings = {name: _checks.check_int(name, value, low=low) for name, value, low in (

@@ -78,7 +78,7 @@ def fit_clusters(pairs: rankers.RankNetPairs, clusters: np.ndarray, *, num_clust
   (True, True)
   """
   _checks.check_type("pairs", pairs, rankers.RankNetPairs, what="RankNetPairs (ranknet_pairs)")
-  num_clusters = _checks.check_positive_int("num_clusters", num_clusters)
+  num_clusters = _checks.check_int("num_clusters", num_clusters)
   _checks.check_int_range("clusters", clusters, 0, num_clusters - 1, what="cluster indices")
   _checks.check_shape("clusters", clusters, pairs.query_ids.shape, like="pairs.query_ids")
   return _fit_clusters(pairs, np.asarray(clusters), num_clusters, l2, solver)

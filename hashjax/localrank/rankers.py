@@ -156,7 +156,7 @@ def fit_ranknet_pairs(pairs: RankNetPairs, *, queries: Optional[np.ndarray] = No
   queries = np.ones(len(pairs.query_ids), bool) if queries is None else np.asarray(queries)
   l2 = _checks.check_number("l2", l2, low=0, low_open=True)
   solver = _checks.check_option("solver", solver, SOLVERS)
-  max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
+  max_iterations = _checks.check_int("max_iterations", max_iterations)
   tolerance = _checks.check_number("tolerance", tolerance, low=0, low_open=True)
   return _fit(pairs, queries, l2, solver, max_iterations, tolerance)
 

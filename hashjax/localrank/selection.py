@@ -78,7 +78,7 @@ def cut_clusters(tree: np.ndarray, *, num_queries: int, num_clusters: int) -> np
   >>> cut_clusters(tree, num_queries=3, num_clusters=2).tolist()
   [0, 0, 1]
   """
-  g = _checks.check_positive_int("num_queries", num_queries)
+  g = _checks.check_int("num_queries", num_queries)
   num_clusters = _checks.check_int_at_most("num_clusters", num_clusters, g, what=f"the {g} training queries")
   if g == 1:
     return np.zeros(1, np.int64)
@@ -169,7 +169,7 @@ def build_lsh(summary: sim_lib.CloudSummary, *, num_bits: int = 8, num_tables: i
   """
   sim_lib.check_summaries(("summary",), (summary,), similarity="pca")
   num_bits = _checks.check_int_at_most("num_bits", num_bits, 62, what="62 hyperplanes per table")
-  num_tables = _checks.check_positive_int("num_tables", num_tables)
+  num_tables = _checks.check_int("num_tables", num_tables)
   rng = _checks.check_rng(seed)
   g, _, d = summary.vectors.shape
   p_max = max(int(summary.num_components.max(initial=0)), 1)  # tables for p < the largest P of a training query

@@ -72,7 +72,7 @@ def counting(kind, distances, labels, *, num_bits, where, option=None, real=Fals
     num_levels = _checks.check_gain_levels(histograms.num_levels_of(labels, option))
     _checks.check_shape("affinity", labels, distances.shape, like="distances")
   elif kind == "db_labels":
-    num_levels = _checks.check_positive_int("num_classes", option)
+    num_levels = _checks.check_int("num_classes", option)
     _checks.check_int_range("db_labels", labels, 0, num_levels - 1, what="class labels")
     _checks.check_shape("db_labels", labels, distances.shape[-1:], like="the last axis of distances")
     xp = np if _checks.is_concrete(labels) and _checks.is_concrete(distances) else jnp

@@ -511,7 +511,7 @@ def nearest_bins_mask(distances: Array, *, k: int) -> Array:
   [True, True, True, False, True, False]
   """
   _checks.check_hamming_distances(distances)
-  return _special.apply_xp(_nearest_bins, distances, k=_checks.check_positive_int("k", k))
+  return _special.apply_xp(_nearest_bins, distances, k=_checks.check_int("k", k))
 
 
 def vote_winners(votes: Array) -> Array:

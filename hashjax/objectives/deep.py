@@ -83,8 +83,7 @@ def _logits(mapping: Any, params: Any, batch: Any) -> Array:
 def _similar_pairs(batch: Any, num_rows: int) -> Array:
   """``s[M, M - 1]``: bool similarity of each item to the others (affinity ``> 0``), the diagonal dropped."""
   affinity = _entry(batch, "affinity", "an int affinity matrix [M, M]")
-  _checks.check_int_range('batch["affinity"]', affinity, what="affinity levels", shape=(num_rows, num_rows),
-                          like='M x M, M = len(batch["features"])')
+  _checks.check_int_range('batch["affinity"]', affinity, what="affinity levels", shape=(num_rows,) * 2, like="M x M")
   if num_rows < 2:
     raise ValueError(f'batch["features"]: expected at least 2 items to form pairs, got {num_rows}')
   return relaxations.off_diagonal(jnp.asarray(affinity) > 0)
@@ -92,8 +91,8 @@ def _similar_pairs(batch: Any, num_rows: int) -> Array:
 
 def _labels(batch: Any, num_rows: int, num_classes: int) -> Array:
   labels = _entry(batch, "labels", f"int class labels [M] in [0, {num_classes})")
-  _checks.check_int_range('batch["labels"]', labels, 0, num_classes - 1, what="class labels",
-                          shape=(num_rows,), like='batch["features"][:, 0]')
+  _checks.check_int_range('batch["labels"]', labels, 0, num_classes - 1, what="class labels", shape=(num_rows,),
+                          like='batch["features"][:, 0]')
   return jnp.asarray(labels)
 
 
@@ -328,7 +327,7 @@ def hash_centers(num_classes: int, num_bits: int, *, seed: _checks.Seed = 0) -> 
   >>> hash_centers(3, 4).astype(int).tolist()
   [[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1]]
   """
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   num_bits = _checks.check_num_bits(num_bits)
   rng = _checks.check_rng(seed)
   if num_bits & (num_bits - 1) == 0 and num_classes <= 2 * num_bits:
@@ -383,7 +382,7 @@ def csq(mapping, *, num_bits: int, num_classes: int, lam: float = 1e-4, centers:
   True
   """
   num_bits = _check_mapping(mapping, num_bits)
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   lam = _checks.check_number("lam", lam, low=0)
   if centers is None:
     centers = hash_centers(num_classes, num_bits, seed=seed)
@@ -426,7 +425,7 @@ def greedyhash_init(key: Any, mapping, features: Any, *, num_classes: int) -> di
   >>> jax.tree.map(np.shape, params["classifier"])
   {'bias': (3,), 'kernel': (8, 3)}
   """
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   _checks.check_key(key)
   key_mapping, key_classifier = jax.random.split(key)
   params = mappings.init(key_mapping, mapping, features)
@@ -474,7 +473,7 @@ def greedyhash(mapping, *, num_bits: int, num_classes: int, alpha: float = 0.1) 
   True
   """
   num_bits = _check_mapping(mapping, num_bits)
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   alpha = _checks.check_number("alpha", alpha, low=0)
 
   def loss_fn(params, batch, step):

@@ -265,7 +265,7 @@ def subsample_documents(key: Array, num_queries: int, num_documents: int, *, num
   """
   _checks.check_key(key)
   for name, v in (("num_queries", num_queries), ("num_documents", num_documents)):
-    _checks.check_positive_int(name, v)
+    _checks.check_int(name, v)
   available = num_documents - (0 if query_indices is None else 1)
   _checks.check_int_at_most("num_samples", num_samples, available, what=f"the {available} documents available")
   if query_indices is not None:

@@ -100,7 +100,7 @@ def check_similarity(similarity: Any) -> int:
 
 def check_label_pairs(affinity: Any, distances: Any, num_classes: Any) -> int:
   """``affinity`` must hold :func:`label_pairs` codes in ``[0, C^2)`` shaped like ``distances``; returns ``C``."""
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   check_affinity(affinity, distances, what="label-pair codes (label_pairs)", high=num_classes * num_classes - 1)
   return num_classes
 
@@ -154,7 +154,7 @@ def label_pairs(query_labels: Array, doc_labels: Array, *, num_classes: int) -> 
   >>> label_pairs(np.array([1, 0]), np.array([1, 2, 0]), num_classes=3).tolist()
   [[4, 5, 3], [1, 2, 0]]
   """
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   for name, x in (("query_labels", query_labels), ("doc_labels", doc_labels)):
     _checks.check_int_range(name, x, 0, num_classes - 1, what="class labels")
   _check_query_doc_shapes("query_labels", query_labels, "doc_labels", doc_labels, what="class labels")
@@ -179,7 +179,7 @@ def pair_relevance(pairs: Array, *, num_classes: int) -> Array:
   >>> pair_relevance(np.array([4, 5, 3]), num_classes=3).tolist()
   [1, 0, 0]
   """
-  num_classes = _checks.check_positive_int("num_classes", num_classes)
+  num_classes = _checks.check_int("num_classes", num_classes)
   _checks.check_int_range("pairs", pairs, 0, num_classes * num_classes - 1, what="label-pair codes")
   p = jnp.asarray(pairs).astype(jnp.int32)
   return (p // num_classes == p % num_classes).astype(jnp.int32)

@@ -516,7 +516,7 @@ def histogram_swap_deltas(hist_score_fn: Callable[[Array], Array], distances: Ar
   [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
   """
   _checks.check_callable("hist_score_fn", hist_score_fn, what="histogram score function")
-  num_levels = _checks.check_positive_int("num_levels", num_levels)
+  num_levels = _checks.check_int("num_levels", num_levels)
   method = _checks.check_option("method", method, SWAP_METHODS)
   num_bits = _check_one_query(distances, affinity, num_bits=num_bits, what="affinity levels", high=num_levels - 1)
   n = distances.shape[0]

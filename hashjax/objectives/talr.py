@@ -90,7 +90,7 @@ def _check_objective(metric: Any, num_bits: Any, num_levels: Any, alpha: Schedul
   """The options shared by the objectives, checked where the objective is built (the loss runs traced)."""
   _checks.check_callable("metric", metric, what="relaxed metric hist[..., num_bits + 1, V] -> [...]")
   num_bits = _checks.check_num_bits(num_bits)
-  num_levels = _checks.check_positive_int("num_levels", num_levels)
+  num_levels = _checks.check_int("num_levels", num_levels)
   alpha = _checks.check_schedule("alpha", alpha)
   width = _checks.check_number("width", width, low=0, low_open=True)
   return num_bits, num_levels, alpha, width
