@@ -51,22 +51,46 @@ Every run writes ``<workdir>/<part>/<dataset>/<run name>/results.json`` and is
 skipped when that file exists, so an interrupted study resumes where it
 stopped; the summary goes to ``<workdir>/study.json`` (atomic writes; parts run by
 separate commands are merged into it).
+
+Several processes (hosts) run the study together as every launcher runs a config: each runs the same
+command with ``--num_processes``, ``--process_id`` and ``--coordinator_address`` (None: the ``JAX_*``
+environment variables, else one process), which are checked before anything runs and joined once, before
+the first run (:func:`experiments.fitting.start_processes`). Every run's config records these settings,
+and each run trains data-parallel over the devices of every process and evaluates as
+``python -m experiments.train`` does; each process computes the baselines and the ``metric`` rows itself, on
+its own devices, and prints every table. Process 0 alone writes: the runs' ``results.json`` and models,
+the baselines' and ``metric`` rows' files and ``study.json``. Whether a stored file is reused is decided by
+process 0 and broadcast (:func:`stored`), so every process skips or runs the same runs, whatever the timing
+of the others' writes; a reused file is then read by every process from the shared ``--workdir`` (the
+runs' checkpoints need one workdir that every process sees, as for ``experiments.train``). Two processes
+on one machine, one CPU device each (``tests/test_nair_study_processes.py`` runs these lines)::
+
+  A="--runlocal --parts=tables --methods=lambdarank --workdir=runs/study_two"
+  P="--num_processes=2 --coordinator_address=localhost:12355"
+  python -m experiments.nair_study $A $P --process_id=0 & python -m experiments.nair_study $A $P --process_id=1
+
+The devices of all processes together must divide every run's ``queries_per_batch`` (``--runlocal``: 50, so
+2 devices, not 4), checked once the processes have joined, before any data loads.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import time
 from typing import Dict, List, Optional, Sequence
 
 from absl import app, flags, logging
+import jax
+from jax.experimental import multihost_utils
 import ml_collections
 import numpy as np
 
 from configs import lambdarank_knn
 from experiments import cli, fitting, methods, tasks
 from experiments.methods import checks, nair
-from hashjax import io
+from hashjax import _checks, io
 
 _PARTS = flags.DEFINE_list("parts", ["tables", "mlp", "search"],
                            "Which parts to run: tables, mlp, search, metric, hierarchy.")
@@ -77,6 +101,12 @@ _METHODS = flags.DEFINE_list("methods", ["lambdarank", "ranknet"], "Learned meth
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (split, initialisation, batches).")
 _SEARCH = flags.DEFINE_list("search", None, "Names of SEARCH to run (default: all), e.g. for more seeds.")
 _RUNLOCAL = flags.DEFINE_bool("runlocal", False, "Quick check: the runlocal config, digits, 8/16 bits, 1 seed.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes running the study together "
+                                      "(default: JAX_NUM_PROCESSES, else one).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process, 0 .. num_processes - 1; process 0 writes "
+                                   "(default: JAX_PROCESS_ID).")
+_COORDINATOR_ADDRESS = flags.DEFINE_string("coordinator_address", None, "'host:port' of process 0 "
+                                           "(default: JAX_COORDINATOR_ADDRESS).")
 
 #: Protocol sizes per dataset (per class): queries, training items (from the database), validation.
 PROTOCOLS = {
@@ -182,11 +212,18 @@ def search_config(name: str, seed: int, *, runlocal: bool = False) -> ml_collect
   return config
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> Dict:
-  """One training run, or its stored results when ``<workdir>/results.json`` exists."""
+def run(config: ml_collections.ConfigDict, workdir: str, *, processes: Optional[Dict] = None) -> Dict:
+  """One training run, or its stored results when ``<workdir>/results.json`` exists (:func:`stored`).
+
+  ``processes`` (:func:`process_settings`): the process settings the run's config records; the processes are
+  joined before (:func:`start_processes`), and the run trains over the devices of all of them.
+  """
   path = os.path.join(workdir, "results.json")
-  if os.path.exists(path):
+  if stored(path):
     return _read_json(path)
+  if processes:
+    config = copy.deepcopy(config)
+    config.update(processes)
   start = time.perf_counter()
   results = methods.train_and_evaluate(config, workdir)
   logging.info("%s: kNN error %.4f, %.1f s", workdir, results["rows"][0]["knn_error"],
@@ -195,9 +232,25 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
 
 def _read_json(path: str) -> Dict:
-  import json  # pylint: disable=g-import-not-at-top
   with open(path) as f:
     return json.load(f)
+
+
+def stored(path: str) -> bool:
+  """Whether ``path`` exists as process 0 sees it: the same answer on every process of the study
+  (:func:`jax.experimental.multihost_utils.broadcast_one_to_all`), so that all of them reuse or run the same
+  work; one process: :func:`os.path.exists`."""
+  here = os.path.exists(path)
+  if jax.process_count() == 1:
+    return here
+  return bool(multihost_utils.broadcast_one_to_all(np.int32(here)))
+
+
+def _store(path: str, obj: Dict) -> Dict:
+  """``obj`` as read back from JSON; process 0 (of several) writes it to ``path`` (atomically)."""
+  if jax.process_index() == 0:
+    io.atomic_write_json(path, obj)
+  return json.loads(json.dumps(obj, sort_keys=True))
 
 
 def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdir: str) -> List[Dict]:
@@ -205,13 +258,14 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
 
   ITQ is left out at lengths above the input dimension (digits: 64), where it is undefined.
 
-  Stored per (seed, length) under ``workdir`` and reused, like the runs.
+  Stored per (seed, length) under ``workdir`` and reused, like the runs (:func:`stored`); of several processes,
+  each computes the rows on its own devices and process 0 writes them.
   """
   task = None
   rows = []
   for b in list(bits) + ["exact"]:
     path = os.path.join(workdir, f"s{config.seed}_b{b}.json")
-    if not os.path.exists(path):
+    if not stored(path):
       task = task or tasks.make_task(config)
       if b == "exact":
         new = [nair.exact_l2_row(config, task)]
@@ -225,8 +279,9 @@ def baseline_rows(config: ml_collections.ConfigDict, bits: Sequence[int], workdi
           q, db = fitting.baseline_words(method, task.features, task.train, task.query, task.database,
                                         num_bits=b, seed=config.seed, labels=task.labels)
           new.append({"method": method, "bits": b, **nair.evaluate(c, task, q, db)})
-      io.atomic_write_json(path, {"rows": new})
-    rows.extend(_read_json(path)["rows"])
+      rows.extend(_store(path, {"rows": new})["rows"])
+    else:
+      rows.extend(_read_json(path)["rows"])
   return rows
 
 
@@ -276,8 +331,9 @@ def _ms(stats: Dict) -> str:
 
 
 def tables(datasets, bits, baseline_bits, learners, seeds, workdir, *, runlocal=False, model="linear",
-           part="tables") -> Dict:
-  """The ``tables`` (and ``mlp``) part: runs, baselines, printed tables; returns the summary."""
+           part="tables", processes: Optional[Dict] = None) -> Dict:
+  """The ``tables`` (and ``mlp``) part: runs, baselines, printed tables; returns the summary. ``processes``:
+  the process settings of every run (:func:`run`)."""
   summary = {}
   for dataset in datasets:
     per_seed: Dict[str, Dict[int, Dict[int, float]]] = {}  # method -> bits -> seed -> error
@@ -288,7 +344,7 @@ def tables(datasets, bits, baseline_bits, learners, seeds, workdir, *, runlocal=
           config = base_config(dataset, method=method, bits=b, model=model, runlocal=runlocal)
           config.seed = seed
           name = method + ("" if config.model == "linear" else f"-{config.model}")
-          res = run(config, os.path.join(workdir, part, dataset, f"{name}_b{b}_s{seed}"))
+          res = run(config, os.path.join(workdir, part, dataset, f"{name}_b{b}_s{seed}"), processes=processes)
           per_seed.setdefault(name, {}).setdefault(b, {})[seed] = res["rows"][0]["knn_error"]
           times.setdefault(f"{name}_b{b}", []).append(res["summary"]["train_time"])
       config = base_config(dataset, runlocal=runlocal)
@@ -322,8 +378,9 @@ def tables(datasets, bits, baseline_bits, learners, seeds, workdir, *, runlocal=
   return summary
 
 
-def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
-  """The ``search`` part: the :data:`SEARCH` configurations (``names``, default all) on the validation split."""
+def search(seeds, workdir, *, names=None, runlocal=False, processes: Optional[Dict] = None) -> Dict:
+  """The ``search`` part: the :data:`SEARCH` configurations (``names``, default all) on the validation split;
+  ``processes``: the process settings of every run (:func:`run`)."""
   out = {}
   print(f"\nsearch: {'digits (runlocal)' if runlocal else 'MNIST-10k'} validation split, kNN error, "
         f"seeds {list(seeds)}")
@@ -335,7 +392,7 @@ def search(seeds, workdir, *, names=None, runlocal=False) -> Dict:
     for seed in seeds:
       config = search_config(name, seed, runlocal=runlocal)
       slug = "_".join(f"{k}={v}" for k, v in overrides.items())
-      res = run(config, os.path.join(workdir, "search", f"{slug}_s{seed}"))
+      res = run(config, os.path.join(workdir, "search", f"{slug}_s{seed}"), processes=processes)
       errs.append(res["rows"][0]["knn_error"])
       times.append(res["summary"]["train_time"])
       # LambdaRank: the fraction of preference pairs with a non-zero |Delta S| weight, over the logs.
@@ -361,16 +418,16 @@ def _num(x: Optional[float], scale: int) -> str:
   return "-" if x is None else f"{scale * x:.{1 if scale == 100 else 4}f}"
 
 
-def hierarchy(seeds, workdir, *, runlocal=False) -> Dict:
+def hierarchy(seeds, workdir, *, runlocal=False, processes: Optional[Dict] = None) -> Dict:
   """The ``hierarchy`` part: the :data:`HIERARCHY_RUNS` at every seed, run once into
   ``<workdir>/hierarchy/<name>_s<seed>`` and read back from there; prints each row's :data:`HIERARCHY_KEYS` as
-  mean (sd) over the seeds, then per seed."""
+  mean (sd) over the seeds, then per seed. ``processes``: the process settings of every run (:func:`run`)."""
   per_seed: Dict[str, Dict[str, List]] = {}  # row -> key -> value per seed
   times: Dict[str, List[float]] = {}
   for seed in seeds:
     for name in HIERARCHY_RUNS:
       config = hierarchy_config(name, seed, runlocal=runlocal)
-      res = run(config, os.path.join(workdir, "hierarchy", f"{name}_s{seed}"))
+      res = run(config, os.path.join(workdir, "hierarchy", f"{name}_s{seed}"), processes=processes)
       times.setdefault(name, []).append(res["summary"]["train_time"])
       for i, row in enumerate(res["rows"]):
         values = per_seed.setdefault(name if i == 0 else row["method"], {})
@@ -416,7 +473,8 @@ def metric(datasets, seeds, workdir, *, runlocal=False) -> Dict:
   """The ``metric`` part: exact 3-NN error with Euclidean, PCA, NCA and LMNN distances; returns the summary.
 
   Each (dataset, method, seed) is stored as ``<workdir>/metric/<dataset>/<method>_s<seed>/results.json`` and
-  reused. The PCA fit's seconds go with the ``pca`` row; NCA's and LMNN's exclude it.
+  reused (:func:`stored`; of several processes, each fits on its own and process 0 writes). The PCA fit's
+  seconds go with the ``pca`` row; NCA's and LMNN's exclude it.
   """
   from sklearn.decomposition import PCA  # pylint: disable=g-import-not-at-top
   summary = {}
@@ -429,7 +487,7 @@ def metric(datasets, seeds, workdir, *, runlocal=False) -> Dict:
       task = pca_features = None
       for method, _ in METRIC_ROWS:
         path = os.path.join(workdir, "metric", dataset, f"{method}_s{seed}", "results.json")
-        if not os.path.exists(path):
+        if not stored(path):
           if task is None:
             task = tasks.make_task(config)
             x = np.asarray(task.features, np.float64)
@@ -440,10 +498,11 @@ def metric(datasets, seeds, workdir, *, runlocal=False) -> Dict:
           row = metric_row(config, task, method, pca_features)
           if method == "pca":
             row["fit_seconds"] = pca_seconds
-          io.atomic_write_json(path, {"rows": [row], "options": {**METRIC, "k": config.k}, "dataset": dataset,
-                                      "seed": seed, "num_pca_components": int(pca_features.shape[1])})
+          row = _store(path, {"rows": [row], "options": {**METRIC, "k": config.k}, "dataset": dataset,
+                              "seed": seed, "num_pca_components": int(pca_features.shape[1])})["rows"][0]
           logging.info("%s: %s 3-NN error %.4f, fit %.1f s", path, method, row["knn_error"], row["fit_seconds"])
-        row = _read_json(path)["rows"][0]
+        else:
+          row = _read_json(path)["rows"][0]
         per_seed.setdefault(method, {})[seed] = row["knn_error"]
         seconds.setdefault(method, []).append(row["fit_seconds"])
     stats = {m: mean_sd(list(s.values())) for m, s in per_seed.items()}
@@ -474,18 +533,53 @@ def _names(flag: str, values: Sequence[str], options: Sequence[str]) -> List[str
   return list(values)
 
 
-def study_flags() -> Dict:
-  """The flags as the study reads them, and every config it will run checked (checks.check_run) first.
+def process_settings(num_processes: Optional[int] = None, process_id: Optional[int] = None,
+                     coordinator_address: Optional[str] = None) -> Dict:
+  """``{"num_processes", "process_id", "coordinator_address"}``: the values of ``--num_processes``,
+  ``--process_id`` and ``--coordinator_address`` (None: the ``JAX_*`` environment variable), checked as the
+  configs' fields are; ConfigError, one line naming the flag, for a bad value."""
+  try:
+    _checks.check_int("--num_processes", num_processes, low=1, allow_none=True)
+    _checks.check_int("--process_id", process_id, low=0, allow_none=True)
+    if num_processes is not None and process_id is not None:
+      _checks.check_int_at_most("--process_id", process_id, num_processes - 1, low=0,
+                                what=f"--num_processes - 1 = {num_processes - 1}")
+    if coordinator_address is not None:
+      _checks.check_nonempty_str("--coordinator_address", coordinator_address, what="'host:port' of process 0")
+  except ValueError as e:
+    raise checks.ConfigError(str(e)) from None
+  return {"num_processes": num_processes, "process_id": process_id, "coordinator_address": coordinator_address}
 
-  Raises ConfigError (one line) for a bad flag value or a run that cannot go.
-  """
-  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search", "metric", "hierarchy")),
-       "datasets": _names("datasets", _DATASETS.value, list(PROTOCOLS)),
-       "bits": _ints("bits", _BITS.value, low=1), "baseline_bits": _ints("baseline_bits", _BASELINE_BITS.value, low=1),
-       "methods": _names("methods", _METHODS.value, nair.METHODS), "seeds": _ints("seeds", _SEEDS.value, low=0),
-       "search": _names("search", _SEARCH.value or [], list(SEARCH)) or None, "runlocal": _RUNLOCAL.value}
-  if f["runlocal"]:
-    f.update(seeds=f["seeds"][:1], bits=[8, 16], baseline_bits=[], datasets=["digits"])
+
+def start_processes(processes: Dict) -> int:
+  """Joins the processes of ``processes`` (:func:`process_settings`) with
+  :func:`experiments.fitting.start_processes`; returns their number (1: nothing started). ConfigError naming
+  the flag for a setting it refuses (e.g. an address that is not ``host:port``, a bad ``JAX_*`` variable)."""
+  try:
+    return fitting.start_processes(ml_collections.ConfigDict(processes))
+  except ValueError as e:
+    message = str(e)
+    raise checks.ConfigError("--" + (message[len("config."):] if message.startswith("config.") else message)) \
+        from None
+
+
+def check_devices(configs: Sequence[ml_collections.ConfigDict]) -> None:
+  """Of several processes (joined), every config's batch must split over the devices of all of them
+  (:func:`experiments.fitting.device_mesh`, as the run will call it); ConfigError naming ``--num_processes``
+  otherwise, before any data loads."""
+  if jax.process_count() == 1:
+    return
+  for config in configs:
+    try:
+      fitting.device_mesh(config, batch_rows=config.queries_per_batch, rows_from="config.queries_per_batch")
+    except ValueError as e:
+      raise checks.ConfigError(f"--num_processes: the study's runs train over all {jax.device_count()} devices "
+                               f"of the {jax.process_count()} processes; {e}") from None
+
+
+def study_configs(f: Dict) -> List[ml_collections.ConfigDict]:
+  """Every config the study of flags ``f`` (:func:`study_flags`) will train, at its first seed, with the
+  process settings ``f["processes"]``."""
   configs = []
   if "tables" in f["parts"]:
     configs += [base_config(d, method=m, bits=b, runlocal=f["runlocal"])
@@ -498,6 +592,24 @@ def study_flags() -> Dict:
   if "hierarchy" in f["parts"]:
     configs += [hierarchy_config(n, f["seeds"][0], runlocal=f["runlocal"]) for n in HIERARCHY_RUNS]
   for config in configs:
+    config.update(f["processes"])
+  return configs
+
+
+def study_flags() -> Dict:
+  """The flags as the study reads them, and every config it will run checked (checks.check_run) first.
+
+  Raises ConfigError (one line) for a bad flag value or a run that cannot go.
+  """
+  f = {"parts": _names("parts", _PARTS.value, ("tables", "mlp", "search", "metric", "hierarchy")),
+       "datasets": _names("datasets", _DATASETS.value, list(PROTOCOLS)),
+       "bits": _ints("bits", _BITS.value, low=1), "baseline_bits": _ints("baseline_bits", _BASELINE_BITS.value, low=1),
+       "methods": _names("methods", _METHODS.value, nair.METHODS), "seeds": _ints("seeds", _SEEDS.value, low=0),
+       "search": _names("search", _SEARCH.value or [], list(SEARCH)) or None, "runlocal": _RUNLOCAL.value,
+       "processes": process_settings(_NUM_PROCESSES.value, _PROCESS_ID.value, _COORDINATOR_ADDRESS.value)}
+  if f["runlocal"]:
+    f.update(seeds=f["seeds"][:1], bits=[8, 16], baseline_bits=[], datasets=["digits"])
+  for config in study_configs(f):
     checks.check_run(config)
   return f
 
@@ -510,32 +622,36 @@ def workdir() -> str:
 def main():
   start = time.perf_counter()
   f = study_flags()
-  seeds, runlocal = f["seeds"], f["runlocal"]
+  start_processes(f["processes"])  # once, before any jax computation
+  check_devices(study_configs(f))
+  seeds, runlocal, processes = f["seeds"], f["runlocal"], f["processes"]
   study = {"flags": {k: f[k] for k in ("parts", "datasets", "bits", "baseline_bits", "methods", "seeds", "runlocal")}}
   for part in f["parts"]:
     if part == "tables":
       study["tables"] = tables(f["datasets"], f["bits"], f["baseline_bits"], f["methods"], seeds, workdir(),
-                               runlocal=runlocal)
+                               runlocal=runlocal, processes=processes)
     elif part == "mlp":
       study["mlp"] = tables(["digits" if runlocal else "mnist_t10k"], [16 if runlocal else 32],
-                            [], f["methods"], seeds, workdir(), runlocal=runlocal, model="mlp", part="mlp")
+                            [], f["methods"], seeds, workdir(), runlocal=runlocal, model="mlp", part="mlp",
+                            processes=processes)
     elif part == "metric":
       study["metric"] = metric(f["datasets"], seeds, workdir(), runlocal=runlocal)
     elif part == "hierarchy":
-      study["hierarchy"] = hierarchy(seeds, workdir(), runlocal=runlocal)
+      study["hierarchy"] = hierarchy(seeds, workdir(), runlocal=runlocal, processes=processes)
     else:
-      study["search"] = search(seeds, workdir(), names=f["search"], runlocal=runlocal)
+      study["search"] = search(seeds, workdir(), names=f["search"], runlocal=runlocal, processes=processes)
   study["seconds"] = time.perf_counter() - start
   path = os.path.join(workdir(), "study.json")
-  merged = _read_json(path) if os.path.exists(path) else {}  # parts run separately accumulate
-  for key, value in study.items():
-    if key in ("tables", "mlp", "search", "metric") and isinstance(merged.get(key), dict):
-      merged[key].update(value)  # per dataset / per search entry
-    elif key != "flags":
-      merged[key] = value
-  merged.setdefault("flags", {})[",".join(f["parts"])] = study["flags"]
-  io.atomic_write_json(path, merged)
-  print(f"\n{study['seconds']:.0f} s; summary: {os.path.join(workdir(), 'study.json')}")
+  if jax.process_index() == 0:  # of several processes, the first writes
+    merged = _read_json(path) if os.path.exists(path) else {}  # parts run separately accumulate
+    for key, value in study.items():
+      if key in ("tables", "mlp", "search", "metric") and isinstance(merged.get(key), dict):
+        merged[key].update(value)  # per dataset / per search entry
+      elif key != "flags":
+        merged[key] = value
+    merged.setdefault("flags", {})[",".join(f["parts"])] = study["flags"]
+    io.atomic_write_json(path, merged)
+  print(f"\n{study['seconds']:.0f} s; summary: {path}")
 
 
 if __name__ == "__main__":

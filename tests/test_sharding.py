@@ -104,7 +104,7 @@ cfg_talr.batch_per_class, cfg_talr.bits = 4, 8  # 40 rows: 5 per device
 cfg_nair = lambdarank_knn.get_config("runlocal")
 cfg_nair.queries_per_batch, cfg_nair.docs_per_query, cfg_nair.num_devices = 16, 20, 8
 for name, cfg, module, replicated in (("talr", cfg_talr, talr, ()),
-                                      ("lambdarank", cfg_nair, nair, nair.replicated_keys(cfg_nair))):
+                                      ("lambdarank", cfg_nair, nair, nair.replicated_keys(cfg_nair, mesh))):
   for tag, m in (("sharded", mesh), ("single", None)):
     params, losses = run(cfg, module, replicated, m)
     leaves = jax.tree.leaves(params)

@@ -95,14 +95,14 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callab
   """
   _checks.check_option("config.affinity", task.affinity, AFFINITIES)
   n = len(task.train)
-  q = _checks.check_positive_int("config.queries_per_batch", config.queries_per_batch)
-  m = _checks.check_positive_int("config.docs_per_query", config.docs_per_query)
+  q = _checks.check_int("config.queries_per_batch", config.queries_per_batch)
+  m = _checks.check_int("config.docs_per_query", config.docs_per_query)
   if q > n or m > n - 1:
     raise ValueError(f"config.queries_per_batch / docs_per_query: expected at most {n} / {n - 1} "
                      f"(training items), got {q} / {m}")
   pool = config.doc_pool
   if pool is not None:
-    pool = _checks.check_positive_int("config.doc_pool", pool)
+    pool = _checks.check_int("config.doc_pool", pool)
     if m > pool or q + pool > n:
       raise ValueError(f"config.doc_pool: expected docs_per_query ({m}) <= doc_pool <= {n - q} "
                        f"(training items minus queries), got {pool}")
@@ -152,12 +152,12 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callab
   return batch_fn
 
 
-def replicated_keys(config: ml_collections.ConfigDict) -> tuple:
-  """The batch keys copied to every device when training data-parallel (``config.num_devices > 1``): the
-  items the loss maps and indexes into (``features``, ``shifts``, ``items``); the per-query ``queries``,
-  ``docs``, ``relevance``, ``affinity`` and ``preference`` are split over the devices."""
+def replicated_keys(config: ml_collections.ConfigDict, mesh) -> tuple:
+  """The batch keys copied to every device of ``mesh`` when training data-parallel (None: no mesh, nothing
+  is split): the items the loss maps and indexes into (``features``, ``shifts``, ``items``); the per-query
+  ``queries``, ``docs``, ``relevance``, ``affinity`` and ``preference`` are split over the devices."""
   keys = ("features",) + (("shifts",) if config.augment_shift else ()) + (("items",) if config.doc_pool else ())
-  return keys if config.get("num_devices", 1) not in (None, 1) else ()
+  return keys if mesh is not None else ()
 
 
 def deltas_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable:
@@ -340,7 +340,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
   mesh = fitting.device_mesh(config, batch_rows=config.queries_per_batch, rows_from="config.queries_per_batch")
   params, history = fitting.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
                                batch_fn=make_batch_fn(config, task), eval_fn=eval_fn,
-                               batch_size=config.queries_per_batch, mesh=mesh, replicated=replicated_keys(config))
+                               batch_size=config.queries_per_batch, mesh=mesh, replicated=replicated_keys(config, mesh))
   record = reporting.recorded_config(config, resolved_options(config, task))
   model = reporting.save_model(workdir, mapping, params, task, record)
   name = config.method + ("" if config.model == "linear" else f"-{config.model}")
