@@ -82,6 +82,29 @@ def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path):
     index.load(mih_path, mmap=1)
 
 
+def test_a_multi_index_with_sorted_codes_is_version_2_and_loads(tmp_path):
+  # Its items are rows of the sorted codes, which a reader of version 1 would take for database indices: it is
+  # written as version 2; an index without them is still written as version 1.
+  rng = np.random.default_rng(4)
+  x, q = _codes(rng, 3000, 70), _codes(rng, 9, 70)
+  for name, reorder, version in (("sorted", True, 2), ("plain", False, 1)):
+    idx = index.build_multi_index(x, num_bits=70, reorder=reorder)
+    path = index.save(idx, tmp_path / name)
+    mfile = os.path.join(path, "manifest.json")
+    manifest = json.loads(open(mfile).read())
+    assert manifest["version"] == version
+    want = [np.asarray(a) for a in index.multi_index_knn(idx, q, 7)]
+    for mmap in (False, True):
+      back = index.load(path, mmap=mmap)
+      _same(idx, back)
+      assert isinstance(back.sorted_words, np.memmap) if mmap and reorder else True
+      assert all(np.array_equal(np.asarray(a), b) for a, b in zip(index.multi_index_knn(back, q, 7), want))
+    with open(mfile, "w") as f:
+      json.dump({**manifest, "version": 3 - version}, f)
+    with pytest.raises(ValueError, match=f"expected format 'hashjax-index' version {version}"):
+      index.load(path)
+
+
 def test_save_over_an_index_replaces_it_and_removes_the_old_data(tmp_path):
   rng = np.random.default_rng(1)
   a, b = index.CodeDatabase(_codes(rng, 50, 64), 64), index.CodeDatabase(_codes(rng, 80, 40), 40)

@@ -74,6 +74,64 @@ def test_knn_and_radius_match_brute_force(num_bits, num_tables, n, pool, ks_radi
   _assert_ragged_equal(index.multi_index_radius(idx, q, per_query, method="probe"), _ref_radius(q, x, per_query))
 
 
+# num_bits, num_tables (None: default), database size, pool of distinct codes: lanes of one uint32 (32 bits), one
+# uint64 (33, 64), three uint32 (70, sparse tables) and two uint64 (128).
+_SORTED_CASES = [(32, 2, 900, 60), (33, 2, 900, 25), (64, None, 3000, 300), (70, 3, 1500, 30), (128, 8, 1000, 400)]
+
+
+@pytest.mark.parametrize("num_bits,num_tables,n,pool", _SORTED_CASES)
+def test_sorted_codes_hold_the_tables_and_give_the_same_answers(num_bits, num_tables, n, pool):
+  # reorder=True: the candidates' codes are read from a copy sorted by value, the tables hold its rows and the
+  # last table's items its order; answers (indices, and ties by index) are those of the caller's rows.
+  rng = np.random.default_rng(num_bits + 7)
+  x, q = _data(rng, num_bits, n, 24, pool)
+  plain = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables, reorder=False)
+  idx = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables, reorder=True)
+  assert plain.sorted_words is None and idx.nbytes == plain.nbytes + x.nbytes and idx.db_words is plain.db_words
+  order = idx.items[-1]
+  np.testing.assert_array_equal(order, np.lexsort(x.T))  # by value, equal codes by index
+  np.testing.assert_array_equal(idx.sorted_words, x[order])
+  m = idx.num_tables
+  for j in range(m):
+    offsets, keys = idx.offsets[j], idx.keys[j]
+    assert np.array_equal(offsets, plain.offsets[j]) and np.array_equal(keys, plain.keys[j])
+    rows = np.arange(n) if j == m - 1 else idx.items[j]  # the last table's bucket u: rows offsets[u] ..
+    for u in range(offsets.shape[0] - 1):
+      held = rows[offsets[u]:offsets[u + 1]]
+      assert np.all(np.diff(held) > 0)
+      np.testing.assert_array_equal(np.sort(order[held]), plain.items[j, offsets[u]:offsets[u + 1]])
+  near = q[:24]  # the last 4 queries are random codes: "probe" would refuse their steps on sparse tables
+  for k, method, queries in ((1, "probe", near), (4, "probe", near), (11, "probe", near), (37, "auto", q),
+                             (n, "auto", q)):
+    want_d, want_i = _ref_knn(queries, x, k)
+    got_d, got_i = index.multi_index_knn(idx, queries, k, method=method)
+    np.testing.assert_array_equal(np.asarray(got_d), want_d, err_msg=f"k={k}")
+    np.testing.assert_array_equal(np.asarray(got_i), want_i, err_msg=f"k={k}")
+  for r in (0, 1, 5, 11):
+    _assert_ragged_equal(index.multi_index_radius(idx, near, r, method="probe"), _ref_radius(near, x, r))
+
+
+def test_sorted_codes_by_default_from_reorder_min_bytes(monkeypatch):
+  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(4)
+  x, q = _data(rng, 64, 2000, 40, 2000)
+  monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes + 1)
+  assert index.build_multi_index(x, num_bits=64).sorted_words is None
+  monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes)
+  idx = index.build_multi_index(x, num_bits=64, num_tables=2)
+  assert idx.sorted_words is not None
+  # Queries handed to the scan (as in test_auto_hands_expensive_queries_to_the_scan) and queries probed: the
+  # scan searches the caller's codes, the probes the sorted copy; both answer in the caller's indices.
+  want_d, want_i = _ref_knn(q, x, 25)
+  got_d, got_i = index.multi_index_knn(idx, q, 25)
+  np.testing.assert_array_equal(np.asarray(got_d), want_d)
+  np.testing.assert_array_equal(np.asarray(got_i), want_i)
+  radii = np.r_[np.zeros(q.shape[0] - 4, np.int64), [3, 20, 30, 64]]
+  _assert_ragged_equal(index.multi_index_radius(idx, q, radii), _ref_radius(q, x, radii))
+  with pytest.raises(ValueError, match="reorder"):
+    index.build_multi_index(x, num_bits=64, reorder="yes")
+
+
 def test_auto_hands_expensive_queries_to_the_scan():
   # 32-bit substrings of random codes: the neighbours sit far away, where "probe" would enumerate more than
   # MAX_PROBES substrings per step and refuses; "auto" (the default) hands those queries to search.knn /

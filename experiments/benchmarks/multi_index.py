@@ -36,8 +36,9 @@ the codes in memory are dropped and both the scan and multi-index hashing search
 memory-mapped (:func:`hashjax.index.load` with ``mmap=True``): the codes are read from the page cache, never
 copied whole. ``--nofaiss`` leaves out the faiss rows (their indexes copy the codes).
 
-Also printed: the build time of the index, its bytes (tables: items and offsets, not the database codes it
-refers to) against the packed codes', and ``uptime``'s load. Checks: ``mih`` returns exactly ``scan``'s
+Also printed: the build time of the index, its bytes (tables: items and offsets, and the copy of the codes sorted
+by value it reads candidates from, not the database codes it refers to) against the packed codes', and
+``uptime``'s load. Checks: ``mih`` returns exactly ``scan``'s
 distances and indices for every query.
 """
 
@@ -157,10 +158,11 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
     t = time.perf_counter()
     mih = index.build_multi_index(db, num_bits=num_bits)
     build_s = time.perf_counter() - t
+    copy = "with" if mih.sorted_words is not None else "without"
     print(f"  multi-index build: {build_s:.2f} s, m = {mih.num_tables} tables of "
-          f"{np.diff(mih.bounds).tolist()} bits, {mih.nbytes / 2**20:.1f} MiB = {mih.nbytes / db.nbytes:.2f}x the "
-          f"packed codes ({db.nbytes / 2**20:.1f} MiB; {(mih.nbytes + db.nbytes) / db.nbytes:.2f}x with them)",
-          flush=True)
+          f"{np.diff(mih.bounds).tolist()} bits, {copy} the sorted codes: {mih.nbytes / 2**20:.1f} MiB = "
+          f"{mih.nbytes / db.nbytes:.2f}x the packed codes ({db.nbytes / 2**20:.1f} MiB; "
+          f"{(mih.nbytes + db.nbytes) / db.nbytes:.2f}x with them)", flush=True)
     print(f"  peak memory so far: {_peak_rss_gib():.2f} GiB", flush=True)
     if mmap:  # search the saved index, loaded memory-mapped: the codes in memory are dropped
       folder = tempfile.mkdtemp(prefix="multi-index-", dir=tmpdir)

@@ -26,8 +26,14 @@ Tables are CSR arrays on the host, built with a stable sort (items ascending
 within a bucket): a *dense* table (``offsets[2^s + 1]``, for substrings of
 at most 16 bits or ``2^s <= 2N``) is indexed by the substring itself; a
 *sparse* one holds the sorted distinct substrings and is searched by binary
-search. The index keeps a reference to the packed database codes to compute
-full distances. The default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
+search. The index keeps a reference to the packed database codes, for the
+linear scan it may hand a query to; full distances are computed on a copy of
+the codes sorted by value (last substring most significant), kept when the
+codes reach :data:`REORDER_MIN_BYTES`: its rows are grouped by cluster, so a
+query's candidates, read at random otherwise, lie near each other in memory.
+The tables then hold rows of that copy, and the last table's items, which the
+copy makes ``0, 1, ..., N - 1``, hold each row's database index instead. The
+default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
 (substrings of about ``log2 N`` bits, so a bucket holds about one item of
 uniformly random codes), raised where a substring would need a sparse table
 (:func:`default_num_tables`).
@@ -62,8 +68,8 @@ popcount; candidates farther than the query's ``k``-th distance so far
 (lowered after every block of candidates) are dropped at once, and only the
 rest pay the masked popcounts of the first-probe rule (at radius 0, those of
 the tables before ``j`` alone). Memory of the tables: ``4 m N`` bytes
-of items plus the offsets; ``python -m experiments.benchmarks.multi_index``
-measures it all against the scan.
+of items plus the offsets, and the sorted copy of the codes; ``python -m
+experiments.benchmarks.multi_index`` measures it all against the scan.
 """
 
 from __future__ import annotations
@@ -101,6 +107,11 @@ _METHODS = ("auto", "probe")
 _QUERY_BATCH = 256  # queries searched in lockstep
 _PROBE_BLOCK = 1 << 20  # elements of one [queries, masks] probe block
 _CANDIDATE_BLOCK = 1 << 20  # candidates verified at once
+#: :func:`build_multi_index` keeps a copy of the codes sorted by value (module docstring) when they take at least
+#: this many bytes. Dense bit-flip clusters (1,000 centres, 5% flips), 1,000 queries, a query's time without the
+#: copy over its time with it, in one process on a loaded 2-core machine: 10^5 codes of 64 bits 1.05 / 1.08
+#: (10-NN / 100-NN), 3 x 10^5 1.12 / 1.08, 10^6 1.28 / 1.53, 10^7 1.10-1.37 / 1.27-1.53 (docs/performance.md).
+REORDER_MIN_BYTES = 1 << 22
 
 
 class MultiIndex(NamedTuple):
@@ -114,8 +125,13 @@ class MultiIndex(NamedTuple):
       dense table (keyed by the substring itself).
     offsets: ``m`` arrays ``int32[U_j + 1]`` (sparse) or ``int32[2^{s_j} + 1]`` (dense): bucket ``u``'s items
       are ``items[j, offsets[j][u]:offsets[j][u + 1]]``.
-    items: ``int32[m, N]`` database indices, ascending within each bucket.
+    items: ``int32[m, N]`` database indices, ascending within each bucket; with ``sorted_words``, rows of
+      ``sorted_words`` (ascending within each bucket), except ``items[m - 1]``: the database index of each row of
+      ``sorted_words`` (table ``m - 1``'s bucket ``u`` is its rows ``offsets[m - 1][u] .. offsets[m - 1][u + 1] -
+      1``).
     num_bits: the code length ``b``.
+    sorted_words: None, or ``uint32[N, W]`` the codes sorted by value, ``db_words[items[m - 1]]``: the
+      candidates' codes are read from it (module docstring).
   """
   db_words: np.ndarray
   bounds: np.ndarray
@@ -123,6 +139,7 @@ class MultiIndex(NamedTuple):
   offsets: Tuple[np.ndarray, ...]
   items: np.ndarray
   num_bits: int
+  sorted_words: Optional[np.ndarray] = None
 
   @property
   def num_tables(self) -> int:
@@ -136,8 +153,10 @@ class MultiIndex(NamedTuple):
 
   @property
   def nbytes(self) -> int:
-    """Bytes of the tables (keys, offsets, items), not counting the database codes they refer to."""
-    return int(self.items.nbytes + sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.offsets))
+    """Bytes of the tables (keys, offsets, items) and of ``sorted_words``, not counting the database codes they
+    refer to."""
+    copy = 0 if self.sorted_words is None else self.sorted_words.nbytes
+    return int(self.items.nbytes + sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.offsets) + copy)
 
 
 # ----------------------------------------------------------------------------
@@ -231,19 +250,24 @@ def _table(values: np.ndarray, size: int) -> Tuple[np.ndarray, np.ndarray, np.nd
   return ordered[starts].astype(np.uint32), offsets, items
 
 
-def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[int] = None) -> MultiIndex:
+def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[int] = None,
+                      reorder: Optional[bool] = None) -> MultiIndex:
   r"""Builds the multi-index hashing tables of packed codes (``m`` substring tables).
 
   .. math:: \mathcal{T}_j(v) = \{ i : x_i[\beta_j : \beta_{j+1}] = v \}, \quad i \text{ ascending}
 
   One stable sort per table: ``O(m N \log N)`` time, ``4 m N`` bytes of items
   plus each table's offsets (``4 \cdot 2^{s_j}`` bytes dense, ``8 U_j``
-  sparse); see :attr:`MultiIndex.nbytes`.
+  sparse), and with ``reorder`` one more sort and a copy of the codes; see
+  :attr:`MultiIndex.nbytes`.
 
   Args:
     db_words: ``uint32[N, W]`` packed database codes, ``W = ceil(num_bits / 32)``, padding bits 0.
     num_bits: the code length ``b``.
     num_tables: ``m``, with ``ceil(b / 32) <= m <= b``; None: :func:`default_num_tables` ``(N, b)``.
+    reorder: keep a copy of the codes sorted by value and read the candidates from it
+      (:attr:`MultiIndex.sorted_words`); None: when the codes take at least :data:`REORDER_MIN_BYTES`. Searches
+      return the same either way.
 
   Returns:
     A :class:`MultiIndex` (numpy arrays).
@@ -261,14 +285,23 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
     num_tables = default_num_tables(db.shape[0], num_bits)
   else:  # substrings of 1 to MAX_SUBSTRING_BITS bits
     _checks.check_int_at_most("num_tables", num_tables, num_bits, low=low, what=f"num_bits = {num_bits} (or None)")
+  reorder = db.nbytes >= REORDER_MIN_BYTES if reorder is None else _checks.check_bool("reorder", reorder)
   bounds = _bounds(num_bits, int(num_tables))
+  words = db
+  if reorder:  # by value, the highest lane first: the last substring's buckets become runs of rows 0, 1, ...
+    lanes = _lanes(db)
+    order = np.argsort(lanes, kind="stable") if lanes.ndim == 1 else np.lexsort(lanes.T)
+    words = np.take(db, order, axis=0)
   keys, offsets, items = [], [], []
   for j in range(int(num_tables)):
-    k, o, i = _table(_substring(db, bounds[j], bounds[j + 1]), int(bounds[j + 1] - bounds[j]))
+    k, o, i = _table(_substring(words, bounds[j], bounds[j + 1]), int(bounds[j + 1] - bounds[j]))
     keys.append(k)
     offsets.append(o)
     items.append(i)
-  return MultiIndex(db, bounds, tuple(keys), tuple(offsets), np.stack(items), num_bits)
+  if reorder:  # the last table's rows are 0 .. N - 1: its items hold the database index of each row instead
+    items[-1] = order.astype(np.int32)
+  return MultiIndex(db, bounds, tuple(keys), tuple(offsets), np.stack(items), num_bits,
+                    words if reorder else None)
 
 
 # ----------------------------------------------------------------------------
@@ -317,7 +350,9 @@ class _Batch:
     self.k = k  # k-NN: the k-th distance found so far bounds what is kept (radius search: None)
     m = index.num_tables
     self.sub = [_substring(queries, index.bounds[j], index.bounds[j + 1]) for j in range(m)]
-    self.db_lanes, self.q_lanes = _lanes(index.db_words), _lanes(queries)
+    self.reordered = index.sorted_words is not None  # candidates are rows of sorted_words, not indices
+    self.db_lanes = _lanes(index.sorted_words if self.reordered else index.db_words)
+    self.q_lanes = _lanes(queries)
     self.masks = _lane_masks(index.bounds, self.db_lanes.dtype)
     self.hist = np.zeros((queries.shape[0], index.num_bits + 1), np.int64)  # found items by distance
     self.work = np.zeros((queries.shape[0],), np.int64)  # probes + candidates so far
@@ -400,7 +435,9 @@ class _Batch:
         continue
       st, ln = starts[part].ravel(), lengths[part].ravel()
       row = np.repeat(block[part], per_row[part])
-      item = np.take(index.items[j], _common.expand(st[ln > 0], ln[ln > 0]))
+      item = _common.expand(st[ln > 0], ln[ln > 0])
+      if not (self.reordered and j == index.num_tables - 1):  # reordered, the last table's bucket is its rows
+        item = np.take(index.items[j], item)
       # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array).
       diff = np.take(self.db_lanes, item, axis=0) ^ np.take(self.q_lanes, row, axis=0)
       lanes = diff.reshape(diff.shape[0], -1)
@@ -422,6 +459,8 @@ class _Batch:
         self.kth(block[part])
         keep = dist <= np.take(self.limit, row)
         row, dist, item = row[keep], dist[keep], item[keep]
+      if self.reordered:  # rows of sorted_words to database indices
+        item = np.take(index.items[-1], item)
       self.found.append((row, dist, item))
 
   def kth(self, rows: np.ndarray) -> np.ndarray:
