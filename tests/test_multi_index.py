@@ -114,31 +114,25 @@ def test_sorted_codes_hold_the_tables_and_give_the_same_answers(num_bits, num_ta
 def test_sorted_codes_by_default_from_reorder_min_bytes(monkeypatch):
   from hashjax.index import multi  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(4)
-  x, q = _data(rng, 64, 2000, 40, 2000)
+  x, _ = _data(rng, 64, 2000, 40, 2000)
   monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes + 1)
   assert index.build_multi_index(x, num_bits=64).sorted_words is None
   monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes)
-  idx = index.build_multi_index(x, num_bits=64, num_tables=2)
-  assert idx.sorted_words is not None
-  # Queries handed to the scan (as in test_auto_hands_expensive_queries_to_the_scan) and queries probed: the
-  # scan searches the caller's codes, the probes the sorted copy; both answer in the caller's indices.
-  want_d, want_i = _ref_knn(q, x, 25)
-  got_d, got_i = index.multi_index_knn(idx, q, 25)
-  np.testing.assert_array_equal(np.asarray(got_d), want_d)
-  np.testing.assert_array_equal(np.asarray(got_i), want_i)
-  radii = np.r_[np.zeros(q.shape[0] - 4, np.int64), [3, 20, 30, 64]]
-  _assert_ragged_equal(index.multi_index_radius(idx, q, radii), _ref_radius(q, x, radii))
+  assert index.build_multi_index(x, num_bits=64, num_tables=2).sorted_words is not None
   with pytest.raises(ValueError, match="reorder"):
     index.build_multi_index(x, num_bits=64, reorder="yes")
 
 
-def test_auto_hands_expensive_queries_to_the_scan():
+@pytest.mark.parametrize("reorder", [False, True])
+def test_auto_hands_expensive_queries_to_the_scan(reorder):
   # 32-bit substrings of random codes: the neighbours sit far away, where "probe" would enumerate more than
   # MAX_PROBES substrings per step and refuses; "auto" (the default) hands those queries to search.knn /
-  # search.radius_search, and keeps the cheap ones (near-duplicates). Both exact.
+  # search.radius_search, and keeps the cheap ones (near-duplicates). Both exact. With the sorted copy, the
+  # scan searches the caller's codes, the probes the copy; both answer in the caller's indices.
   rng = np.random.default_rng(5)
   x, q = _data(rng, 64, 2000, 40, 2000)
-  idx = index.build_multi_index(x, num_bits=64, num_tables=2)
+  idx = index.build_multi_index(x, num_bits=64, num_tables=2, reorder=reorder)
+  assert (idx.sorted_words is not None) == reorder
   with pytest.raises(ValueError, match="MAX_PROBES"):
     index.multi_index_knn(idx, q[-1:], 25, method="probe")  # a random query: its 25th neighbour is far
   want_d, want_i = _ref_knn(q, x, 25)
