@@ -434,29 +434,36 @@ class _Batch:
       if not part.size or not per_row[part].any():
         continue
       st, ln = starts[part].ravel(), lengths[part].ravel()
-      row = np.repeat(block[part], per_row[part])
-      item = _common.expand(st[ln > 0], ln[ln > 0])
+      rows, counts = block[part], per_row[part]  # the candidates: counts[0] of rows[0], then of rows[1], ...
+      item = _common.expand(st[ln > 0], ln[ln > 0], dtype=np.int32)  # N <= INT32_MAX; at most N per row
       if not (self.reordered and j == index.num_tables - 1):  # reordered, the last table's bucket is its rows
         item = np.take(index.items[j], item)
-      # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array).
-      diff = np.take(self.db_lanes, item, axis=0) ^ np.take(self.q_lanes, row, axis=0)
+      # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array); the
+      # queries' codes and limits are repeated per candidate (sequential), and a few candidates are kept, so the
+      # kept positions are found once and the arrays gathered at them (cheaper than a boolean mask per array).
+      diff = np.take(self.db_lanes, item, axis=0)
+      diff ^= np.repeat(self.q_lanes[rows], counts, axis=0)
       lanes = diff.reshape(diff.shape[0], -1)
       dist = scan.host_popcount(lanes[:, 0]).astype(np.uint16)
       for lane in range(1, lanes.shape[1]):
         dist += scan.host_popcount(lanes[:, lane])
-      keep = dist <= np.take(self.limit, row)
-      row, dist, item, lanes = row[keep], dist[keep], item[keep], lanes[keep]
+      keep = np.flatnonzero(dist <= np.repeat(self.limit[rows], counts))
+      row = np.repeat(rows, np.diff(np.searchsorted(keep, np.cumsum(counts)), prepend=0))
+      dist, item, lanes = np.take(dist, keep), np.take(item, keep), np.take(lanes, keep, axis=0)
       # The probe that finds an item first keeps it: substring distances > r before table j, >= r after it
       # (d_j = r by construction; d_i >= 0 always holds).
-      keep = np.ones(item.shape, np.bool_)
-      for i in (*range(j), *(range(j + 1, len(self.masks)) if r else ())):
-        d_i = sum(scan.host_popcount(lanes[:, lane] & mask) for lane, mask in self.masks[i])
-        keep &= (d_i > r) if i < j else (d_i >= r)
-      row, dist, item = row[keep], dist[keep], item[keep]
+      others = (*range(j), *(range(j + 1, len(self.masks)) if r else ()))
+      if others:
+        keep = np.ones(item.shape, np.bool_)
+        for i in others:
+          d_i = sum(scan.host_popcount(lanes[:, lane] & mask) for lane, mask in self.masks[i])
+          keep &= (d_i > r) if i < j else (d_i >= r)
+        keep = np.flatnonzero(keep)
+        row, dist, item = np.take(row, keep), np.take(dist, keep), np.take(item, keep)
       width = index.num_bits + 1
       self.hist += np.bincount(row * width + dist, minlength=self.hist.size).reshape(self.hist.shape)
       if self.k is not None:  # the block's finds lower the k-th distance at once: keep only what can still count
-        self.kth(block[part])
+        self.kth(rows)
         keep = dist <= np.take(self.limit, row)
         row, dist, item = row[keep], dist[keep], item[keep]
       if self.reordered:  # rows of sorted_words to database indices
