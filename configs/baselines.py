@@ -26,8 +26,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # TALR protocol: 100 queries per class, the rest database, 500 per class of it for training.
   config.queries_per_class = 100  # the rest of each class is the database
   config.train_per_class = 500  # of the database, what the baselines are fitted on
-  # Any of hashjax.baselines.BASELINES: lsh, pca, itq, sh, iso, sph, agh, sth (unsupervised), ksh, sdh, cosdish,
-  # fasthash, bre, splh (supervised: fitted with the training items' labels); --config.methods=ksh,sdh
+  # Any of hashjax.baselines.BASELINES: lsh, pca, itq, sh, mdsh, iso, sph, agh, sth (unsupervised), ksh, sdh,
+  # cosdish, fasthash, bre, splh, machash (supervised: fitted with the training items' labels); --config.methods=ksh
   config.methods = ("lsh", "pca", "itq", "sh")
   config.weighted = ()  # of config.methods, also ranked by learned bit weights (EGD, hashjax.weighting.fit)
   config.models = ()  # saved models (hashjax.load_model paths) on the same protocol, scored beside the methods

@@ -64,7 +64,7 @@ VERSION = 3
 #: column-generation hashes of :mod:`hashjax.colgen` (CGHash, StructHash).
 KINDS = ("linear", "mlp", "cnn", *baselines.BASELINES, "colgen")
 #: The first format version that can hold each kind (the others: 1).
-_KIND_VERSION = {"colgen": 2, **{k: 3 for k in ("cnn", "sph", "agh", *baselines.SUPERVISED)}}
+_KIND_VERSION = {"colgen": 2, **{k: 3 for k in ("cnn", "sph", "agh", "sth", "mdsh", *baselines.SUPERVISED)}}
 #: The manifest of a saved model directory, and the arrays file of format versions 1 and 2.
 MODEL_FILE = "model.json"
 ARRAYS_FILE = "arrays.npz"

@@ -308,9 +308,9 @@ def test_codes_do_not_depend_on_threads_or_cpu_features(tmp_path):
 
 
 def test_registry():
-  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "iso", "sph", "agh", "sth", "ksh", "sdh",
-                                      "cosdish", "fasthash", "bre", "splh"}
-  assert set(baselines.SUPERVISED) == {"ksh", "sdh", "cosdish", "fasthash", "bre", "splh"}
+  assert set(baselines.BASELINES) == {"lsh", "pca", "itq", "sh", "mdsh", "iso", "sph", "agh", "sth", "ksh", "sdh",
+                                      "cosdish", "fasthash", "bre", "splh", "machash"}
+  assert set(baselines.SUPERVISED) == {"ksh", "sdh", "cosdish", "fasthash", "bre", "splh", "machash"}
   assert set(baselines.PARAMS) == set(baselines.BASELINES)
   x = _anisotropic(n=50, d=4)
   with jax.enable_x64(True):
@@ -615,7 +615,7 @@ def test_iso_model_round_trips_and_encodes_like_numpy(tmp_path):
 def test_every_baseline_saves_loads_and_encodes_the_same_words(tmp_path, method):
   x = np.random.default_rng(3).normal(size=(90, 6)).astype(np.float32)
   labels = np.repeat(np.arange(3), 30)
-  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh") else {}
+  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh", "machash") else {}
   small.update({"num_columns": 20} if method == "cosdish" else {})
   params = baselines.fit(method, x, num_bits=5, key=KEY, labels=labels if method in baselines.SUPERVISED else None,
                          **small)

@@ -333,7 +333,7 @@ def test_every_shipped_config_variant_passes_and_fits_in_4_gb():
     ("init", "glorot", "config.init: expected one of ['lecun', 'nair']"),
     ("eval_split", "val", "config.eval_split: expected one of ['test', 'validation', 'validation_heldout']"),
     ("affinity", "neighbors", "config.affinity: expected one of ['label', 'euclidean', 'shared_labels'] for config.method='talr'"),
-    ("baselines", ("lsh", "foo"), "config.baselines: expected names from ['agh', 'bre', 'cosdish', 'fasthash', 'iso', 'itq', 'ksh', 'lsh', 'pca', 'sdh', 'sh', 'sph', 'splh', 'sth'], got 'foo'"),
+    ("baselines", ("lsh", "foo"), "config.baselines: expected names from ['agh', 'bre', 'cosdish', 'fasthash', 'iso', 'itq', 'ksh', 'lsh', 'machash', 'mdsh', 'pca', 'sdh', 'sh', 'sph', 'splh', 'sth'], got 'foo'"),
     ("dataset", "csv:x.csv", "config.dataset: expected 'mnist_t10k', 'digits'"),
     ("dataset", "npz:no/such/file.npz", "config.dataset: no file 'no/such/file.npz' (relative paths are read from"),
     ("hidden", (), "config.hidden: expected at least one hidden width for config.model='mlp'"),

@@ -1,5 +1,6 @@
-r"""Hashing baselines: the unsupervised LSH, PCA (PCAH), ITQ, spectral hashing, IsoHash, spherical hashing, anchor
-graph hashing and self-taught hashing, and the supervised KSH, SDH, COSDISH, FastHash, BRE and SPLH.
+r"""Hashing baselines: the unsupervised LSH, PCA (PCAH), ITQ, spectral hashing, multidimensional spectral hashing,
+IsoHash, spherical hashing, anchor graph hashing and self-taught hashing, and the supervised KSH, SDH, COSDISH,
+FastHash, BRE, SPLH and MACHash.
 
 Each method is a module with three pure functions,
 
@@ -10,8 +11,8 @@ Each method is a module with three pure functions,
   real-valued output is ``> 0``, the convention of :func:`hashjax.codes.binarize`), and
 * ``project(params, features[..., dim]) -> float[..., num_bits]``, the values whose signs are the bits,
 
-and :data:`BASELINES` maps a short name to its module. PCA, SH, IsoHash and STH are deterministic and ignore
-``key``; LSH, ITQ, KSH, SDH, BRE and SPLH require one; COSDISH, FastHash, spherical hashing and AGH use
+and :data:`BASELINES` maps a short name to its module. PCA, SH, MDSH, IsoHash and STH are deterministic and ignore
+``key``; LSH, ITQ, KSH, SDH, BRE and SPLH require one; COSDISH, FastHash, MACHash, spherical hashing and AGH use
 ``jax.random.key(0)`` when it is None. PCA, ITQ and IsoHash keep ``num_bits`` principal directions, so they need
 ``num_bits <= dim``.
 """
@@ -25,8 +26,8 @@ import jax
 
 from hashjax import _checks
 from hashjax.baselines import _common
-from hashjax.baselines import (agh, bre, cosdish, fasthash, isohash, itq, ksh, lsh, pca, sdh, spectral, spherical, splh,
-                               sth)
+from hashjax.baselines import (agh, bre, cosdish, fasthash, isohash, itq, ksh, lsh, machash, mdsh, pca, sdh, spectral,
+                               spherical, splh, sth)
 from hashjax.baselines.agh import AGHParams
 from hashjax.baselines.bre import BREParams
 from hashjax.baselines.cosdish import CosdishParams
@@ -35,6 +36,8 @@ from hashjax.baselines.isohash import IsoHashParams
 from hashjax.baselines.itq import ITQParams
 from hashjax.baselines.ksh import KSHParams
 from hashjax.baselines.lsh import LSHParams
+from hashjax.baselines.machash import MACHashParams
+from hashjax.baselines.mdsh import MDSHParams
 from hashjax.baselines.pca import PCAParams
 from hashjax.baselines.sdh import SDHParams
 from hashjax.baselines.spectral import SpectralParams
@@ -45,26 +48,29 @@ from hashjax.baselines.sth import STHParams
 Array = jax.Array
 
 #: Name -> module with ``fit`` and ``encode``.
-BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral, "iso": isohash, "sph": spherical, "agh": agh,
-             "sth": sth, "ksh": ksh, "sdh": sdh, "cosdish": cosdish, "fasthash": fasthash, "bre": bre, "splh": splh}
+BASELINES = {"lsh": lsh, "pca": pca, "itq": itq, "sh": spectral, "mdsh": mdsh, "iso": isohash, "sph": spherical,
+             "agh": agh, "sth": sth, "ksh": ksh, "sdh": sdh, "cosdish": cosdish, "fasthash": fasthash, "bre": bre,
+             "splh": splh, "machash": machash}
 
 #: Name -> the training items its ``fit`` needs with its default anchors (one anchor per item at most).
 MIN_TRAIN_ITEMS = {"agh": agh.DEFAULT_NUM_ANCHORS, "ksh": ksh.DEFAULT_NUM_ANCHORS, "sdh": sdh.DEFAULT_NUM_ANCHORS,
                    "cosdish": cosdish.DEFAULT_NUM_ANCHORS, "fasthash": fasthash.DEFAULT_NUM_ANCHORS,
-                   "bre": bre.DEFAULT_NUM_ANCHORS}
+                   "bre": bre.DEFAULT_NUM_ANCHORS, "machash": machash.DEFAULT_NUM_ANCHORS}
 
 #: The methods whose ``fit`` learns from class labels (``labels=``).
-SUPERVISED = ("ksh", "sdh", "cosdish", "fasthash", "bre", "splh")
+SUPERVISED = ("ksh", "sdh", "cosdish", "fasthash", "bre", "splh", "machash")
 
 #: Name -> the params NamedTuple of its ``fit``.
-PARAMS = {"lsh": LSHParams, "pca": PCAParams, "itq": ITQParams, "sh": SpectralParams, "iso": IsoHashParams,
-          "sph": SphericalParams, "agh": AGHParams, "sth": STHParams, "ksh": KSHParams, "sdh": SDHParams,
-          "cosdish": CosdishParams, "fasthash": FastHashParams, "bre": BREParams, "splh": SPLHParams}
+PARAMS = {"lsh": LSHParams, "pca": PCAParams, "itq": ITQParams, "sh": SpectralParams, "mdsh": MDSHParams,
+          "iso": IsoHashParams, "sph": SphericalParams, "agh": AGHParams, "sth": STHParams, "ksh": KSHParams,
+          "sdh": SDHParams, "cosdish": CosdishParams, "fasthash": FastHashParams, "bre": BREParams,
+          "splh": SPLHParams, "machash": MACHashParams}
 
 __all__ = ["BASELINES", "SUPERVISED", "PARAMS", "MIN_TRAIN_ITEMS", "fit", "encode", "project", "lsh", "pca", "itq",
-           "spectral", "isohash", "spherical", "agh", "sth", "ksh", "sdh", "cosdish", "fasthash", "bre", "splh",
-           "LSHParams", "PCAParams", "ITQParams", "SpectralParams", "IsoHashParams", "SphericalParams", "AGHParams",
-           "STHParams", "KSHParams", "SDHParams", "CosdishParams", "FastHashParams", "BREParams", "SPLHParams"]
+           "spectral", "mdsh", "isohash", "spherical", "agh", "sth", "ksh", "sdh", "cosdish", "fasthash", "bre",
+           "splh", "machash", "LSHParams", "PCAParams", "ITQParams", "SpectralParams", "MDSHParams", "IsoHashParams",
+           "SphericalParams", "AGHParams", "STHParams", "KSHParams", "SDHParams", "CosdishParams", "FastHashParams",
+           "BREParams", "SPLHParams", "MACHashParams"]
 
 
 def _module(method: Any) -> ModuleType:
