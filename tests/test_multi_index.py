@@ -1,5 +1,7 @@
 """hashjax.index multi-index hashing against brute-force numpy references (all-pairs popcounts, lexicographic sorts)."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -273,3 +275,29 @@ def test_bad_inputs():
   with pytest.raises(ValueError, match="36 bits"):  # a query of 40 bits against an index of 36
     idx36 = index.build_multi_index(x[:, :2] & np.array([0xFFFFFFFF, 0xF], np.uint32), num_bits=36)
     index.multi_index_knn(idx36, np.array([[0, 0xFF]], np.uint32), 1)
+
+
+def test_expected_candidates_enumerate_the_buckets_under_independent_bits():
+  # The work method="auto" expects of a step: N times the probability that an item's substring differs from the
+  # query's in exactly r bits, the bits independent with the database's frequencies of ones (a strided sample of
+  # the codes, here every code). Checked against all 2^s substrings of each table, weighted one by one.
+  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  num_bits, n = 13, 500
+  x = np.asarray(codes.pack_bits((rng.random((n, num_bits)) < rng.uniform(0.1, 0.9, num_bits)).astype(np.uint8)))
+  q = np.asarray(codes.pack_bits(rng.integers(0, 2, (4, num_bits))))
+  idx = index.build_multi_index(x, num_bits=num_bits, num_tables=2)
+  ones = multi._bit_ones(idx)  # pylint: disable=protected-access
+  np.testing.assert_allclose(ones, np.asarray(codes.unpack_bits(x, num_bits)).mean(axis=0))
+  got = multi._expected_candidates(idx, q, ones)  # pylint: disable=protected-access
+  q_bits = np.asarray(codes.unpack_bits(q, num_bits))
+  m, width = 2, 7  # substrings of 7 and 6 bits
+  assert got.shape == (4, m * (width + 1))
+  for a in range(4):
+    for j in range(m):
+      lo, hi = int(idx.bounds[j]), int(idx.bounds[j + 1])
+      want = np.zeros(width + 1)
+      for v in itertools.product((0, 1), repeat=hi - lo):
+        p = np.prod([ones[lo + i] if bit else 1.0 - ones[lo + i] for i, bit in enumerate(v)])
+        want[int(np.sum(np.array(v) != q_bits[a, lo:hi]))] += n * p
+      np.testing.assert_allclose(got[a, j::m], want, rtol=1e-12, atol=1e-12)

@@ -45,11 +45,14 @@ each query's remaining work is modelled before every step: the probes of the
 steps up to the bound at which it will be done (radius search: ``r``; k-NN:
 its ``k``-th distance as estimated from the items found so far, each weighted
 by one over the probability that the steps so far find an item at its
-distance, once ``k`` items are found and every table was probed), each probe
-costing one plus its table's mean bucket size ``N / 2^s`` (the cost on
-uniform codes) or, at the radius last probed, the candidates per probe seen
-there (buckets in a dense cluster hold far more); once a step's buckets are
-looked up, their real sizes replace that step's model. A query whose
+distance, once ``k`` items are found and every table was probed), each step
+costing its probes plus the items its buckets would hold were the bits
+independent, each with its frequency of ones in a strided sample of the codes
+(``\binom{s}{r} N / 2^s`` on uniform codes; where bits are skewed, a query
+drawn like the codes lies where the near buckets are fuller), or, at the
+radius last probed, the candidates per probe seen there (buckets in a dense
+cluster hold far more); once a step's buckets are looked up, their real sizes
+replace that step's model. A query whose
 remaining work would exceed one linear scan (:data:`SCAN_WORDS_PER_PROBE`
 database words per probe or candidate) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
 over the whole database (exact too), at once: on uniform codes a query costs
@@ -107,6 +110,7 @@ _METHODS = ("auto", "probe")
 _QUERY_BATCH = 256  # queries searched in lockstep
 _PROBE_BLOCK = 1 << 20  # elements of one [queries, masks] probe block
 _CANDIDATE_BLOCK = 1 << 20  # candidates verified at once
+_SAMPLE_ROWS = 4096  # codes whose bits' frequencies of ones price the steps to come (_expected_candidates)
 #: :func:`build_multi_index` keeps a copy of the codes sorted by value (module docstring) when they take at least
 #: this many bytes. Dense bit-flip clusters (1,000 centres, 5% flips), 1,000 queries, a query's time without the
 #: copy over its time with it, in one process on a loaded 2-core machine: 10^5 codes of 64 bits 1.05 / 1.08
@@ -344,7 +348,7 @@ def _lane_masks(bounds: np.ndarray, dtype) -> List[List[Tuple[int, np.ndarray]]]
 class _Batch:
   """The state of one batch of queries searched in lockstep."""
 
-  def __init__(self, index: MultiIndex, queries: np.ndarray, k: Optional[int] = None):
+  def __init__(self, index: MultiIndex, queries: np.ndarray, k: Optional[int], ones: np.ndarray):
     self.index = index
     self.queries = queries
     self.k = k  # k-NN: the k-th distance found so far bounds what is kept (radius search: None)
@@ -365,7 +369,12 @@ class _Batch:
     # The bound m r + j at which a query is done, once known (k-NN: its estimated k-th distance; radius: r),
     # else -1.
     self.target = np.full((queries.shape[0],), -1, np.int64)
-    self.rest_probes, self.rest = _step_costs(tuple(np.diff(index.bounds).tolist()), index.num_db)
+    # Per step (t = m r + j) still to come, from step t on: its probes, and each query's work (probes plus the
+    # items its buckets are expected to hold).
+    self.rest_probes = _rest_probes(tuple(np.diff(index.bounds).tolist()))
+    work = _expected_candidates(index, queries, ones) + (self.rest_probes[:-1] - self.rest_probes[1:])
+    self.rest = np.zeros((queries.shape[0], work.shape[1] + 1))
+    self.rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
     self.found: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, distance, item)
 
   def probe(self, rows: np.ndarray, j: int, r: int, budget: Optional[int]) -> np.ndarray:
@@ -414,15 +423,19 @@ class _Batch:
     while the target is unknown, or before every table's step at radius 0 was verified: a k-th distance found in
     one table's bucket may be far above the final one).
 
-    A probe costs one plus its table's mean bucket size ``N / 2^s``, or, at the ``radius`` of the query's last
-    step, the larger of that and the last step's candidates per probe (``mean``): buckets near a query in a
-    dense cluster hold far more than the mean."""
+    A step costs its probes plus the items its buckets are expected to hold (:func:`_expected_candidates`), or,
+    at the ``radius`` of the query's last step, if more, its probes times one plus the last step's candidates
+    per probe (``mean``): buckets near a query in a dense cluster hold far more than independent bits give."""
+    last = self.rest.shape[1] - 1
     target = np.where((self.target[rows] >= 0) & (step >= self.index.num_tables), self.target[rows], t)
-    end = np.clip(target, t - 1, self.rest.shape[0] - 2) + 1
-    t = min(t, self.rest.shape[0] - 1)
+    end = np.clip(target, t - 1, last - 1) + 1
+    t = min(t, last)
     same = np.clip(self.index.num_tables * (np.asarray(radius) + 1), t, end)  # steps t .. same - 1: at `radius`
-    near = np.maximum(self.rest[t] - self.rest[same], (self.rest_probes[t] - self.rest_probes[same]) * (1 + mean))
-    return near + self.rest[same] - self.rest[end]
+    rest = self.rest[rows]
+    rest_same, rest_end = (np.take_along_axis(rest, np.broadcast_to(a, rows.shape)[:, None], axis=1)[:, 0]
+                           for a in (same, end))
+    near = np.maximum(rest[:, t] - rest_same, (self.rest_probes[t] - self.rest_probes[same]) * (1 + mean))
+    return near + rest_same - rest_end
 
   def _verify(self, block: np.ndarray, j: int, r: int, starts: np.ndarray, lengths: np.ndarray) -> None:
     """Full distances of the candidates in the buckets; keeps each item at its first probe, within ``limit``."""
@@ -491,14 +504,44 @@ class _Batch:
 
 
 @functools.lru_cache(maxsize=32)
-def _step_costs(sizes: Tuple[int, ...], num_db: int) -> Tuple[np.ndarray, np.ndarray]:
-  """``(rest_probes, rest)``, each ``float64[T + 1]``: for steps ``t, t + 1, ...`` (step ``t = m r + j`` probes
-  table ``j`` at radius ``r``), their probes, and their work with each probe costing one plus the table's mean
-  bucket size ``N / 2^s`` (uniform codes' cost); entry ``T`` is 0."""
+def _rest_probes(sizes: Tuple[int, ...]) -> np.ndarray:
+  r"""``float64[T + 1]``: the probes of steps ``t, t + 1, ..., T - 1`` (step ``t = m r + j`` probes table ``j`` at
+  radius ``r``, :math:`\binom{s_j}{r}` substrings); entry ``T`` is 0."""
   probes = np.array([math.comb(s, r) for r in range(max(sizes) + 1) for s in sizes], np.float64)
-  mean = np.tile([num_db / 2.0 ** s for s in sizes], max(sizes) + 1)
-  return (np.append(np.cumsum(probes[::-1])[::-1], 0.0),
-          np.append(np.cumsum((probes * (1 + mean))[::-1])[::-1], 0.0))
+  return np.append(np.cumsum(probes[::-1])[::-1], 0.0)
+
+
+def _bits(words: np.ndarray, num_bits: int) -> np.ndarray:
+  """``uint8[n, num_bits]`` the bits of packed ``words[n, W]`` (bit ``t`` of word ``w`` is bit ``32 w + t``)."""
+  return np.unpackbits(words.astype("<u4").view(np.uint8), axis=1, bitorder="little")[:, :num_bits]
+
+
+def _bit_ones(index: MultiIndex) -> np.ndarray:
+  """``float64[b]``: each bit's frequency of ones in a strided sample of at most :data:`_SAMPLE_ROWS` codes."""
+  return _bits(np.asarray(index.db_words[::max(1, index.num_db // _SAMPLE_ROWS)]), index.num_bits).mean(axis=0)
+
+
+def _expected_candidates(index: MultiIndex, queries: np.ndarray, ones: np.ndarray) -> np.ndarray:
+  r"""``float64[Q, T]``: the items that step ``t = m r + j`` is expected to find for each query if the database's
+  bits were independent, each with its frequency of ones ``ones[i]`` (:func:`_bit_ones`):
+
+  .. math:: E_{q, j, r} = N \, [z^r] \prod_{i \in j} \big(a_i + (1 - a_i) z\big), \qquad
+     a_i = f_i^{q_i} (1 - f_i)^{1 - q_i}
+
+  (the probability that an item's substring ``j`` differs from the query's in exactly ``r`` bits). On uniform
+  codes this is :math:`\binom{s_j}{r} N / 2^{s_j}`; on codes whose bits are skewed, a query drawn from the same
+  distribution lies where buckets are fuller, and far ones hold less.
+  """
+  same = np.where(_bits(queries, index.num_bits) == 1, ones, 1.0 - ones).T  # [b, Q]: P(an item's bit = the query's)
+  sizes = np.diff(index.bounds)
+  width = int(sizes.max())
+  poly = np.zeros((width + 1, sizes.shape[0], queries.shape[0]))  # coefficients of z^0 .. z^width per table
+  poly[0] = 1.0
+  for i in range(width):  # the i-th bit of every substring at once (past a substring's end: a factor 1)
+    a = np.where((i < sizes)[:, None], same[np.minimum(index.bounds[:-1] + i, index.num_bits - 1)], 1.0)  # [m, Q]
+    poly[1:i + 2] = poly[1:i + 2] * a + poly[:i + 1] * (1.0 - a)  # z^0 .. z^i are the nonzero ones so far
+    poly[0] *= a
+  return index.num_db * poly.transpose(2, 0, 1).reshape(queries.shape[0], -1)  # step t = m r + j
 
 
 @functools.lru_cache(maxsize=32)
@@ -523,13 +566,13 @@ def _found_probability(sizes: Tuple[int, ...]) -> np.ndarray:
   return out
 
 
-def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int],
-         k: Optional[int]) -> Tuple[_Batch, np.ndarray]:
+def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int], k: Optional[int],
+         ones: np.ndarray) -> Tuple[_Batch, np.ndarray]:
   """Probes in the order (r, j) until ``done(batch, bound)`` holds for every query (or it is handed over).
 
   Returns the batch and the rows handed to the linear scan.
   """
-  batch = _Batch(index, queries, k)
+  batch = _Batch(index, queries, k, ones)
   active = np.ones((queries.shape[0],), np.bool_)
   active &= ~done(batch, -1)
   handed = []
@@ -563,6 +606,7 @@ def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: O
   probed again, each with its share of that work as its budget: a scan of so few queries costs as much.
   """
   found = []
+  ones = _bit_ones(index)
 
   def probe_rows(rows, row_budget):
     """Probes the queries ``rows``, adding their answers to ``found``; returns the rows handed over and their
@@ -570,7 +614,7 @@ def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: O
     handed, need = [], []
     for s in range(0, rows.shape[0], _QUERY_BATCH):
       part = rows[s:s + _QUERY_BATCH]
-      batch, gone = _run(index, queries[part], make_done(part), row_budget, k)
+      batch, gone = _run(index, queries[part], make_done(part), row_budget, k, ones)
       row, dist, item = batch.results()
       handed_rows = np.zeros((part.shape[0],), np.bool_)
       handed_rows[gone] = True
