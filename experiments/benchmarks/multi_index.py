@@ -5,10 +5,11 @@ r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the lin
   python -m experiments.benchmarks.multi_index --threads=1     # every method on one thread
   python -m experiments.benchmarks.multi_index --generators=uniform --ks=10
   python -m experiments.benchmarks.multi_index --generators=dense --dense_centres=1000 --flip=0.05
+  python -m experiments.benchmarks.multi_index --generators=skewed --skew=0.3 --nofaiss
   python -m experiments.benchmarks.multi_index --num_db=100000000 --generators=dense --dense_centres=10000 \
       --flip=0.1 --ks=10 --mmap --nofaiss --repeats=2     # 10^8 codes, searched memory-mapped
 
-Three code generators (seeded numpy ``Generator`` and ``jax.random`` key):
+Four code generators (seeded numpy ``Generator`` and ``jax.random`` key):
 
 * ``clustered``: LSH codes of clustered data. A Gaussian mixture in ``--dim`` dimensions: ``--clusters``
   centres drawn from ``N(0, I)``, each point a uniformly chosen centre plus ``--sigma`` times ``N(0, I)`` noise;
@@ -17,6 +18,8 @@ Three code generators (seeded numpy ``Generator`` and ``jax.random`` key):
 * ``dense``: tight, dense clusters of codes: ``--dense_centres`` uniformly random codes, each item (and query)
   a uniformly chosen centre with every bit flipped with probability ``--flip`` (so thousands of candidates
   share a query's buckets).
+* ``skewed``: independent bits, not uniform: bit ``i`` is 1 with its own probability, drawn uniformly from
+  ``[0.5 - --skew, 0.5 + --skew]`` (no clusters, but a query's near buckets are fuller than the mean).
 * ``uniform``: uniformly random codes and queries, multi-index hashing's worst case (neighbours are far away,
   so the probes per substring grow as ``C(s, r)``).
 
@@ -61,13 +64,14 @@ _NUM_DB = flags.DEFINE_integer("num_db", 10_000_000, "Database size N.")
 _NUM_QUERIES = flags.DEFINE_integer("num_queries", 1000, "Number of queries Q.")
 _KS = flags.DEFINE_list("ks", ["10", "100"], "Neighbours per query.")
 _BITS = flags.DEFINE_integer("bits", 64, "Code length.")
-_GENERATORS = flags.DEFINE_list("generators", ["clustered", "dense", "uniform"],
-                                "Code generators (clustered, dense, uniform).")
+_GENERATORS = flags.DEFINE_list("generators", ["clustered", "dense", "skewed", "uniform"],
+                                "Code generators (clustered, dense, skewed, uniform).")
 _CLUSTERS = flags.DEFINE_integer("clusters", 10_000, "Gaussian mixture: number of centres.")
 _DIM = flags.DEFINE_integer("dim", 32, "Gaussian mixture: dimension.")
 _SIGMA = flags.DEFINE_float("sigma", 0.3, "Gaussian mixture: noise scale around a centre (centres ~ N(0, I)).")
 _DENSE_CENTRES = flags.DEFINE_integer("dense_centres", 1000, "Dense clusters: number of centre codes.")
 _FLIP = flags.DEFINE_float("flip", 0.05, "Dense clusters: probability of flipping each bit of the centre.")
+_SKEW = flags.DEFINE_float("skew", 0.3, "Skewed bits: each bit's probability of a 1 is uniform in 0.5 +- skew.")
 _NFLIPS = flags.DEFINE_list("nflips", ["0", "1", "2"], "faiss IndexBinaryMultiHash nflip values.")
 _MMAP = flags.DEFINE_bool("mmap", False, "Search the index saved and loaded memory-mapped (index.load(mmap=True)).")
 _TMPDIR = flags.DEFINE_string("tmpdir", None, "Where --mmap saves the index (a temporary folder; None: the system's).")
@@ -108,8 +112,16 @@ def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: i
           ^ (rng.random((min(step, n - s), num_bits), dtype=np.float32) < _FLIP.value)))
           for s in range(0, n, step)])
     return dense(num_db), dense(num_queries)
+  if generator == "skewed":
+    ones = rng.uniform(0.5 - _SKEW.value, 0.5 + _SKEW.value, num_bits).astype(np.float32)
+
+    def skewed(n):
+      step = 1 << 20
+      return np.concatenate([np.asarray(codes.pack_bits(
+          rng.random((min(step, n - s), num_bits), dtype=np.float32) < ones)) for s in range(0, n, step)])
+    return skewed(num_db), skewed(num_queries)
   if generator != "clustered":
-    raise ValueError(f"--generators: expected clustered, dense or uniform, got {generator!r}")
+    raise ValueError(f"--generators: expected clustered, dense, skewed or uniform, got {generator!r}")
   centres = rng.standard_normal((_CLUSTERS.value, _DIM.value)).astype(np.float32)
 
   def points(n):
@@ -245,7 +257,7 @@ def main(argv):
   print(f"N = {num_db}, Q = {num_queries}, ks = {_KS.value}, {_BITS.value} bits, threads = {threads} (XLA and "
         f"faiss; multi-index hashing runs numpy on one), best of {repeats}; clustered: {_CLUSTERS.value} centres "
         f"in {_DIM.value} dimensions, sigma = {_SIGMA.value}, LSH; dense: {_DENSE_CENTRES.value} centres, flip "
-        f"{_FLIP.value}")
+        f"{_FLIP.value}; skewed: 0.5 +- {_SKEW.value}")
   run_benchmark(num_db=num_db, num_queries=num_queries, ks=[int(k) for k in _KS.value], num_bits=_BITS.value,
                 generators=list(_GENERATORS.value), nflips=[int(f) for f in _NFLIPS.value], repeats=repeats,
                 threads=threads, seed=_SEED.value, mmap=_MMAP.value, tmpdir=_TMPDIR.value, use_faiss=_FAISS.value)
