@@ -69,7 +69,8 @@ def class_tree(config: ml_collections.ConfigDict, task: tasks.Task) -> Optional[
                                   num_classes=task.num_classes, linkage=config.hierarchy)
 
 
-def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable[[int], Dict]:
+def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task, *,
+                  tree: Optional[np.ndarray] = None) -> Callable[[int], Dict]:
   """``batch_fn(step)``: a pure function of the step (resumable), see :mod:`hashjax.train`.
 
   The batch holds the training features (one device array, reused every
@@ -78,7 +79,8 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callab
   the training items the loss maps this step), their ``relevance``
   ``int32[Q, M]`` and, for ``score="knn_majority"`` and ``"hierarchical"``, the label pairs
   ``q_label * num_classes + doc_label`` as ``affinity``; for ``"hierarchical"`` also the graded
-  ``preference`` ``float32[Q, M]`` that orders the pairs, ``F(q_label, doc_label)`` (:func:`class_tree`).
+  ``preference`` ``float32[Q, M]`` that orders the pairs, ``F(q_label, doc_label)`` (in the tree of
+  :func:`class_tree`: ``tree``, computed when None).
 
   ``config.doc_pool`` None (Nair Sec. 4): every query draws its ``M``
   documents uniformly from the whole training set, and the loss maps all of it.
@@ -112,8 +114,11 @@ def make_batch_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callab
   labels = np.asarray(task.labels[task.train], np.int32)
   score = _checks.check_option("config.score", config.score, SCORES)
   pairs = score in ("knn_majority", "hierarchical")
-  similarity = (np.asarray(objectives.tree_similarity(class_tree(config, task)), np.float32)
-                if score == "hierarchical" else None)
+  if score == "hierarchical":
+    tree = class_tree(config, task) if tree is None else tree
+    similarity = np.asarray(objectives.tree_similarity(tree), np.float32)
+  else:
+    similarity = None
   everything = np.arange(n, dtype=np.int32)
 
   def batch_fn(step: int) -> Dict:
@@ -160,8 +165,9 @@ def replicated_keys(config: ml_collections.ConfigDict, mesh) -> tuple:
   return keys if mesh is not None else ()
 
 
-def deltas_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable:
-  """``config.score``'s exact swap deltas, ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]``."""
+def deltas_fn(config: ml_collections.ConfigDict, task: tasks.Task, *, tree: Optional[np.ndarray] = None) -> Callable:
+  """``config.score``'s exact swap deltas, ``deltas_fn(distances[N], affinity[N, ...]) -> [N, N]`` (``"hierarchical"``:
+  in the tree of :func:`class_tree`, ``tree``, computed when None)."""
   score = _checks.check_option("config.score", config.score, SCORES)
   if score == "knn_count":
     return functools.partial(objectives.knn_count_deltas, k=config.k)
@@ -170,18 +176,19 @@ def deltas_fn(config: ml_collections.ConfigDict, task: tasks.Task) -> Callable:
   if score == "retrieval":
     return functools.partial(objectives.retrieval_deltas, radius=config.radius)
   if score == "hierarchical":
-    similarity = objectives.tree_similarity(class_tree(config, task))
+    similarity = objectives.tree_similarity(class_tree(config, task) if tree is None else tree)
     return functools.partial(objectives.hierarchical_deltas, similarity=similarity, k=config.k)
   return functools.partial(objectives.average_precision_deltas, num_bits=config.bits)
 
 
-def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task) -> Callable:
+def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task, *,
+                   tree: Optional[np.ndarray] = None) -> Callable:
   r"""``loss_fn(params, batch, step) -> (loss, aux)`` for :func:`hashjax.train.train`.
 
   .. math:: L_{RankNet} = \mathrm{mean}_{(q,a,b)} \log(1 + e^{\hat s_{qa} - \hat s_{qb}}), \quad
             L_{Lambda} = \frac{1}{Q} \sum_q \sum_{ab} |\Delta S_{qab}| M_{qab} \log(1 + e^{\hat s_{qa} - \hat s_{qb}})
 
-  ``Delta S`` from :func:`deltas_fn` and ``M`` from
+  ``Delta S`` from :func:`deltas_fn` (in the tree ``tree``, computed when None) and ``M`` from
   :func:`hashjax.objectives.swap_mask` on the hard distances of the rounded codes; the pairs
   ``(a, b)`` are those with ``a`` preferred: more relevant, or with ``score="hierarchical"``
   of a class more similar to the query's (the batch's ``preference``).
@@ -190,7 +197,7 @@ def make_objective(config: ml_collections.ConfigDict, mapping, task: tasks.Task)
   _checks.check_option("config.affinity", config.affinity, AFFINITIES)
   _checks.check_option("config.score", config.score, SCORES)
   shift = augment.check_augment_shift(config, task.features)  # bounds the batch's "shifts"
-  deltas = deltas_fn(config, task) if method == "lambdarank" else None
+  deltas = deltas_fn(config, task, tree=tree) if method == "lambdarank" else None
 
   def loss_fn(params, batch, step):
     del step
@@ -338,8 +345,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
     return {"knn_error": r["knn_error"], "precision_at_radius": r["precision_at_radius"]}
 
   mesh = fitting.device_mesh(config, batch_rows=config.queries_per_batch, rows_from="config.queries_per_batch")
-  params, history = fitting.fit(config, workdir, params=params, loss_fn=make_objective(config, mapping, task),
-                               batch_fn=make_batch_fn(config, task), eval_fn=eval_fn,
+  loss_fn = make_objective(config, mapping, task, tree=tree)
+  params, history = fitting.fit(config, workdir, params=params, loss_fn=loss_fn,
+                               batch_fn=make_batch_fn(config, task, tree=tree), eval_fn=eval_fn,
                                batch_size=config.queries_per_batch, mesh=mesh, replicated=replicated_keys(config, mesh))
   record = reporting.recorded_config(config, resolved_options(config, task))
   model = reporting.save_model(workdir, mapping, params, task, record)
