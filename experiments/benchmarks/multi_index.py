@@ -113,6 +113,8 @@ def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: i
           for s in range(0, n, step)])
     return dense(num_db), dense(num_queries)
   if generator == "skewed":
+    if not 0 <= _SKEW.value <= 0.5:
+      raise ValueError(f"--skew: expected a value in [0, 0.5] (probabilities of a 1 in 0.5 +- skew), got {_SKEW.value}")
     ones = rng.uniform(0.5 - _SKEW.value, 0.5 + _SKEW.value, num_bits).astype(np.float32)
 
     def skewed(n):

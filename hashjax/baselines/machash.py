@@ -17,8 +17,8 @@ between them,
   the affinities, :math:`Z_{\bar k}` the other bits; the rank of ``M`` is at most ``classes + b``, so ``M`` is
   never formed). The problem is solved by greedy flips (:func:`update_bit`), started from the current bit: every
   code whose flip raises the objective is flipped, halving the set of flips (largest gains first) until the
-  objective rises; it stops at a one-flip local optimum. Each bit update, hence each Z-step, can only lower the
-  penalised objective.
+  objective rises; it stops at a one-flip local optimum, or after 200 rounds of flips. Each bit update, hence each
+  Z-step, can only lower the penalised objective.
 * the h-step: with :math:`Z` fixed, one classifier per bit fitted to that bit's codes.
 
 The codes start from a two-step solution with :math:`\mu = 0`: bit after bit, against the residue of the

@@ -27,7 +27,7 @@ density, uniform on a box of principal directions, on which the eigenfunctions a
 5. MDSH keeps the ``num_bits`` eigenfunctions of the largest :math:`\lambda_K`: the smallest
    :math:`\sum_i (K_i / (b_i - a_i))^2` (ties: the lexicographically larger ``K`` first, so an earlier direction
    first). Unlike SH, which keeps single-direction modes only, products of several directions compete (a product
-   of two mode-1 cosines is their bits' XOR);
+   of two mode-1 cosines is their bits' XNOR);
 6. bit ``k`` is :math:`[\Phi_{K_k}(y) > 0]` and ``weights[k]`` is :math:`\lambda_{K_k}`.
 
 **Ranking.** With :math:`y = 2b - 1`, :math:`y_k(x) y_k(q) = 1 - 2 [b_k(x) \ne b_k(q)]`, so the paper's score

@@ -355,6 +355,7 @@ class _Batch:
     m = index.num_tables
     self.sub = [_substring(queries, index.bounds[j], index.bounds[j + 1]) for j in range(m)]
     self.reordered = index.sorted_words is not None  # candidates are rows of sorted_words, not indices
+    self.positions = np.int32 if index.num_db + _CANDIDATE_BLOCK <= _checks.INT32_MAX else np.int64
     self.db_lanes = _lanes(index.sorted_words if self.reordered else index.db_words)
     self.q_lanes = _lanes(queries)
     self.masks = _lane_masks(index.bounds, self.db_lanes.dtype)
@@ -448,7 +449,8 @@ class _Batch:
         continue
       st, ln = starts[part].ravel(), lengths[part].ravel()
       rows, counts = block[part], per_row[part]  # the candidates: counts[0] of rows[0], then of rows[1], ...
-      item = _common.expand(st[ln > 0], ln[ln > 0], dtype=np.int32)  # N <= INT32_MAX; at most N per row
+      # A part holds at most N + _CANDIDATE_BLOCK candidates (one row's reach N): int32 positions where that fits.
+      item = _common.expand(st[ln > 0], ln[ln > 0], dtype=self.positions)
       if not (self.reordered and j == index.num_tables - 1):  # reordered, the last table's bucket is its rows
         item = np.take(index.items[j], item)
       # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array); the
@@ -518,7 +520,7 @@ def _bits(words: np.ndarray, num_bits: int) -> np.ndarray:
 
 def _bit_ones(index: MultiIndex) -> np.ndarray:
   """``float64[b]``: each bit's frequency of ones in a strided sample of at most :data:`_SAMPLE_ROWS` codes."""
-  return _bits(np.asarray(index.db_words[::max(1, index.num_db // _SAMPLE_ROWS)]), index.num_bits).mean(axis=0)
+  return _bits(np.asarray(index.db_words[::-(-index.num_db // _SAMPLE_ROWS)]), index.num_bits).mean(axis=0)
 
 
 def _expected_candidates(index: MultiIndex, queries: np.ndarray, ones: np.ndarray) -> np.ndarray:
