@@ -348,7 +348,7 @@ def _lane_masks(bounds: np.ndarray, dtype) -> List[List[Tuple[int, np.ndarray]]]
 class _Batch:
   """The state of one batch of queries searched in lockstep."""
 
-  def __init__(self, index: MultiIndex, queries: np.ndarray, k: Optional[int], ones: np.ndarray):
+  def __init__(self, index: MultiIndex, queries: np.ndarray, k: Optional[int], ones: Optional[np.ndarray]):
     self.index = index
     self.queries = queries
     self.k = k  # k-NN: the k-th distance found so far bounds what is kept (radius search: None)
@@ -371,11 +371,13 @@ class _Batch:
     # else -1.
     self.target = np.full((queries.shape[0],), -1, np.int64)
     # Per step (t = m r + j) still to come, from step t on: its probes, and each query's work (probes plus the
-    # items its buckets are expected to hold).
+    # items its buckets are expected to hold, priced from the bits' frequencies of ones ``ones``; None: the
+    # queries are never handed over, and nothing is priced).
     self.rest_probes = _rest_probes(tuple(np.diff(index.bounds).tolist()))
-    work = _expected_candidates(index, queries, ones) + (self.rest_probes[:-1] - self.rest_probes[1:])
-    self.rest = np.zeros((queries.shape[0], work.shape[1] + 1))
-    self.rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
+    if ones is not None:
+      work = _expected_candidates(index, queries, ones) + (self.rest_probes[:-1] - self.rest_probes[1:])
+      self.rest = np.zeros((queries.shape[0], work.shape[1] + 1))
+      self.rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
     self.found: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, distance, item)
 
   def probe(self, rows: np.ndarray, j: int, r: int, budget: Optional[int]) -> np.ndarray:
@@ -569,7 +571,7 @@ def _found_probability(sizes: Tuple[int, ...]) -> np.ndarray:
 
 
 def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int], k: Optional[int],
-         ones: np.ndarray) -> Tuple[_Batch, np.ndarray]:
+         ones: Optional[np.ndarray]) -> Tuple[_Batch, np.ndarray]:
   """Probes in the order (r, j) until ``done(batch, bound)`` holds for every query (or it is handed over).
 
   Returns the batch and the rows handed to the linear scan.
@@ -608,7 +610,7 @@ def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: O
   probed again, each with its share of that work as its budget: a scan of so few queries costs as much.
   """
   found = []
-  ones = _bit_ones(index)
+  ones = None if budget is None else _bit_ones(index)  # method="probe" never hands a query over
 
   def probe_rows(rows, row_budget):
     """Probes the queries ``rows``, adding their answers to ``found``; returns the rows handed over and their
