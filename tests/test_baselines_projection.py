@@ -61,26 +61,26 @@ def test_bre_descent_lowers_the_objective_every_sweep():
   assert values[0] > values[1] >= values[2]
 
 
-def test_splh_first_two_bits_match_a_reference():
+def test_splh_first_four_bits_match_a_reference():
   x, y = _blobs(per_class=10, dim=5, seed=2)
-  params = splh.fit(x, num_bits=2, key=jax.random.key(0), labels=y, num_anchors=0, num_labelled=1000, eta=0.5,
-                    alpha=0.7)
+  params = splh.fit(x, num_bits=4, key=jax.random.key(0), labels=y, num_anchors=0, num_labelled=1000, eta=0.05,
+                    alpha=2.0)
   xc = x.astype(np.float64) - x.astype(np.float64).mean(0)
   n = len(y)
   pairs = np.array([[1.0 if a == b else -1.0 for b in y] for a in y])
-  w1 = np.linalg.eigh(xc.T @ pairs @ xc / n ** 2 + 0.5 * xc.T @ xc / n)[1][:, -1]
-  # Second bit: the pairs the first projection splits against their label gain alpha * p_i p_j / mean(p^2), and
-  # the variance term moves to the residue of the first direction.
-  p = xc @ w1
-  scale = np.mean(p ** 2)
-  for i in range(n):
-    for j in range(n):
-      if p[i] * p[j] * pairs[i, j] < 0:
-        pairs[i, j] -= 0.7 * p[i] * p[j] / scale
-  residue = xc - np.outer(p, w1)
-  w2 = np.linalg.eigh(xc.T @ pairs @ xc / n ** 2 + 0.5 * residue.T @ residue / n)[1][:, -1]
-  w = np.asarray(params.projection)
-  assert abs(abs(w[:, 0] @ w1) - 1) < 1e-5 and abs(abs(w[:, 1] @ w2) - 1) < 1e-5
+  residue = xc.copy()
+  for k in range(4):
+    w_k = np.linalg.eigh(xc.T @ pairs @ xc / n ** 2 + 0.05 * residue.T @ residue / n)[1][:, -1]
+    assert abs(abs(np.asarray(params.projection)[:, k] @ w_k) - 1) < 1e-5, k
+    # Next bit: the pairs this projection splits against their label gain alpha * p_i p_j / mean(p^2), and
+    # the variance term moves to the residue of this direction.
+    p = xc @ w_k
+    scale = np.mean(p ** 2)
+    for i in range(n):
+      for j in range(n):
+        if p[i] * p[j] * pairs[i, j] < 0:
+          pairs[i, j] -= 2.0 * p[i] * p[j] / scale
+    residue = residue - np.outer(residue @ w_k, w_k)
 
 
 @pytest.mark.parametrize("method", ["bre", "splh"])

@@ -72,10 +72,21 @@ def _values(params: SPLHParams, features: Array) -> Array:
 
 def _sequence(z: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_bits: int, eta: float,
               alpha: float) -> np.ndarray:
-  """``projection[width, num_bits]``: the sequentially learned directions for mapped features ``z[n, width]``."""
+  """``projection[width, num_bits]``: the sequentially learned directions for mapped features ``z[n, width]``.
+
+  The ``l x l`` pair matrix is never formed. An update only moves :math:`S_{ij}` away from 0, so :math:`S_k` keeps
+  the signs of :math:`S_0 = 2 Y Y^\top - 1 1^\top` (``Y`` the labelled items' one-hot classes), and the pairs a
+  projection ``p`` gets wrong are :math:`\tfrac12 (1 + u u^\top) - Y Y^\top \circ u u^\top` with
+  :math:`u = \operatorname{sign}(p)`; the correction is then
+  :math:`T = \tfrac12 (p p^\top + a a^\top) - (D_a Y)(D_a Y)^\top` with :math:`a = |p|`, of rank at most
+  ``C + 2``, and :math:`X_l^\top T X_l` costs :math:`O(l \cdot \text{width} \cdot C)` instead of
+  :math:`O(l^2 \cdot \text{width})`.
+  """
   zl = z[labelled]
-  pairs = np.where(labels[labelled][:, None] == labels[labelled][None, :], 1.0, -1.0)
-  supervised = zl.T @ pairs @ zl
+  classes = np.unique(labels[labelled], return_inverse=True)[1].reshape(-1)
+  onehot = np.eye(int(classes.max()) + 1)[classes]  # [l, C]: the classes the labelled items hold
+  zy, zs = zl.T @ onehot, zl.sum(0)
+  supervised = 2.0 * zy @ zy.T - np.outer(zs, zs)
   cov = z.T @ z
   width = z.shape[1]
   projection = np.zeros((width, num_bits))
@@ -85,16 +96,16 @@ def _sequence(z: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_bits:
     w = w * (1.0 if w[np.argmax(np.abs(w))] > 0 else -1.0)
     projection[:, k] = w
     p = zl @ w
-    tilde = np.outer(p, p) / max(np.mean(p * p), np.finfo(float).tiny)
-    wrong = np.where(tilde * pairs < 0, tilde, 0.0)
-    pairs -= alpha * wrong
-    supervised -= alpha * (zl.T @ wrong @ zl)
+    a = np.abs(p)
+    zp, za, zay = zl.T @ p, zl.T @ a, zl.T @ (a[:, None] * onehot)
+    wrong = 0.5 * (np.outer(zp, zp) + np.outer(za, za)) - zay @ zay.T  # X_l^T T(S~_k, S_k) X_l, times sigma_k^2
+    supervised -= alpha / max(np.mean(p * p), np.finfo(float).tiny) * wrong
     cw = cov @ w
     cov = cov - np.outer(w, cw) - np.outer(cw, w) + (w @ cw) * np.outer(w, w)
   return projection
 
 
-def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_labelled: int = 2000,
+def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_labelled: int | None = None,
         num_anchors: int = 0, eta: float = 0.01, alpha: float = 1.0) -> SPLHParams:
   r"""Learns SPLH projections from ``features`` and the labels of a random subset of them.
 
@@ -107,7 +118,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_lab
     key: a ``jax.random`` key: the labelled subset and the anchors.
     labels: ``int[N]`` class labels (required), at least two classes; only the ``num_labelled`` drawn
       items' labels are used, the rest of the items count as unlabelled.
-    num_labelled: size ``l >= 2`` of the labelled subset (all items when ``N`` is smaller).
+    num_labelled: size ``l >= 2`` of the labelled subset drawn at random; ``None`` (or ``l >= N``): every item.
     num_anchors: anchors ``A <= N`` of the RBF features, or 0 for the paper's linear projections.
     eta: weight ``>= 0`` of the unsupervised (variance) term.
     alpha: step ``>= 0`` of the pairwise label update.
@@ -130,13 +141,14 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_lab
   width = num_anchors or features.shape[1]
   num_bits = _checks.check_int_at_most("num_bits", num_bits, width, what=f"the width projected, {width}")
   rng = _checks.check_key_rng(key)
-  num_labelled = _checks.check_int("num_labelled", num_labelled, low=2)
+  if num_labelled is not None:
+    num_labelled = _checks.check_int("num_labelled", num_labelled, low=2)
   eta = _checks.check_number("eta", eta, low=0)
   alpha = _checks.check_number("alpha", alpha, low=0)
   x, dtype = _common.host_features(features)
   mean = x.mean(0)
   x = x - mean
-  labelled = np.sort(rng.choice(x.shape[0], min(num_labelled, x.shape[0]), replace=False))
+  labelled = np.sort(rng.choice(x.shape[0], min(num_labelled or x.shape[0], x.shape[0]), replace=False))
   anchors, scale, offset = np.zeros((0, x.shape[1])), 1.0, np.zeros(0)
   z = x
   if num_anchors:
