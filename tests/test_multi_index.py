@@ -9,6 +9,14 @@ from brute_force import assert_ragged_equal as _assert_ragged_equal
 from brute_force import ref_distances as _ref_distances
 from brute_force import ref_radius as _ref_radius
 from hashjax import codes, index
+from hashjax.index import multi
+
+
+@pytest.fixture(autouse=True)
+def _probe_small_databases(monkeypatch):
+  """method="auto" scans a database below multi.SCAN_BELOW_WORDS outright; these tests' databases are that small,
+  so they are probed here as a larger one would be (test_auto_scans_a_small_database_outright checks the rule)."""
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)
 
 
 def _flip(words, bits):
@@ -114,7 +122,6 @@ def test_sorted_codes_hold_the_tables_and_give_the_same_answers(num_bits, num_ta
 
 
 def test_sorted_codes_by_default_from_reorder_min_bytes(monkeypatch):
-  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(4)
   x, _ = _data(rng, 64, 2000, 40, 2000)
   monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes + 1)
@@ -193,6 +200,70 @@ def test_auto_scans_uniform_codes_and_probes_dense_clusters(monkeypatch):
     np.testing.assert_array_equal(got_d, want_d, err_msg=name)
     np.testing.assert_array_equal(got_i, want_i, err_msg=name)
     assert (handed, radius) == (want_handed, want_radius), name
+
+
+def _probed_and_handed(monkeypatch, idx, q, k):
+  """``multi_index_knn(idx, q, k)``'s answers, the queries it probed (summed over its batches) and the queries it
+  handed to ``search.knn``."""
+  from hashjax import search  # pylint: disable=g-import-not-at-top
+  run, scan, probed, handed = multi._run, search.knn, [0], [0]  # pylint: disable=protected-access
+
+  def spy_run(idx_, queries, *args):
+    probed.append(queries.shape[0])
+    return run(idx_, queries, *args)
+
+  def spy_knn(query_words, db_words, k):
+    handed.append(np.asarray(query_words).shape[0])
+    return scan(query_words, db_words, k)
+
+  monkeypatch.setattr(multi, "_run", spy_run)
+  monkeypatch.setattr(search, "knn", spy_knn)
+  d, i = index.multi_index_knn(idx, q, k)
+  return np.asarray(d), np.asarray(i), sum(probed), sum(handed)
+
+
+def _uniform_and_dense(num_queries):
+  """2^16 database codes of 64 bits and ``num_queries`` queries drawn alike: uniformly random, and dense clusters
+  (256 centres, 2% of the bits flipped)."""
+  rng = np.random.default_rng(0)
+  n, num_bits = 1 << 16, 64
+  uniform = np.asarray(codes.pack_bits(rng.integers(0, 2, (n + num_queries, num_bits))))
+  centres = rng.integers(0, 2, (256, num_bits))
+  draw = rng.integers(0, 256, n + num_queries)
+  dense = np.asarray(codes.pack_bits(centres[draw] ^ (rng.random((n + num_queries, num_bits)) < 0.02)))
+  return {"uniform": (uniform[:n], uniform[n:]), "dense": (dense[:n], dense[n:])}
+
+
+def test_auto_scans_a_small_database_outright(monkeypatch):
+  # Below SCAN_BELOW_WORDS words every query goes to the scan unprobed; from it on, dense clusters are probed.
+  x, q = _uniform_and_dense(40)["dense"]
+  idx = index.build_multi_index(x, num_bits=64)
+  want_d, want_i = _ref_knn(q, x, 10)
+  for floor, scanned in ((x.size + 1, True), (x.size, False)):
+    monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", floor)
+    got_d, got_i, probed, handed = _probed_and_handed(monkeypatch, idx, q, 10)
+    np.testing.assert_array_equal(got_d, want_d)
+    np.testing.assert_array_equal(got_i, want_i)
+    # Probed, a query handed over may be probed again (a scan of a few queries costs as much as one of 32).
+    assert (probed, handed) == (0, 40) if scanned else (probed >= 40 and handed == 0), (floor, probed, handed)
+
+
+def test_a_pilot_handed_over_sends_the_rest_unprobed(monkeypatch):
+  # 200 queries: the first PILOT_QUERIES (64) are probed first. Uniform codes: every pilot query goes to the scan,
+  # so the other 136 go unprobed; dense clusters: the pilot is answered by probing, so the rest is probed too.
+  # Both exact.
+  assert multi.PILOT_QUERIES == 64
+  for name in ("uniform", "dense"):
+    x, q = _uniform_and_dense(200)[name]
+    idx = index.build_multi_index(x, num_bits=64)
+    got_d, got_i, probed, handed = _probed_and_handed(monkeypatch, idx, q, 10)
+    want_d, want_i = _ref_knn(q, x, 10)
+    np.testing.assert_array_equal(got_d, want_d, err_msg=name)
+    np.testing.assert_array_equal(got_i, want_i, err_msg=name)
+    # Dense: a few queries handed over at first are probed again (a scan of so few costs as much as one of 32).
+    assert (probed, handed) == (64, 200) if name == "uniform" else (probed >= 200 and handed == 0), (name, probed)
+    rad = index.multi_index_radius(idx, q, 3)
+    _assert_ragged_equal(rad, _ref_radius(q, x, 3))
 
 
 def test_more_queries_than_a_batch():
@@ -281,7 +352,6 @@ def test_expected_candidates_enumerate_the_buckets_under_independent_bits():
   # The work method="auto" expects of a step: N times the probability that an item's substring differs from the
   # query's in exactly r bits, the bits independent with the database's frequencies of ones (a strided sample of
   # the codes, here every code). Checked against all 2^s substrings of each table, weighted one by one.
-  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(3)
   num_bits, n = 13, 500
   x = np.asarray(codes.pack_bits((rng.random((n, num_bits)) < rng.uniform(0.1, 0.9, num_bits)).astype(np.uint8)))

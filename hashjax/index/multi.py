@@ -61,7 +61,12 @@ handed over too, so that a query costs at most about two scans whatever the
 model misses (buckets near a query fuller than the mean). A scan of a few
 queries costs as much as one of :data:`SCAN_MIN_QUERIES`: when fewer are
 handed over and their modelled work adds up to less than that many scans,
-they are probed again, each with its share of it as its budget.
+they are probed again, each with its share of it as its budget. Two rules
+weigh the fixed cost of probing (the numpy passes of a step over a batch,
+which the model does not price): a database of fewer than
+:data:`SCAN_BELOW_WORDS` words is scanned outright, and the first
+:data:`PILOT_QUERIES` queries of a call are probed first: when nearly all of
+them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 ``method="probe"`` never hands over, and refuses a step of more than
 :data:`MAX_PROBES` substrings.
 
@@ -104,6 +109,16 @@ SCAN_WORDS_PER_PROBE = 256
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
 #: up to less than this many scans.
 SCAN_MIN_QUERIES = 32
+#: ``method="auto"`` scans a database of fewer words (``N * W``; 2^21: 2^20 codes of 64 bits) outright: there a
+#: scan takes tens of microseconds per query, and the fixed cost of probing a step (numpy passes over a batch)
+#: outweighs what probing saves (clusters of LSH codes at 5 x 10^5 codes: 0.6x the scan).
+SCAN_BELOW_WORDS = 1 << 21
+#: ``method="auto"`` probes the first this many queries of a call first (the pilot); when at least a fraction
+#: :data:`PILOT_HANDED` of them are handed to the scan, the codes are far from the queries (uniform-like), and the
+#: other queries go to the scan unprobed instead of each paying its first probes (a fixed cost that was 20-40% of
+#: a scan at 10^6 codes).
+PILOT_QUERIES = 64
+PILOT_HANDED = 0.875
 #: ``method="probe"`` refuses a step of more probes than this per query and table.
 MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
@@ -601,21 +616,27 @@ def _budget(index: MultiIndex, method: str) -> Optional[int]:
 
 def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: Optional[int], *,
             k: Optional[int] = None):
-  """Every query probed, by batches: ``(row, dist, item)`` of the queries answered, sorted, and the sorted rows
-  left to the linear scan.
+  """The queries probed, by batches: ``(row, dist, item)`` of the queries answered, sorted, and the sorted rows
+  left to the linear scan (with a ``budget``: every query of a database below :data:`SCAN_BELOW_WORDS`, and the
+  queries after the pilot, unprobed, when the pilot's went).
 
   ``make_done(rows)`` gives the ``done`` of :func:`_run` for the queries ``rows``; ``answer(rows, row, dist,
   item)`` keeps the answers among a batch's finds (sorted by batch row, distance, item). Fewer than
   :data:`SCAN_MIN_QUERIES` handed queries whose modelled work adds up to less than that many scans are
   probed again, each with its share of that work as its budget: a scan of so few queries costs as much.
   """
-  found = []
-  ones = None if budget is None else _bit_ones(index)  # method="probe" never hands a query over
+  found = [(np.zeros((0,), np.int64),) * 3]
+  num = queries.shape[0]
+  if budget is None:  # method="probe": every query probed, none handed over
+    pilot = num
+  else:  # a small database is scanned outright; else the first queries (the pilot) decide for the rest
+    pilot = 0 if index.db_words.size < SCAN_BELOW_WORDS else min(num, PILOT_QUERIES)
+  ones = _bit_ones(index) if budget is not None and pilot else None
 
   def probe_rows(rows, row_budget):
     """Probes the queries ``rows``, adding their answers to ``found``; returns the rows handed over and their
     modelled work."""
-    handed, need = [], []
+    handed, need = [rows[:0]], [np.zeros((0,))]
     for s in range(0, rows.shape[0], _QUERY_BATCH):
       part = rows[s:s + _QUERY_BATCH]
       batch, gone = _run(index, queries[part], make_done(part), row_budget, k, ones)
@@ -629,7 +650,12 @@ def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: O
       need.append(batch.need[gone])
     return np.concatenate(handed), np.concatenate(need)
 
-  handed, need = probe_rows(np.arange(queries.shape[0]), budget)
+  handed, need = probe_rows(np.arange(pilot), budget)
+  if pilot < num and handed.size >= PILOT_HANDED * pilot:  # the rest would go too: scanned unprobed
+    handed, need = np.concatenate([handed, np.arange(pilot, num)]), np.append(need, np.full(num - pilot, np.inf))
+  elif pilot < num:
+    more, more_need = probe_rows(np.arange(pilot, num), budget)
+    handed, need = np.concatenate([handed, more]), np.concatenate([need, more_need])
   again = budget is not None and 0 < handed.size < SCAN_MIN_QUERIES and need.sum() < SCAN_MIN_QUERIES * budget
   if again:
     handed, _ = probe_rows(handed, SCAN_MIN_QUERIES * budget // handed.shape[0])
