@@ -72,7 +72,7 @@ def _values(params: SPLHParams, features: Array) -> Array:
 
 def _sequence(z: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_bits: int, eta: float,
               alpha: float) -> np.ndarray:
-  """``projection[width, num_bits]``: the sequentially learned directions for mapped features ``z[n, width]``.
+  r"""``projection[width, num_bits]``: the sequentially learned directions for mapped features ``z[n, width]``.
 
   The ``l x l`` pair matrix is never formed. An update only moves :math:`S_{ij}` away from 0, so :math:`S_k` keeps
   the signs of :math:`S_0 = 2 Y Y^\top - 1 1^\top` (``Y`` the labelled items' one-hot classes), and the pairs a
