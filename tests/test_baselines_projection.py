@@ -62,22 +62,28 @@ def test_bre_descent_lowers_the_objective_every_sweep():
 
 
 def test_splh_first_four_bits_match_a_reference():
+  # Labels -3 / -1 / 1 (negative, not contiguous) and 20 of 30 items labelled: the pair matrix over the labelled
+  # subset, the variance term over every item.
+  from hashjax import _checks  # pylint: disable=g-import-not-at-top
   x, y = _blobs(per_class=10, dim=5, seed=2)
-  params = splh.fit(x, num_bits=4, key=jax.random.key(0), labels=y, num_anchors=0, num_labelled=1000, eta=0.05,
+  labels = 2 * y - 3
+  params = splh.fit(x, num_bits=4, key=jax.random.key(0), labels=labels, num_anchors=0, num_labelled=20, eta=0.05,
                     alpha=2.0)
   xc = x.astype(np.float64) - x.astype(np.float64).mean(0)
   n = len(y)
-  pairs = np.array([[1.0 if a == b else -1.0 for b in y] for a in y])
+  lab = np.sort(_checks.check_key_rng(jax.random.key(0)).choice(n, 20, replace=False))  # fit's draw
+  xl = xc[lab]
+  pairs = np.array([[1.0 if labels[a] == labels[b] else -1.0 for b in lab] for a in lab])
   residue = xc.copy()
   for k in range(4):
-    w_k = np.linalg.eigh(xc.T @ pairs @ xc / n ** 2 + 0.05 * residue.T @ residue / n)[1][:, -1]
+    w_k = np.linalg.eigh(xl.T @ pairs @ xl / 20 ** 2 + 0.05 * residue.T @ residue / n)[1][:, -1]
     assert abs(abs(np.asarray(params.projection)[:, k] @ w_k) - 1) < 1e-5, k
-    # Next bit: the pairs this projection splits against their label gain alpha * p_i p_j / mean(p^2), and
-    # the variance term moves to the residue of this direction.
-    p = xc @ w_k
+    # Next bit: the labelled pairs this projection splits against their label gain alpha * p_i p_j / mean(p^2)
+    # (over the labelled items), and the variance term moves to the residue of this direction.
+    p = xl @ w_k
     scale = np.mean(p ** 2)
-    for i in range(n):
-      for j in range(n):
+    for i in range(20):
+      for j in range(20):
         if p[i] * p[j] * pairs[i, j] < 0:
           pairs[i, j] -= 2.0 * p[i] * p[j] / scale
     residue = residue - np.outer(residue @ w_k, w_k)

@@ -53,8 +53,10 @@ def test_round_trip_of_every_kind(tmp_path):
   assert (manifest["kind"], manifest["num_bits"], manifest["count"], manifest["version"]) == ("codes", 70, 700, 1)
 
 
-def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path):
+def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path, monkeypatch):
   from hashjax import search  # pylint: disable=g-import-not-at-top
+  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)  # probed, as a larger database would be, not scanned outright
   rng = np.random.default_rng(3)
   x, q = _codes(rng, 5000, 64), _codes(rng, 7, 64)
   db_path = index.save(index.CodeDatabase(x, 64), tmp_path / "db")
@@ -82,7 +84,9 @@ def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path):
     index.load(mih_path, mmap=1)
 
 
-def test_a_multi_index_with_sorted_codes_is_version_2_and_loads(tmp_path):
+def test_a_multi_index_with_sorted_codes_is_version_2_and_loads(tmp_path, monkeypatch):
+  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)  # probed, as a larger database would be, not scanned outright
   # Its items are rows of the sorted codes, which a reader of version 1 would take for database indices: it is
   # written as version 2; an index without them is still written as version 1.
   rng = np.random.default_rng(4)

@@ -202,24 +202,24 @@ def test_auto_scans_uniform_codes_and_probes_dense_clusters(monkeypatch):
     assert (handed, radius) == (want_handed, want_radius), name
 
 
-def _probed_and_handed(monkeypatch, idx, q, k):
-  """``multi_index_knn(idx, q, k)``'s answers, the queries it probed (summed over its batches) and the queries it
-  handed to ``search.knn``."""
+def _probed_and_handed(monkeypatch, run):
+  """``run()``'s result, the queries it probed (summed over its batches) and the queries it handed to
+  ``search.knn`` or ``search.radius_search``."""
   from hashjax import search  # pylint: disable=g-import-not-at-top
-  run, scan, probed, handed = multi._run, search.knn, [0], [0]  # pylint: disable=protected-access
+  counts = {"probed": 0, "handed": 0}
 
-  def spy_run(idx_, queries, *args):
-    probed.append(queries.shape[0])
-    return run(idx_, queries, *args)
+  def spy(fn, key, count):
+    def wrapped(*args, **kwargs):
+      counts[key] += count(*args)
+      return fn(*args, **kwargs)
+    return wrapped
 
-  def spy_knn(query_words, db_words, k):
-    handed.append(np.asarray(query_words).shape[0])
-    return scan(query_words, db_words, k)
-
-  monkeypatch.setattr(multi, "_run", spy_run)
-  monkeypatch.setattr(search, "knn", spy_knn)
-  d, i = index.multi_index_knn(idx, q, k)
-  return np.asarray(d), np.asarray(i), sum(probed), sum(handed)
+  monkeypatch.setattr(multi, "_run", spy(multi._run, "probed", lambda idx, queries, *_: queries.shape[0]))
+  for name in ("knn", "radius_search"):
+    monkeypatch.setattr(search, name, spy(getattr(search, name), "handed", lambda q, *_: np.asarray(q).shape[0]))
+  out = run()
+  monkeypatch.undo()
+  return out, counts["probed"], counts["handed"]
 
 
 def _uniform_and_dense(num_queries):
@@ -241,29 +241,33 @@ def test_auto_scans_a_small_database_outright(monkeypatch):
   want_d, want_i = _ref_knn(q, x, 10)
   for floor, scanned in ((x.size + 1, True), (x.size, False)):
     monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", floor)
-    got_d, got_i, probed, handed = _probed_and_handed(monkeypatch, idx, q, 10)
-    np.testing.assert_array_equal(got_d, want_d)
-    np.testing.assert_array_equal(got_i, want_i)
+    (got_d, got_i), probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_knn(idx, q, 10))
+    np.testing.assert_array_equal(np.asarray(got_d), want_d)
+    np.testing.assert_array_equal(np.asarray(got_i), want_i)
     # Probed, a query handed over may be probed again (a scan of a few queries costs as much as one of 32).
     assert (probed, handed) == (0, 40) if scanned else (probed >= 40 and handed == 0), (floor, probed, handed)
 
 
 def test_a_pilot_handed_over_sends_the_rest_unprobed(monkeypatch):
   # 200 queries: the first PILOT_QUERIES (64) are probed first. Uniform codes: every pilot query goes to the scan,
-  # so the other 136 go unprobed; dense clusters: the pilot is answered by probing, so the rest is probed too.
-  # Both exact.
+  # so the other 136 go unprobed; dense clusters: the pilot is answered by probing, so the rest is probed too (a
+  # few k-NN queries handed over at first are probed again: a scan of so few costs as much as one of 32). k-NN,
+  # and radius search within 14 bits (uniform: far past what probing can afford) and 3 bits (dense). All exact.
   assert multi.PILOT_QUERIES == 64
-  for name in ("uniform", "dense"):
+  for name, radius in (("uniform", 14), ("dense", 3)):
     x, q = _uniform_and_dense(200)[name]
     idx = index.build_multi_index(x, num_bits=64)
-    got_d, got_i, probed, handed = _probed_and_handed(monkeypatch, idx, q, 10)
+    monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)
+    (got_d, got_i), probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_knn(idx, q, 10))
     want_d, want_i = _ref_knn(q, x, 10)
-    np.testing.assert_array_equal(got_d, want_d, err_msg=name)
-    np.testing.assert_array_equal(got_i, want_i, err_msg=name)
-    # Dense: a few queries handed over at first are probed again (a scan of so few costs as much as one of 32).
+    np.testing.assert_array_equal(np.asarray(got_d), want_d, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(got_i), want_i, err_msg=name)
     assert (probed, handed) == (64, 200) if name == "uniform" else (probed >= 200 and handed == 0), (name, probed)
-    rad = index.multi_index_radius(idx, q, 3)
-    _assert_ragged_equal(rad, _ref_radius(q, x, 3))
+    monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)
+    got, probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_radius(idx, q, radius))
+    _assert_ragged_equal(got, _ref_radius(q, x, radius))
+    # Dense: a query whose buckets hold more than a scan's worth goes to the scan, but not 7/8 of the pilot.
+    assert (probed, handed) == (64, 200) if name == "uniform" else probed >= 200, (name, probed, handed)
 
 
 def test_more_queries_than_a_batch():

@@ -309,8 +309,10 @@ def test_histogram_ignores_rows_past_num_db_whatever_they_hold():
       sharding.hamming_histogram(q, db, num_bits=16, query_labels=qlab, db_labels=xlab, num_db=7), ref_lab)
 
 
-def test_multi_index_knn_of_one_process_is_the_scan_of_its_block_with_global_indices():
+def test_multi_index_knn_of_one_process_is_the_scan_of_its_block_with_global_indices(monkeypatch):
   from hashjax import codes, index  # pylint: disable=g-import-not-at-top
+  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)  # probed, as a larger block would be, not scanned outright
   rng = np.random.default_rng(3)
   pool = rng.integers(0, 2, (6, 24))
   db = np.asarray(codes.pack_bits(pool[rng.integers(0, 6, 40)]))  # few distinct codes: many ties
