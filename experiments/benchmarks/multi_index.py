@@ -1,7 +1,7 @@
 r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the linear scan and faiss, in one process.
 
   python -m experiments.benchmarks.multi_index                 # N = 10^7 codes of 64 bits, 1000 queries, k = 10, 100
-  python -m experiments.benchmarks.multi_index --small         # a quick check (N = 2 * 10^5, 200 queries)
+  python -m experiments.benchmarks.multi_index --small         # a quick check (N = 2 * 10^6, 200 queries)
   python -m experiments.benchmarks.multi_index --threads=1     # every method on one thread
   python -m experiments.benchmarks.multi_index --generators=uniform --ks=10
   python -m experiments.benchmarks.multi_index --generators=dense --dense_centres=1000 --flip=0.05
@@ -59,7 +59,7 @@ from absl import app, flags
 
 from experiments import benchmarks
 
-_SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 200000, 200 queries, 1 repeat.")
+_SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 2000000 (above SCAN_BELOW_WORDS), 200 queries, 1 repeat.")
 _NUM_DB = flags.DEFINE_integer("num_db", 10_000_000, "Database size N.")
 _NUM_QUERIES = flags.DEFINE_integer("num_queries", 1000, "Number of queries Q.")
 _KS = flags.DEFINE_list("ks", ["10", "100"], "Neighbours per query.")
@@ -252,7 +252,7 @@ def main(argv):
   del argv
   threads = benchmarks.pin_threads(_THREADS.value)
   small = _SMALL.value
-  num_db = 200_000 if small else _NUM_DB.value
+  num_db = 2_000_000 if small else _NUM_DB.value
   num_queries = 200 if small else _NUM_QUERIES.value
   repeats = 1 if small else _REPEATS.value
   print(_uptime())
