@@ -84,6 +84,8 @@ def main(argv):
   for k in KS:
     out[f"knn{k}_d"], out[f"knn{k}_i"] = (np.asarray(a) for a in sharding.knn(q, xs, k, num_db=NUM_DB))
   from hashjax import index  # pylint: disable=g-import-not-at-top
+  from hashjax.index import multi  # pylint: disable=g-import-not-at-top
+  multi.SCAN_BELOW_WORDS = 0  # probed, as a larger block would be, not scanned outright
   own = index.build_multi_index(np.array(db[rows]), num_bits=NUM_BITS, num_tables=2)
   for k in KS:
     out[f"mih{k}_d"], out[f"mih{k}_i"] = (np.asarray(a) for a in sharding.multi_index_knn(
