@@ -1,4 +1,5 @@
-"""Tests for the supervised discrete baselines COSDISH and FastHash against independent numpy references.
+"""Tests for the supervised discrete baselines COSDISH and FastHash (and MACHash's bits) against independent numpy
+references.
 
 The training losses are checked against sums over an explicit similarity matrix; COSDISH's alternation, with
 every column sampled, against the monotone decrease of that loss; FastHash's block inference against the
@@ -12,10 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from hashjax.baselines import cosdish, fasthash
+from hashjax.baselines import cosdish, fasthash, machash
 
 MODULES = [cosdish, fasthash]
-SMALL = {cosdish: dict(num_anchors=30, num_columns=40), fasthash: dict(num_anchors=30)}
+SMALL = {cosdish: dict(num_anchors=30, num_columns=40), fasthash: dict(num_anchors=30),
+         machash: dict(num_anchors=30, num_iters=5)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,7 +44,7 @@ def _loss(codes, s):
   return sum((b * s[i, j] - codes[i] @ codes[j]) ** 2 for i in range(len(codes)) for j in range(len(codes)))
 
 
-@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("module", MODULES + [machash])
 def test_bits_shape_dtype_signs_and_batches(module):
   x, _ = _blobs()
   params = _fitted(module)
@@ -53,6 +55,7 @@ def test_bits_shape_dtype_signs_and_batches(module):
   np.testing.assert_array_equal(one, bits[::23])
   seven = np.concatenate([np.asarray(module.encode(params, x[i:i + 7])) for i in range(0, 180, 7)])
   np.testing.assert_array_equal(seven, bits)
+  assert np.asarray(module.encode(params, x.reshape(6, 30, 8))).shape == (6, 30, 12)
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -54,18 +54,6 @@ def _penalised(codes, labels, hashes, penalty):
   return np.sum((codes @ codes.T - b * affinity) ** 2) / (n * b) + penalty * np.sum((codes - hashes) ** 2)
 
 
-def test_bits_shape_dtype_signs_and_batches():
-  params = _fitted()
-  bits = np.asarray(machash.encode(params, X))
-  assert bits.shape == (180, 12) and bits.dtype == np.uint8
-  np.testing.assert_array_equal(bits == 1, np.asarray(machash.project(params, X)) > 0)
-  one = np.concatenate([np.asarray(machash.encode(params, X[i:i + 1])) for i in range(0, 180, 23)])
-  np.testing.assert_array_equal(one, bits[::23])
-  seven = np.concatenate([np.asarray(machash.encode(params, X[i:i + 7])) for i in range(0, 180, 7)])
-  np.testing.assert_array_equal(seven, bits)
-  assert np.asarray(machash.encode(params, X.reshape(6, 30, 8))).shape == (6, 30, 12)
-
-
 def test_bits_are_signs_of_an_independent_kernel_expansion():
   params = _fitted()
   mean, anchors, scale, weights, bias = (np.asarray(a, np.float64) for a in params)
