@@ -29,6 +29,7 @@ setup(
         "orbax-checkpoint>=0.5",
         "absl-py>=1.0",
         "ml_collections>=0.1.1",
+        "numba>=0.59",
         "scipy>=1.10",
         "scikit-learn>=1.3",
         "threadpoolctl>=3",

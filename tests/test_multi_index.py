@@ -154,21 +154,21 @@ def test_auto_hands_expensive_queries_to_the_scan(reorder):
 
 def _handed_rows(monkeypatch, idx, q, k):
   """``multi_index_knn(idx, q, k)``'s answers, the number of queries it handed to ``search.knn`` and the
-  largest substring radius it probed."""
+  largest substring radius whose buckets it looked up."""
   from hashjax import search  # pylint: disable=g-import-not-at-top
-  from hashjax.index import _common  # pylint: disable=g-import-not-at-top
-  scan, masks, handed, radii = search.knn, _common.masks, [], [0]
+  scan, probe, handed, radii = search.knn, multi._probe, [], [0]  # pylint: disable=protected-access
 
   def spy(query_words, db_words, k):
     handed.append(np.asarray(query_words).shape[0])
     return scan(query_words, db_words, k)
 
-  def spy_masks(num_bits, radius):
-    radii.append(radius)
-    return masks(num_bits, radius)
+  def spy_probe(*args, **kwargs):
+    out = probe(*args, **kwargs)
+    radii.append(int(out[-1].max(initial=0)))
+    return out
 
   monkeypatch.setattr(search, "knn", spy)
-  monkeypatch.setattr(_common, "masks", spy_masks)
+  monkeypatch.setattr(multi, "_probe", spy_probe)
   d, i = index.multi_index_knn(idx, q, k)
   return np.asarray(d), np.asarray(i), sum(handed), max(radii)
 
@@ -214,7 +214,7 @@ def _probed_and_handed(monkeypatch, run):
       return fn(*args, **kwargs)
     return wrapped
 
-  monkeypatch.setattr(multi, "_run", spy(multi._run, "probed", lambda idx, queries, *_: queries.shape[0]))
+  monkeypatch.setattr(multi, "_probe", spy(multi._probe, "probed", lambda idx, queries, rows, **_: rows.shape[0]))
   for name in ("knn", "radius_search"):
     monkeypatch.setattr(search, name, spy(getattr(search, name), "handed", lambda q, *_: np.asarray(q).shape[0]))
   out = run()

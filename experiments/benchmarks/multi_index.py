@@ -27,7 +27,8 @@ Rows, each in milliseconds per query, best of ``--repeats`` runs with the method
 slows all alike; compare the ratios):
 
 * ``scan``: :func:`hashjax.search.knn` (exact; XLA on every allowed CPU);
-* ``mih``: :func:`hashjax.index.multi_index_knn` with its default ``method="auto"`` (exact; numpy on one thread);
+* ``mih``: :func:`hashjax.index.multi_index_knn` with its default ``method="auto"`` (exact; its compiled search
+  on a thread per allowed CPU);
   ``ratio`` is ``scan / mih``, the target being at least 20 on codes with structure;
 * ``faiss flat``: faiss ``IndexBinaryFlat.search`` (exact), whose distances must equal ours;
 * ``faiss mih nflip=f``: faiss ``IndexBinaryMultiHash`` with ``m`` tables of ``floor(b / m)`` bits (the same
@@ -257,7 +258,7 @@ def main(argv):
   repeats = 1 if small else _REPEATS.value
   print(_uptime())
   print(f"N = {num_db}, Q = {num_queries}, ks = {_KS.value}, {_BITS.value} bits, threads = {threads} (XLA and "
-        f"faiss; multi-index hashing runs numpy on one), best of {repeats}; clustered: {_CLUSTERS.value} centres "
+        f"faiss, and multi-index hashing), best of {repeats}; clustered: {_CLUSTERS.value} centres "
         f"in {_DIM.value} dimensions, sigma = {_SIGMA.value}, LSH; dense: {_DENSE_CENTRES.value} centres, flip "
         f"{_FLIP.value}; skewed: 0.5 +- {_SKEW.value}")
   run_benchmark(num_db=num_db, num_queries=num_queries, ks=[int(k) for k in _KS.value], num_bits=_BITS.value,

@@ -4,6 +4,8 @@
   (used by :mod:`hashjax.histograms` on a CPU);
 * :mod:`hashjax._kernels.compare`: Hamming histograms by compare-and-count, fused by XLA (used by
   :mod:`hashjax.histograms` on a GPU or TPU);
+* :mod:`hashjax._kernels.probe`: multi-index hashing's search, one query at a time in one compiled loop (numba;
+  used by :mod:`hashjax.index.multi`);
 * :mod:`hashjax._kernels.scan`: exact Hamming search, the block-minimum scan and the k-NN selections (used by
   :mod:`hashjax.search`);
 * :mod:`hashjax._kernels.weighted`: weighted Hamming distances as per-byte table lookups summed in one fixed

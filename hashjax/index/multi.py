@@ -62,37 +62,40 @@ model misses (buckets near a query fuller than the mean). A scan of a few
 queries costs as much as one of :data:`SCAN_MIN_QUERIES`: when fewer are
 handed over and their modelled work adds up to less than that many scans,
 they are probed again, each with its share of it as its budget. Two rules
-weigh the fixed cost of probing (the numpy passes of a step over a batch,
-which the model does not price): a database of fewer than
+weigh the fixed cost of probing (per call and per query, which the model
+does not price): a database of fewer than
 :data:`SCAN_BELOW_WORDS` words is scanned outright, and the first
 :data:`PILOT_QUERIES` queries of a call are probed first: when nearly all of
 them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 ``method="probe"`` never hands over, and refuses a step of more than
 :data:`MAX_PROBES` substrings.
 
-**Cost.** Per candidate: one random read of its code (``np.take`` of whole
-rows; fancy indexing of a 2-D array is several times slower), an XOR and a
-popcount; candidates farther than the query's ``k``-th distance so far
-(lowered after every block of candidates) are dropped at once, and only the
-rest pay the masked popcounts of the first-probe rule (at radius 0, those of
-the tables before ``j`` alone). Memory of the tables: ``4 m N`` bytes
-of items plus the offsets, and the sorted copy of the codes; ``python -m
+**Cost.** A query is searched by one compiled loop
+(:func:`hashjax._kernels.probe.probe`, numba; chunks of
+:data:`_CHUNK_QUERIES` queries on a thread per CPU): per candidate one read
+of its code, an XOR and a popcount; candidates farther than the query's
+``k``-th distance so far (lowered at every find) are dropped at once, and
+only the rest pay the masked popcounts of the first-probe rule (at radius 0,
+those of the tables before ``j`` alone). Memory of the tables: ``4 m N``
+bytes of items plus the offsets, and the sorted copy of the codes; ``python -m
 experiments.benchmarks.multi_index`` measures it all against the scan.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
+import os
 import sys
-from typing import Any, List, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import jax
+import numba
 import numpy as np
 
 from hashjax import _checks, search
-from hashjax._kernels import scan
-from hashjax.index import _common
+from hashjax._kernels import probe
 from hashjax.search import RaggedNeighbors
 
 Array = jax.Array
@@ -109,10 +112,10 @@ SCAN_WORDS_PER_PROBE = 256
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
 #: up to less than this many scans.
 SCAN_MIN_QUERIES = 32
-#: ``method="auto"`` scans a database of fewer words (``N * W``; 2^21: 2^20 codes of 64 bits) outright: there a
-#: scan takes tens of microseconds per query, and the fixed cost of probing a step (numpy passes over a batch)
-#: outweighs what probing saves (clusters of LSH codes at 5 x 10^5 codes: 0.6-0.9x the scan without it).
-SCAN_BELOW_WORDS = 1 << 21
+#: ``method="auto"`` scans a database of fewer words (``N * W``; 2^20: 2^19 codes of 64 bits) outright: there a
+#: scan takes tens of microseconds per query, and probing, with its fixed costs per call and per query, lost to it
+#: (2 x 10^5 codes: LSH clusters 0.80x, uniform 0.85x the scan without it; 10^6: 0.95x and above, dense clusters 3x).
+SCAN_BELOW_WORDS = 1 << 20
 #: ``method="auto"`` probes the first this many queries of a call first (the pilot); when at least a fraction
 #: :data:`PILOT_HANDED` of them are handed to the scan, the codes are far from the queries (uniform-like), and the
 #: other queries go to the scan unprobed instead of each paying its first probes (without it, at 10^6 codes:
@@ -123,9 +126,7 @@ PILOT_HANDED = 0.875
 #: ``method="probe"`` refuses a step of more probes than this per query and table.
 MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
-_QUERY_BATCH = 256  # queries searched in lockstep
-_PROBE_BLOCK = 1 << 20  # elements of one [queries, masks] probe block
-_CANDIDATE_BLOCK = 1 << 20  # candidates verified at once
+_CHUNK_QUERIES = 64  # queries per call of the compiled kernel; a search's calls run on _threads() threads
 _SAMPLE_ROWS = 4096  # codes whose bits' frequencies of ones price the steps to come (_expected_candidates)
 #: :func:`build_multi_index` keeps a copy of the codes sorted by value (module docstring) when they take at least
 #: this many bytes. Dense bit-flip clusters (1,000 centres, 5% flips), 1,000 queries, a query's time without the
@@ -310,7 +311,7 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
   words = db
   if reorder:  # by value, the highest lane first: the last substring's buckets become runs of rows 0, 1, ...
     lanes = _lanes(db)
-    order = np.argsort(lanes, kind="stable") if lanes.ndim == 1 else np.lexsort(lanes.T)
+    order = np.argsort(lanes[:, 0], kind="stable") if lanes.shape[1] == 1 else np.lexsort(lanes.T)
     words = np.take(db, order, axis=0)
   keys, offsets, items = [], [], []
   for j in range(int(num_tables)):
@@ -328,199 +329,31 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
 # Searching.
 
 
-def _buckets(index: MultiIndex, j: int, probes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-  """``(start, length)`` in ``items[j]`` of the buckets of the substrings ``probes`` (length 0 if absent)."""
-  keys, offsets = index.keys[j], index.offsets[j]
-  if not keys.size:  # dense
-    lo = offsets[probes]
-    return lo.astype(np.int64), (offsets[probes.astype(np.int64) + 1] - lo).astype(np.int64)
-  u = np.minimum(np.searchsorted(keys, probes), keys.shape[0] - 1)
-  hit = keys[u] == probes
-  lo = offsets[u].astype(np.int64)
-  return lo, np.where(hit, offsets[u + 1] - lo, 0).astype(np.int64)
-
-
 def _lanes(words: np.ndarray) -> np.ndarray:
-  """``words[n, W]`` as ``uint64[n, W / 2]`` lanes when ``W`` is even, else ``uint32[n, W]``; one lane: ``[n]``."""
+  """``words[n, W]`` as ``uint64[n, W / 2]`` lanes when ``W`` is even, else ``uint32[n, W]``."""
   words = np.ascontiguousarray(words)
-  lanes = words.view(np.uint64) if words.shape[1] % 2 == 0 and sys.byteorder == "little" else words
-  return lanes[:, 0] if lanes.shape[1] == 1 else lanes
+  return words.view(np.uint64) if words.shape[1] % 2 == 0 and sys.byteorder == "little" else words
 
 
-def _lane_masks(bounds: np.ndarray, dtype) -> List[List[Tuple[int, np.ndarray]]]:
-  """Per substring, the ``(lane, mask)`` pairs of the lanes it covers (bit ``t`` of a code: bit ``t % L`` of
-  lane ``t // L``, ``L`` the lane width, as in a little-endian view of the words)."""
-  width = np.dtype(dtype).itemsize * 8
-  out = []
-  for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-    pairs = []
-    for lane in range(lo // width, (hi - 1) // width + 1):
-      a, b = max(lo, lane * width) - lane * width, min(hi, (lane + 1) * width) - lane * width
-      pairs.append((lane, np.array(((1 << b) - 1) ^ ((1 << a) - 1), dtype)))
-    out.append(pairs)
+def _lane_masks(bounds: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+  """``[m, L]`` each substring's bits within the lanes ``[n, L]`` (bit ``t`` of a code: bit ``t % w`` of lane
+  ``t // w``, ``w`` the lane width, as in a little-endian view of the words)."""
+  width = lanes.dtype.itemsize * 8
+  out = np.zeros((bounds.shape[0] - 1, lanes.shape[1]), lanes.dtype)
+  for j, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+    for t in range(lo, hi):
+      out[j, t // width] |= lanes.dtype.type(1 << (t % width))
   return out
 
 
-class _Batch:
-  """The state of one batch of queries searched in lockstep."""
-
-  def __init__(self, index: MultiIndex, queries: np.ndarray, k: Optional[int], ones: Optional[np.ndarray]):
-    self.index = index
-    self.queries = queries
-    self.k = k  # k-NN: the k-th distance found so far bounds what is kept (radius search: None)
-    m = index.num_tables
-    self.sub = [_substring(queries, index.bounds[j], index.bounds[j + 1]) for j in range(m)]
-    self.reordered = index.sorted_words is not None  # candidates are rows of sorted_words, not indices
-    self.positions = np.int32 if index.num_db + _CANDIDATE_BLOCK <= _checks.INT32_MAX else np.int64
-    self.db_lanes = _lanes(index.sorted_words if self.reordered else index.db_words)
-    self.q_lanes = _lanes(queries)
-    self.masks = _lane_masks(index.bounds, self.db_lanes.dtype)
-    self.hist = np.zeros((queries.shape[0], index.num_bits + 1), np.int64)  # found items by distance
-    self.work = np.zeros((queries.shape[0],), np.int64)  # probes + candidates so far
-    # The candidates per probe of a query's last step, and that step's radius (-1: none yet).
-    self.last_mean = np.zeros((queries.shape[0],), np.float64)
-    self.last_radius = np.full((queries.shape[0],), -1, np.int64)
-    self.need = np.zeros((queries.shape[0],), np.float64)  # a handed query's modelled remaining work
-    # Items farther than limit[q] cannot be in the answer and are not kept (k-NN: the k-th distance so far).
-    self.limit = np.full((queries.shape[0],), index.num_bits, np.uint16)
-    # The bound m r + j at which a query is done, once known (k-NN: its estimated k-th distance; radius: r),
-    # else -1.
-    self.target = np.full((queries.shape[0],), -1, np.int64)
-    # Per step (t = m r + j) still to come, from step t on: its probes, and each query's work (probes plus the
-    # items its buckets are expected to hold, priced from the bits' frequencies of ones ``ones``; None: the
-    # queries are never handed over, and nothing is priced).
-    self.rest_probes = _rest_probes(tuple(np.diff(index.bounds).tolist()))
-    if ones is not None:
-      work = _expected_candidates(index, queries, ones) + (self.rest_probes[:-1] - self.rest_probes[1:])
-      self.rest = np.zeros((queries.shape[0], work.shape[1] + 1))
-      self.rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
-    self.found: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (query, distance, item)
-
-  def probe(self, rows: np.ndarray, j: int, r: int, budget: Optional[int]) -> np.ndarray:
-    """Probes table ``j`` at substring distance exactly ``r`` for the queries ``rows``; returns the rows
-    handed over (their work would exceed ``budget``)."""
-    index = self.index
-    size = int(index.bounds[j + 1] - index.bounds[j])
-    if r > size:
-      return rows[:0]
-    count = math.comb(size, r)
-    handed = []
-    t = index.num_tables * r + j
-    if budget is not None:  # a query whose remaining steps would cost more than a scan is handed over
-      after = self._after(rows, t, self.last_radius[rows], self.last_mean[rows], step=t)
-      over = (after > budget) | (count > MAX_PROBES)
-      self.need[rows[over]] = after[over]
-      handed.append(rows[over])
-      rows = rows[~over]
-    if not rows.size:
-      return np.concatenate(handed)
-    if count > MAX_PROBES:
-      raise ValueError(f"method: {count} substrings at distance {r} of a {size}-bit substring exceed MAX_PROBES = "
-                       f"{MAX_PROBES} (a large k or radius); use method='auto' (it scans such queries linearly)")
-    masks, weights = _common.masks(size, r)
-    masks = masks[np.searchsorted(weights, r):]
-    step = max(1, _PROBE_BLOCK // masks.shape[0])
-    for s in range(0, rows.shape[0], step):
-      block = rows[s:s + step]
-      starts, lengths = _buckets(index, j, (self.sub[j][block][:, None] ^ masks[None, :]))
-      candidates = lengths.sum(axis=1)
-      work, mean = masks.shape[0] + candidates, candidates / masks.shape[0]
-      if budget is not None:  # this step's buckets are known: its work, plus the model's for the steps after it
-        after = work + self._after(block, t + 1, r, mean, step=t)
-        over = (after > budget) | (self.work[block] + work > budget)
-        if over.any():
-          self.need[block[over]] = after[over]
-          handed.append(block[over])
-          block, starts, lengths, work, mean = (a[~over] for a in (block, starts, lengths, work, mean))
-      self.work[block] += work
-      self.last_mean[block], self.last_radius[block] = mean, r
-      self._verify(block, j, r, starts, lengths)
-    return np.concatenate(handed) if handed else rows[:0]
-
-  def _after(self, rows: np.ndarray, t: int, radius: Any, mean: Any, *, step: int) -> np.ndarray:
-    """The modelled work of steps ``t`` up to each query's ``target``, seen from step ``step`` (step ``t`` alone
-    while the target is unknown, or before every table's step at radius 0 was verified: a k-th distance found in
-    one table's bucket may be far above the final one).
-
-    A step costs its probes plus the items its buckets are expected to hold (:func:`_expected_candidates`), or,
-    at the ``radius`` of the query's last step, if more, its probes times one plus the last step's candidates
-    per probe (``mean``): buckets near a query in a dense cluster hold far more than independent bits give."""
-    last = self.rest.shape[1] - 1
-    target = np.where((self.target[rows] >= 0) & (step >= self.index.num_tables), self.target[rows], t)
-    end = np.clip(target, t - 1, last - 1) + 1
-    t = min(t, last)
-    same = np.clip(self.index.num_tables * (np.asarray(radius) + 1), t, end)  # steps t .. same - 1: at `radius`
-    rest = self.rest[rows]
-    rest_same, rest_end = (np.take_along_axis(rest, np.broadcast_to(a, rows.shape)[:, None], axis=1)[:, 0]
-                           for a in (same, end))
-    near = np.maximum(rest[:, t] - rest_same, (self.rest_probes[t] - self.rest_probes[same]) * (1 + mean))
-    return near + rest_same - rest_end
-
-  def _verify(self, block: np.ndarray, j: int, r: int, starts: np.ndarray, lengths: np.ndarray) -> None:
-    """Full distances of the candidates in the buckets; keeps each item at its first probe, within ``limit``."""
-    index = self.index
-    per_row = lengths.sum(axis=1)
-    cuts = np.searchsorted(np.cumsum(per_row), np.arange(1, per_row.sum() // _CANDIDATE_BLOCK + 1)
-                           * _CANDIDATE_BLOCK)
-    for part in np.split(np.arange(block.shape[0]), np.unique(cuts)):
-      if not part.size or not per_row[part].any():
-        continue
-      st, ln = starts[part].ravel(), lengths[part].ravel()
-      rows, counts = block[part], per_row[part]  # the candidates: counts[0] of rows[0], then of rows[1], ...
-      # A part holds at most N + _CANDIDATE_BLOCK candidates (one row's reach N): int32 positions where that fits.
-      item = _common.expand(st[ln > 0], ln[ln > 0], dtype=self.positions)
-      if not (self.reordered and j == index.num_tables - 1):  # reordered, the last table's bucket is its rows
-        item = np.take(index.items[j], item)
-      # np.take along axis 0 gathers whole rows (several times faster than fancy indexing of a 2-D array); the
-      # queries' codes and limits are repeated per candidate (sequential), and a few candidates are kept, so the
-      # kept positions are found once and the arrays gathered at them (cheaper than a boolean mask per array).
-      diff = np.take(self.db_lanes, item, axis=0)
-      diff ^= np.repeat(self.q_lanes[rows], counts, axis=0)
-      lanes = diff.reshape(diff.shape[0], -1)
-      dist = scan.host_popcount(lanes[:, 0]).astype(np.uint16)
-      for lane in range(1, lanes.shape[1]):
-        dist += scan.host_popcount(lanes[:, lane])
-      keep = np.flatnonzero(dist <= np.repeat(self.limit[rows], counts))
-      row = np.repeat(rows, np.diff(np.searchsorted(keep, np.cumsum(counts)), prepend=0))
-      dist, item, lanes = np.take(dist, keep), np.take(item, keep), np.take(lanes, keep, axis=0)
-      # The probe that finds an item first keeps it: substring distances > r before table j, >= r after it
-      # (d_j = r by construction; d_i >= 0 always holds).
-      others = (*range(j), *(range(j + 1, len(self.masks)) if r else ()))
-      if others:
-        keep = np.ones(item.shape, np.bool_)
-        for i in others:
-          d_i = sum(scan.host_popcount(lanes[:, lane] & mask) for lane, mask in self.masks[i])
-          keep &= (d_i > r) if i < j else (d_i >= r)
-        keep = np.flatnonzero(keep)
-        row, dist, item = np.take(row, keep), np.take(dist, keep), np.take(item, keep)
-      width = index.num_bits + 1
-      self.hist += np.bincount(row * width + dist, minlength=self.hist.size).reshape(self.hist.shape)
-      if self.k is not None:  # the block's finds lower the k-th distance at once: keep only what can still count
-        self.kth(rows)
-        keep = dist <= np.take(self.limit, row)
-        row, dist, item = row[keep], dist[keep], item[keep]
-      if self.reordered:  # rows of sorted_words to database indices
-        item = np.take(index.items[-1], item)
-      self.found.append((row, dist, item))
-
-  def kth(self, rows: np.ndarray) -> np.ndarray:
-    """k-NN: lowers the ``limit`` of the queries ``rows`` to the k-th distance found so far (``hist`` counts
-    the items found by distance); returns their cumulative counts ``[rows, b + 1]``."""
-    counts = np.cumsum(self.hist[rows], axis=1)
-    kth = np.argmax(counts >= self.k, axis=1) + (counts[:, -1] < self.k) * self.index.num_bits
-    self.limit[rows] = np.minimum(self.limit[rows], kth)
-    return counts
-
-  def results(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every found ``(query, distance, item)``, sorted by query, distance, index."""
-    if not self.found:
-      return (np.zeros((0,), np.int64),) * 3
-    row, dist, item = (np.concatenate(a) for a in zip(*self.found))
-    key = (row * (self.index.num_bits + 1) + dist) * self.index.num_db + item
-    key.sort()
-    rest, item = np.divmod(key, self.index.num_db)
-    row, dist = np.divmod(rest, self.index.num_bits + 1)
-    return row, dist, item
+def _readonly(arrays) -> numba.typed.List:
+  """The arrays as a numba list of read-only contiguous views (one element type, whether loaded or built)."""
+  out = numba.typed.List()
+  for a in arrays:
+    view = np.ascontiguousarray(np.asarray(a)).view()
+    view.flags.writeable = False
+    out.append(view)
+  return out
 
 
 @functools.lru_cache(maxsize=32)
@@ -586,27 +419,67 @@ def _found_probability(sizes: Tuple[int, ...]) -> np.ndarray:
   return out
 
 
-def _run(index: MultiIndex, queries: np.ndarray, done, budget: Optional[int], k: Optional[int],
-         ones: Optional[np.ndarray]) -> Tuple[_Batch, np.ndarray]:
-  """Probes in the order (r, j) until ``done(batch, bound)`` holds for every query (or it is handed over).
+def _threads() -> int:
+  """The CPUs this process may run on."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
-  Returns the batch and the rows handed to the linear scan.
+
+def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, radius: Optional[np.ndarray],
+           budget: Optional[int], ones: Optional[np.ndarray]):
+  """Probes the queries ``queries[rows]`` (:func:`hashjax._kernels.probe.probe`, chunks of
+  :data:`_CHUNK_QUERIES` queries on a thread per CPU).
+
+  Args:
+    k: k-NN: ``k``; radius search: 0, with ``radius[Q]`` each query's radius.
+    budget: a query's work past which it is handed over (None: ``method="probe"``).
+    ones: the bits' frequencies of ones that price the steps (with a budget).
+
+  Returns:
+    ``(row, dist, item)`` the answers of the queries answered, sorted by (row, distance, item) (k-NN: ``k`` per
+    row); the rows handed over, ascending, and their modelled remaining work; each row's largest substring
+    radius whose buckets it looked up (-1: none).
   """
-  batch = _Batch(index, queries, k, ones)
-  active = np.ones((queries.shape[0],), np.bool_)
-  active &= ~done(batch, -1)
-  handed = []
-  r, m = 0, index.num_tables
-  while active.any():
-    for j in range(m):
-      gone = batch.probe(np.flatnonzero(active), j, r, budget)
-      active[gone] = False
-      handed.append(gone)
-      active &= ~done(batch, m * r + j)
-      if not active.any():
-        break
-    r += 1
-  return batch, np.concatenate(handed) if handed else np.zeros((0,), np.int64)
+  if not rows.size:
+    empty = np.zeros((0,), np.int64)
+    return empty, empty, empty, empty, np.zeros((0,)), empty
+  m = index.num_tables
+  sizes = np.diff(index.bounds)
+  lanes = _lanes(index.sorted_words if index.sorted_words is not None else index.db_words)
+  masks = _lane_masks(index.bounds, lanes)
+  rest_probes = _rest_probes(tuple(sizes.tolist()))
+  found = _found_probability(tuple(sizes.tolist()))
+  radius = np.zeros((queries.shape[0],), np.int64) if radius is None else radius
+
+  def run(part):
+    q = queries[part]
+    subs = np.stack([_substring(q, index.bounds[j], index.bounds[j + 1]) for j in range(m)], axis=1)
+    rest = np.zeros((part.shape[0], 1))
+    if budget is not None:  # per step t, the modelled work of steps t, t + 1, ...: probes plus expected items
+      work = _expected_candidates(index, q, ones) + (rest_probes[:-1] - rest_probes[1:])
+      rest = np.zeros((part.shape[0], work.shape[1] + 1))
+      rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
+    return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, MAX_PROBES, rest,
+                       rest_probes, found, _readonly(index.keys), _readonly(index.offsets), index.items, lanes,
+                       index.sorted_words is not None, masks, sizes)
+
+  threads = _threads()
+  parts = np.array_split(rows, max(1, min(4 * threads, -(-rows.shape[0] // _CHUNK_QUERIES))))
+  if len(parts) == 1:
+    outs = [run(parts[0])]
+  else:
+    with concurrent.futures.ThreadPoolExecutor(min(threads, len(parts))) as pool:
+      outs = list(pool.map(run, parts))
+  for part, (_, _, _, _, _, _, status) in zip(parts, outs):
+    if status[0]:
+      raise ValueError(f"method: {status[0]} substrings at distance {status[1]} of a {status[2]}-bit substring exceed "
+                       f"MAX_PROBES = {MAX_PROBES} (a large k or radius); use method='auto' (it scans such queries "
+                       "linearly)")
+  row = np.concatenate([np.repeat(part, out[0]) for part, out in zip(parts, outs)])
+  dist, item = (np.concatenate([out[i] for out in outs]) for i in (1, 2))
+  handed = np.concatenate([part[out[3]] for part, out in zip(parts, outs)])
+  need = np.concatenate([out[4][out[3]] for out in outs])
+  reach = np.concatenate([out[5] for out in outs])
+  return row, dist, item, handed, need, reach
 
 
 def _budget(index: MultiIndex, method: str) -> Optional[int]:
@@ -615,15 +488,13 @@ def _budget(index: MultiIndex, method: str) -> Optional[int]:
   return max(1, index.db_words.size // SCAN_WORDS_PER_PROBE)
 
 
-def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: Optional[int], *,
-            k: Optional[int] = None):
-  """The queries probed, by batches: ``(row, dist, item)`` of the queries answered, sorted, and the sorted rows
+def _search(index: MultiIndex, queries: np.ndarray, budget: Optional[int], *, k: int = 0,
+            radius: Optional[np.ndarray] = None):
+  """The queries probed (:func:`_probe`): ``(row, dist, item)`` of the queries answered, sorted, and the sorted rows
   left to the linear scan (with a ``budget``: every query of a database below :data:`SCAN_BELOW_WORDS`, and the
   queries after the pilot, unprobed, when the pilot's went).
 
-  ``make_done(rows)`` gives the ``done`` of :func:`_run` for the queries ``rows``; ``answer(rows, row, dist,
-  item)`` keeps the answers among a batch's finds (sorted by batch row, distance, item). Fewer than
-  :data:`SCAN_MIN_QUERIES` handed queries whose modelled work adds up to less than that many scans are
+  Fewer than :data:`SCAN_MIN_QUERIES` handed queries whose modelled work adds up to less than that many scans are
   probed again, each with its share of that work as its budget: a scan of so few queries costs as much.
   """
   found = [(np.zeros((0,), np.int64),) * 3]
@@ -637,19 +508,9 @@ def _search(index: MultiIndex, queries: np.ndarray, make_done, answer, budget: O
   def probe_rows(rows, row_budget):
     """Probes the queries ``rows``, adding their answers to ``found``; returns the rows handed over and their
     modelled work."""
-    handed, need = [rows[:0]], [np.zeros((0,))]
-    for s in range(0, rows.shape[0], _QUERY_BATCH):
-      part = rows[s:s + _QUERY_BATCH]
-      batch, gone = _run(index, queries[part], make_done(part), row_budget, k, ones)
-      row, dist, item = batch.results()
-      handed_rows = np.zeros((part.shape[0],), np.bool_)
-      handed_rows[gone] = True
-      keep = ~handed_rows[row]
-      row, dist, item = answer(part, row[keep], dist[keep], item[keep])
-      found.append((part[row], dist, item))
-      handed.append(part[gone])
-      need.append(batch.need[gone])
-    return np.concatenate(handed), np.concatenate(need)
+    row, dist, item, handed, need, _ = _probe(index, queries, rows, k=k, radius=radius, budget=row_budget, ones=ones)
+    found.append((row, dist, item))
+    return handed, need
 
   handed, need = probe_rows(np.arange(pilot), budget)
   if pilot < num and handed.size >= PILOT_HANDED * pilot:  # the rest would go too: scanned unprobed
@@ -695,24 +556,7 @@ def multi_index_knn(index: MultiIndex, query_words: Array, k: int, *, method: st
   """
   queries = _check_queries(index, query_words)
   k = _checks.check_k(k, index.num_db, db_name="the index")
-  budget = _budget(index, method)
-
-  found = _found_probability(tuple(np.diff(index.bounds).tolist()))
-
-  def done(batch, bound):
-    counts = batch.kth(np.arange(batch.limit.shape[0]))
-    if bound >= 0:  # the k-th distance estimated from the finds, each weighted by 1 / P(found at its distance)
-      weighted = np.divide(batch.hist, found[bound], out=np.zeros(batch.hist.shape), where=found[bound] > 0)
-      estimate = np.argmax(np.cumsum(weighted, axis=1) >= k, axis=1)
-      batch.target = np.where(counts[:, -1] >= k, np.clip(estimate, bound + 1, batch.limit), -1)
-    return batch.limit <= bound
-
-  def first_k(rows, row, dist, item):
-    firsts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if row.size else row  # row is sorted
-    pos = (firsts[:, None] + np.arange(k)).ravel()
-    return row[pos], dist[pos], item[pos]
-
-  row, dist, item, scan_rows = _search(index, queries, lambda _: done, first_k, budget, k=k)
+  row, dist, item, scan_rows = _search(index, queries, _budget(index, method), k=k)
   out_d = np.zeros((queries.shape[0], k), np.int32)
   out_i = np.zeros((queries.shape[0], k), np.int32)
   out_d[row[::k]], out_i[row[::k]] = dist.reshape(-1, k), item.reshape(-1, k)
@@ -752,23 +596,8 @@ def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Arra
   ([0, 1, 1, 1, 1], [2, 0, 1, 0, 3], [0, 3, 5])
   """
   queries = _check_queries(index, query_words)
-  radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits)
-  budget = _budget(index, method)
-
-  def make_done(rows):
-    rad = radius[rows]
-
-    def done(batch, bound):
-      batch.limit = np.minimum(batch.limit, rad).astype(np.uint16)
-      batch.target = rad
-      return bound >= rad
-    return done
-
-  def within(rows, row, dist, item):
-    keep = dist <= radius[rows][row]
-    return row[keep], dist[keep], item[keep]
-
-  row, dist, item, scan_rows = _search(index, queries, make_done, within, budget)
+  radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits).astype(np.int64)
+  row, dist, item, scan_rows = _search(index, queries, _budget(index, method), radius=radius)
   parts = [(row, dist, item)]
   if scan_rows.size:
     res = search.radius_search(queries[scan_rows], index.db_words, radius[scan_rows])
