@@ -51,6 +51,7 @@ _ALL = ((1, 4, 37, None), (0, 1, 5, 11, 999))  # None: k = N; 999: past num_bits
 _CASES = [
     (64, None, 3000, 300, _ALL, True),  # 6 tables of 11 or 10 bits
     (40, 2, 1500, 1500, ((1, 4, 37), (0, 1, 5, 9)), False),  # sparse 20-bit tables
+    (64, 2, 1500, 50, ((1, 4, 11), (0, 1, 5, 9)), False),  # sparse 32-bit tables (masks of up to 32 bits)
     (70, 3, 1500, 30, ((1, 4, 37), (0, 1, 5, 11)), False),  # sparse, 24 + 23 + 23 bits across word boundaries
     (96, None, 1200, 40, _ALL, True),
     (128, 8, 1000, 400, _ALL, True),

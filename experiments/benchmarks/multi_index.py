@@ -78,7 +78,8 @@ _MMAP = flags.DEFINE_bool("mmap", False, "Search the index saved and loaded memo
 _TMPDIR = flags.DEFINE_string("tmpdir", None, "Where --mmap saves the index (a temporary folder; None: the system's).")
 _FAISS = flags.DEFINE_bool("faiss", True, "Also time faiss IndexBinaryFlat and IndexBinaryMultiHash.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per method (the best is kept).")
-_THREADS = flags.DEFINE_integer("threads", 0, "Threads for XLA and faiss (0: all allowed CPUs).")
+_THREADS = flags.DEFINE_integer("threads", 0,
+                                "Threads (CPUs) for XLA, faiss and multi-index hashing (0: all allowed CPUs).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the data.")
 
 

@@ -111,7 +111,7 @@ def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, foun
   need = np.zeros(num_q, np.float64)
   reach = np.full(num_q, -1, np.int64)
   status = np.zeros(3, np.int64)
-  out_d = np.empty(max(16, num_q * max(k, 1)), np.int64)
+  out_d = np.empty(min(max(16, num_q * max(k, 1)), 1 << 16), np.int64)  # grown as needed
   out_i = np.empty_like(out_d)
   num_out = 0
   hist = np.zeros(num_bits + 1, np.int64)

@@ -71,8 +71,8 @@ them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 :data:`MAX_PROBES` substrings.
 
 **Cost.** A query is searched by one compiled loop
-(:func:`hashjax._kernels.probe.probe`, numba; chunks of
-:data:`_CHUNK_QUERIES` queries on a thread per CPU): per candidate one read
+(:func:`hashjax._kernels.probe.probe`, numba; a call's queries in up to
+four chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread per CPU): per candidate one read
 of its code, an XOR and a popcount; candidates farther than the query's
 ``k``-th distance so far (lowered at every find) are dropped at once, and
 only the rest pay the masked popcounts of the first-probe rule (at radius 0,
@@ -106,7 +106,8 @@ MAX_SUBSTRING_BITS = 32
 DENSE_MAX_BITS = 16
 #: ``method="auto"`` hands a query to the linear scan once its (modelled) probes plus candidates, times this,
 #: exceed the words of the database (``N * W``): one probe or candidate on the host costs about as much as
-#: scanning this many packed words in the compiled scan (measured: 124-350 on 2 cores, 10^6 to 10^7 codes).
+#: scanning this many packed words in the compiled scan (measured for the earlier numpy search, 124-350 on 2 cores,
+#: 10^6 to 10^7 codes; not measured again for the compiled one, which costs less per candidate).
 SCAN_WORDS_PER_PROBE = 256
 #: A scan of fewer queries costs as much as one of this many (:func:`hashjax.search.knn` scans at least 32 query
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
@@ -126,12 +127,13 @@ PILOT_HANDED = 0.875
 #: ``method="probe"`` refuses a step of more probes than this per query and table.
 MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
-_CHUNK_QUERIES = 64  # queries per call of the compiled kernel; a search's calls run on _threads() threads
+_CHUNK_QUERIES = 64  # about the fewest queries per call of the compiled kernel (at most 4 calls per CPU's thread)
 _SAMPLE_ROWS = 4096  # codes whose bits' frequencies of ones price the steps to come (_expected_candidates)
 #: :func:`build_multi_index` keeps a copy of the codes sorted by value (module docstring) when they take at least
 #: this many bytes. Dense bit-flip clusters (1,000 centres, 5% flips), 1,000 queries, a query's time without the
 #: copy over its time with it, in one process on a loaded 2-core machine: 10^5 codes of 64 bits 1.05 / 1.08
-#: (10-NN / 100-NN), 3 x 10^5 1.12 / 1.08, 10^6 1.28 / 1.53, 10^7 1.10-1.37 / 1.27-1.53 (docs/performance.md).
+#: (10-NN / 100-NN), 3 x 10^5 1.12 / 1.08, 10^6 1.28 / 1.53, 10^7 1.10-1.37 / 1.27-1.53 (docs/performance.md;
+#: measured with the earlier numpy search).
 REORDER_MIN_BYTES = 1 << 22
 
 
@@ -426,8 +428,8 @@ def _threads() -> int:
 
 def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, radius: Optional[np.ndarray],
            budget: Optional[int], ones: Optional[np.ndarray]):
-  """Probes the queries ``queries[rows]`` (:func:`hashjax._kernels.probe.probe`, chunks of
-  :data:`_CHUNK_QUERIES` queries on a thread per CPU).
+  """Probes the queries ``queries[rows]`` (:func:`hashjax._kernels.probe.probe`; up to four chunks per CPU, of about
+  :data:`_CHUNK_QUERIES` queries or more, on a thread per CPU).
 
   Args:
     k: k-NN: ``k``; radius search: 0, with ``radius[Q]`` each query's radius.
@@ -449,6 +451,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
   rest_probes = _rest_probes(tuple(sizes.tolist()))
   found = _found_probability(tuple(sizes.tolist()))
   radius = np.zeros((queries.shape[0],), np.int64) if radius is None else radius
+  keys, offsets = _readonly(index.keys), _readonly(index.offsets)  # read by every thread
 
   def run(part):
     q = queries[part]
@@ -459,8 +462,8 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
       rest = np.zeros((part.shape[0], work.shape[1] + 1))
       rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
     return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, MAX_PROBES, rest,
-                       rest_probes, found, _readonly(index.keys), _readonly(index.offsets), index.items, lanes,
-                       index.sorted_words is not None, masks, sizes)
+                       rest_probes, found, keys, offsets, index.items, lanes, index.sorted_words is not None, masks,
+                       sizes)
 
   threads = _threads()
   parts = np.array_split(rows, max(1, min(4 * threads, -(-rows.shape[0] // _CHUNK_QUERIES))))
