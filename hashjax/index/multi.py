@@ -71,13 +71,16 @@ them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 :data:`MAX_PROBES` substrings.
 
 **Cost.** A query is searched by one compiled loop
-(:func:`hashjax._kernels.probe.probe`, numba; a call's queries in up to
-four chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread per CPU): per candidate one read
-of its code, an XOR and a popcount; candidates farther than the query's
-``k``-th distance so far (lowered at every find) are dropped at once, and
-only the rest pay the masked popcounts of the first-probe rule (at radius 0,
-those of the tables before ``j`` alone). Memory of the tables: ``4 m N``
-bytes of items plus the offsets, and the sorted copy of the codes; ``python -m
+(:func:`hashjax._kernels.probe.probe`, numba; a call's queries in up to four
+chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread
+per CPU): per candidate one read of its code, an XOR and a popcount;
+candidates farther than the query's ``k``-th distance so far (lowered at
+every find) are dropped at once, and only the rest pay the masked popcounts
+of the first-probe rule (at radius 0, those of the tables before ``j``
+alone). The loop is compiled at the first search (about 5 s; numba caches
+it, and a later process loads it in under a second). Memory of the tables:
+``4 m N`` bytes of items plus the offsets, and the sorted copy of the codes;
+``python -m
 experiments.benchmarks.multi_index`` measures it all against the scan.
 """
 
