@@ -204,7 +204,7 @@ def test_auto_scans_uniform_codes_and_probes_dense_clusters(monkeypatch):
 
 
 def _probed_and_handed(monkeypatch, run):
-  """``run()``'s result, the queries it probed (summed over its batches) and the queries it handed to
+  """``run()``'s result, the queries it probed (summed over its calls of multi._probe) and the queries it handed to
   ``search.knn`` or ``search.radius_search``."""
   from hashjax import search  # pylint: disable=g-import-not-at-top
   counts = {"probed": 0, "handed": 0}
@@ -271,7 +271,7 @@ def test_a_pilot_handed_over_sends_the_rest_unprobed(monkeypatch):
     assert (probed, handed) == (64, 200) if name == "uniform" else probed >= 200, (name, probed, handed)
 
 
-def test_more_queries_than_a_batch():
+def test_more_queries_than_a_kernel_call():
   rng = np.random.default_rng(8)
   x, q = _data(rng, 40, 500, 600, 50)
   idx = index.build_multi_index(x, num_bits=40)
