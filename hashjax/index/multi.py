@@ -476,7 +476,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
   else:
     with concurrent.futures.ThreadPoolExecutor(min(threads, len(parts))) as pool:
       outs = list(pool.map(run, parts))
-  for part, (_, _, _, _, _, _, status) in zip(parts, outs):
+  for *_, status in outs:
     if status[0]:
       raise ValueError(f"method: {status[0]} substrings at distance {status[1]} of a {status[2]}-bit substring exceed "
                        f"MAX_PROBES = {MAX_PROBES} (a large k or radius); use method='auto' (it scans such queries "
