@@ -32,14 +32,6 @@ def _popcount(x):
 
 
 @numba.njit(inline="always")
-def _comb(n, r):
-  out = 1
-  for i in range(r):
-    out = out * (n - i) // (i + 1)
-  return out
-
-
-@numba.njit(inline="always")
 def _next_mask(v):
   """The next larger integer with as many set bits as ``v > 0`` (Gosper's hack)."""
   c = v & -v
@@ -135,7 +127,7 @@ def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, foun
         size = sizes[j]
         if r <= size:
           t = m * r + j
-          count = _comb(size, r)
+          count = np.int64(rest_probes[t] - rest_probes[t + 1])  # binom(size, r), an exact float sum
           if budget >= 0:
             after = _after(rest[q], rest_probes, t, last_radius, last_mean, t, target, m)
             if after > budget or count > max_probes:
