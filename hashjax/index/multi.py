@@ -54,7 +54,7 @@ radius last probed, the candidates per probe seen there (buckets in a dense
 cluster hold far more); once a step's buckets are looked up, their real sizes
 replace that step's model. A query whose
 remaining work would exceed one linear scan (:data:`SCAN_WORDS_PER_PROBE`
-database words per probe or candidate) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
+words per probe or candidate, a code of ``W`` words costing the scan ``W + 1``) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
 over the whole database (exact too), at once: on uniform codes a query costs
 little more than the scan. A query whose work so far reaches one scan is
 handed over too, so that a query costs at most about two scans whatever the
@@ -108,10 +108,11 @@ MAX_SUBSTRING_BITS = 32
 #: Substrings of at most this many bits always get a dense table.
 DENSE_MAX_BITS = 16
 #: ``method="auto"`` hands a query to the linear scan once its (modelled) probes plus candidates, times this,
-#: exceed the words of the database (``N * W``): one probe or candidate on the host costs about as much as
-#: scanning this many packed words in the compiled scan (measured for the earlier numpy search, 124-350 on 2 cores,
-#: 10^6 to 10^7 codes; not measured again for the compiled one, which costs less per candidate).
-SCAN_WORDS_PER_PROBE = 256
+#: exceed the scan's cost of the database in words, ``N (W + 1)``: the scan of a code costs about its ``W`` words
+#: plus about one word's worth of work per code (10^7 uniform codes: 0.54, 0.74-0.79, 1.01, 1.22 ms per 10-NN query
+#: for ``W`` = 1 to 4); a probe or candidate of the compiled search took 8.6-10.4 ns at 10^7 codes and 17 ns at
+#: 10^8, as long as scanning 280-370 such words (``docs/performance.md``). 384 keeps 64-bit codes' budget as it was.
+SCAN_WORDS_PER_PROBE = 384
 #: A scan of fewer queries costs as much as one of this many (:func:`hashjax.search.knn` scans at least 32 query
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
 #: up to less than this many scans.
@@ -492,7 +493,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
 def _budget(index: MultiIndex, method: str) -> Optional[int]:
   if _checks.check_option("method", method, _METHODS) == "probe":
     return None
-  return max(1, index.db_words.size // SCAN_WORDS_PER_PROBE)
+  return max(1, index.db_words.shape[0] * (index.db_words.shape[1] + 1) // SCAN_WORDS_PER_PROBE)
 
 
 def _search(index: MultiIndex, queries: np.ndarray, budget: Optional[int], *, k: int = 0,
