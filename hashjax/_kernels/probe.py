@@ -51,23 +51,24 @@ def _bucket(keys, offsets, u):
 
 
 @numba.njit(inline="always")
-def _after(rest, rest_probes, t, radius, mean, step, target, m):
+def _after(rest, rest_probes, probe_cost, t, radius, mean, step, target, m):
   """The modelled work of steps ``t`` up to the query's ``target`` (the steps' items priced as
   :mod:`hashjax.index.multi`'s docstring says), seen from step ``step``: ``rest[t]`` is the query's modelled work of
-  steps ``t, t + 1, ...``, and the steps at ``radius``, the query's last, cost at least their probes times one plus
-  the last step's candidates per probe ``mean``. The target counts only from step ``m`` on (every table probed)."""
+  steps ``t, t + 1, ...``, and the steps at ``radius``, the query's last, cost at least their probes times
+  ``probe_cost`` plus the last step's candidates per probe ``mean``. The target counts only from step ``m`` on
+  (every table probed)."""
   last = rest.shape[0] - 1
   tgt = target if (target >= 0 and step >= m) else t
   end = min(max(tgt, t - 1), last - 1) + 1
   t = min(t, last)
   same = min(max(m * (radius + 1), t), end)
-  near = max(rest[t] - rest[same], (rest_probes[t] - rest_probes[same]) * (1.0 + mean))
+  near = max(rest[t] - rest[same], (rest_probes[t] - rest_probes[same]) * (probe_cost + mean))
   return near + rest[same] - rest[end]
 
 
 @numba.njit(nogil=True, cache=True)
-def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, found, keys, offsets, items, lanes,
-          reordered, lane_masks, sizes):
+def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_probes, found, keys, offsets, items,
+          lanes, reordered, lane_masks, sizes):
   """Searches each query by multi-index hashing (:mod:`hashjax.index.multi`), or hands it over.
 
   Args:
@@ -75,7 +76,8 @@ def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, foun
     q_lanes: ``[Q, L]`` the queries' codes as lanes (the dtype of ``lanes``).
     k: k-NN: ``k >= 1``; radius search: 0.
     radius: ``int64[Q]`` radius search: each query's radius (at most ``b``); k-NN: unused.
-    budget: the work (probes plus candidates) past which a query is handed over; -1: never.
+    budget: the work (candidates plus ``probe_cost`` per probe) past which a query is handed over; -1: never.
+    probe_cost: the work of a probe, in candidates.
     max_probes: a step of more probes is handed over (with a budget) or refused (status, without).
     rest: ``float64[Q, T + 1]`` each query's modelled work of steps ``t, ..., T - 1`` (with a budget).
     rest_probes: ``float64[T + 1]`` the probes of steps ``t, ..., T - 1``.
@@ -116,7 +118,7 @@ def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, foun
     num_found = 0
     limit = num_bits if k > 0 else min(radius[q], num_bits)
     target = -1 if k > 0 else radius[q]
-    work = 0
+    work = 0.0
     last_mean = 0.0
     last_radius = -1
     gone = False
@@ -129,7 +131,7 @@ def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, foun
           t = m * r + j
           count = np.int64(rest_probes[t] - rest_probes[t + 1])  # binom(size, r), an exact float sum
           if budget >= 0:
-            after = _after(rest[q], rest_probes, t, last_radius, last_mean, t, target, m)
+            after = _after(rest[q], rest_probes, probe_cost, t, last_radius, last_mean, t, target, m)
             if after > budget or count > max_probes:
               need[q], gone = after, True
               break
@@ -148,11 +150,12 @@ def probe(q_sub, q_lanes, k, radius, budget, max_probes, rest, rest_probes, foun
           mean = candidates / count
           reach[q] = r
           if budget >= 0:
-            after = count + candidates + _after(rest[q], rest_probes, t + 1, r, mean, t, target, m)
-            if after > budget or work + count + candidates > budget:
+            spent = probe_cost * count + candidates
+            after = spent + _after(rest[q], rest_probes, probe_cost, t + 1, r, mean, t, target, m)
+            if after > budget or work + spent > budget:
               need[q], gone = after, True
               break
-          work += count + candidates
+            work += spent
           last_mean, last_radius = mean, r
           mask = (np.int64(1) << r) - 1
           for _ in range(count):

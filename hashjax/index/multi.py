@@ -46,15 +46,16 @@ steps up to the bound at which it will be done (radius search: ``r``; k-NN:
 its ``k``-th distance as estimated from the items found so far, each weighted
 by one over the probability that the steps so far find an item at its
 distance, once ``k`` items are found and every table was probed), each step
-costing its probes plus the items its buckets would hold were the bits
-independent, each with its frequency of ones in a strided sample of the codes
+costing its probes (each as much as :data:`CANDIDATES_PER_PROBE` candidates)
+plus the items its buckets would hold were the bits independent, each with
+its frequency of ones in a strided sample of the codes
 (``\binom{s}{r} N / 2^s`` on uniform codes; where bits are skewed, a query
 drawn like the codes lies where the near buckets are fuller), or, at the
 radius last probed, the candidates per probe seen there (buckets in a dense
 cluster hold far more); once a step's buckets are looked up, their real sizes
 replace that step's model. A query whose
-remaining work would exceed one linear scan (:data:`SCAN_WORDS_PER_PROBE`
-words per probe or candidate, a code of ``W`` words costing the scan ``W + 1``) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
+remaining work would exceed one linear scan (:data:`SCAN_WORDS_PER_CANDIDATE`
+words per candidate, a code of ``W`` words costing the scan ``W + 1``) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
 over the whole database (exact too), at once: on uniform codes a query costs
 little more than the scan. A query whose work so far reaches one scan is
 handed over too, so that a query costs at most about two scans whatever the
@@ -107,12 +108,17 @@ Array = jax.Array
 MAX_SUBSTRING_BITS = 32
 #: Substrings of at most this many bits always get a dense table.
 DENSE_MAX_BITS = 16
-#: ``method="auto"`` hands a query to the linear scan once its (modelled) probes plus candidates, times this,
-#: exceed the scan's cost of the database in words, ``N (W + 1)``: the scan of a code costs about its ``W`` words
-#: plus about one word's worth of work per code (10^7 uniform codes: 0.54, 0.74-0.79, 1.01, 1.22 ms per 10-NN query
-#: for ``W`` = 1 to 4); a probe or candidate of the compiled search took 8.6-10.4 ns at 10^7 codes and 17 ns at
-#: 10^8, as long as scanning 280-370 such words (``docs/performance.md``). 384 keeps 64-bit codes' budget as it was.
-SCAN_WORDS_PER_PROBE = 384
+#: ``method="auto"`` hands a query to the linear scan once its (modelled) work, candidates plus
+#: :data:`CANDIDATES_PER_PROBE` per probe, times this, exceeds the scan's cost of the database in words,
+#: ``N (W + 1)``: the scan of a code costs about its ``W`` words plus one word's worth of work per code (10^7 uniform
+#: codes: 0.54, 0.74-0.79, 1.01, 1.22 ms per 10-NN query for ``W`` = 1 to 4), and a candidate of the compiled
+#: search 7-10 ns at 10^7 codes, as long as scanning 230-360 such words (``docs/performance.md``). 384 keeps the
+#: budget of 64-bit codes, in candidates, where it was.
+SCAN_WORDS_PER_CANDIDATE = 384
+#: A probe costs ``method="auto"``'s model as much as this many candidates: the bucket's offsets, its first item
+#: and that item's code are read one after another, each a cache miss in tables of millions of buckets (uniform
+#: 64-bit codes at 10^7, radius search: about 82 ns per probe against 10 per candidate, ``docs/performance.md``).
+CANDIDATES_PER_PROBE = 8
 #: A scan of fewer queries costs as much as one of this many (:func:`hashjax.search.knn` scans at least 32 query
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
 #: up to less than this many scans.
@@ -462,13 +468,13 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
     q = queries[part]
     subs = np.stack([_substring(q, index.bounds[j], index.bounds[j + 1]) for j in range(m)], axis=1)
     rest = np.zeros((part.shape[0], 1))
-    if budget is not None:  # per step t, the modelled work of steps t, t + 1, ...: probes plus expected items
-      work = _expected_candidates(index, q, ones) + (rest_probes[:-1] - rest_probes[1:])
+    if budget is not None:  # per step t, the modelled work of steps t, t + 1, ...: expected items plus probes
+      work = _expected_candidates(index, q, ones) + CANDIDATES_PER_PROBE * (rest_probes[:-1] - rest_probes[1:])
       rest = np.zeros((part.shape[0], work.shape[1] + 1))
       rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
-    return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, MAX_PROBES, rest,
-                       rest_probes, found, keys, offsets, index.items, lanes, index.sorted_words is not None, masks,
-                       sizes)
+    return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, CANDIDATES_PER_PROBE,
+                       MAX_PROBES, rest, rest_probes, found, keys, offsets, index.items, lanes,
+                       index.sorted_words is not None, masks, sizes)
 
   threads = _threads()
   parts = np.array_split(rows, max(1, min(4 * threads, -(-rows.shape[0] // _CHUNK_QUERIES))))
@@ -493,7 +499,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
 def _budget(index: MultiIndex, method: str) -> Optional[int]:
   if _checks.check_option("method", method, _METHODS) == "probe":
     return None
-  return max(1, index.db_words.shape[0] * (index.db_words.shape[1] + 1) // SCAN_WORDS_PER_PROBE)
+  return max(1, index.db_words.shape[0] * (index.db_words.shape[1] + 1) // SCAN_WORDS_PER_CANDIDATE)
 
 
 def _search(index: MultiIndex, queries: np.ndarray, budget: Optional[int], *, k: int = 0,
