@@ -134,7 +134,7 @@ def test_sorted_codes_by_default_from_reorder_min_bytes(monkeypatch):
 
 
 @pytest.mark.parametrize("reorder", [False, True])
-def test_auto_hands_expensive_queries_to_the_scan(reorder):
+def test_auto_hands_expensive_queries_to_the_scan(monkeypatch, reorder):
   # 32-bit substrings of random codes: the neighbours sit far away, where "probe" would enumerate more than
   # MAX_PROBES substrings per step and refuses; "auto" (the default) hands those queries to search.knn /
   # search.radius_search, and keeps the cheap ones (near-duplicates). Both exact. With the sorted copy, the
@@ -151,6 +151,12 @@ def test_auto_hands_expensive_queries_to_the_scan(reorder):
   np.testing.assert_array_equal(np.asarray(got_i), want_i)
   radii = np.r_[np.zeros(q.shape[0] - 4, np.int64), [3, 20, 30, 64]]
   _assert_ragged_equal(index.multi_index_radius(idx, q, radii), _ref_radius(q, x, radii))
+  radii = rng.permutation(radii)  # the rows handed over among those probed: the two parts merged by row
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)  # probed, not scanned outright, with a scan's budget
+  monkeypatch.setattr(multi, "SCAN_WORDS_PER_CANDIDATE", 1)  # of a large database (here one scan is 15 candidates)
+  got, probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_radius(idx, q, radii))
+  _assert_ragged_equal(got, _ref_radius(q, x, radii))
+  assert probed == q.shape[0] and 0 < handed < q.shape[0], (probed, handed)
 
 
 def _handed_rows(monkeypatch, idx, q, k):

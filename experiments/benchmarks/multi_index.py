@@ -6,6 +6,7 @@ r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the lin
   python -m experiments.benchmarks.multi_index --generators=uniform --ks=10
   python -m experiments.benchmarks.multi_index --generators=dense --dense_centres=1000 --flip=0.05
   python -m experiments.benchmarks.multi_index --generators=skewed --skew=0.3 --nofaiss
+  python -m experiments.benchmarks.multi_index --generators=uniform --ks= --radii=8,12,16 --nofaiss  # radius search
   python -m experiments.benchmarks.multi_index --num_db=100000000 --generators=dense --dense_centres=10000 \
       --flip=0.1 --ks=10 --mmap --nofaiss --repeats=2     # 10^8 codes, searched memory-mapped
 
@@ -30,6 +31,8 @@ slows all alike; compare the ratios):
 * ``mih``: :func:`hashjax.index.multi_index_knn` with its default ``method="auto"`` (exact; its compiled search
   on a thread per allowed CPU);
   ``ratio`` is ``scan / mih``, the target being at least 20 on codes with structure;
+* with ``--radii``, ``r=R scan`` and ``r=R mih``: :func:`hashjax.search.radius_search` and
+  :func:`hashjax.index.multi_index_radius` at radius ``R`` (the items within it per query printed below);
 * ``faiss flat``: faiss ``IndexBinaryFlat.search`` (exact), whose distances must equal ours;
 * ``faiss mih nflip=f``: faiss ``IndexBinaryMultiHash`` with ``m`` tables of ``floor(b / m)`` bits (the same
   ``m`` as ours) probing substrings within ``f`` bits: approximate, so its ``recall`` is printed: the fraction
@@ -54,7 +57,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from absl import app, flags
 
@@ -64,6 +67,8 @@ _SMALL = flags.DEFINE_bool("small", False, "Quick mode: N = 2000000 (above SCAN_
 _NUM_DB = flags.DEFINE_integer("num_db", 10_000_000, "Database size N.")
 _NUM_QUERIES = flags.DEFINE_integer("num_queries", 1000, "Number of queries Q.")
 _KS = flags.DEFINE_list("ks", ["10", "100"], "Neighbours per query.")
+_RADII = flags.DEFINE_list("radii", [], "Also time radius search at these radii (multi_index_radius against "
+                           "search.radius_search).")
 _BITS = flags.DEFINE_integer("bits", 64, "Code length.")
 _GENERATORS = flags.DEFINE_list("generators", ["clustered", "dense", "skewed", "uniform"],
                                 "Code generators (clustered, dense, skewed, uniform).")
@@ -155,7 +160,7 @@ def _peak_rss_gib() -> float:
 
 def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int, generators: List[str],
                   nflips: List[int], repeats: int, threads: int, seed: int, mmap: bool = False,
-                  tmpdir: Optional[str] = None, use_faiss: bool = True) -> List[Dict]:
+                  tmpdir: Optional[str] = None, use_faiss: bool = True, radii: Sequence[int] = ()) -> List[Dict]:
   """Runs every comparison; returns one row per (generator, k, method)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from hashjax import index, search  # pylint: disable=g-import-not-at-top
@@ -245,6 +250,30 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
         print(f"  {k:>4} {name:<20}{ms:>10.3f}{ratio:>8.1f}{recall:>8.3f}  {check}", flush=True)
       print(f"       median k-th distance {kth:g}; load {load:.1f}; peak memory {_peak_rss_gib():.2f} GiB",
             flush=True)
+    for r in radii:
+      out = {}
+
+      def scan_radius():
+        out["scan"] = search.radius_search(q, db, r)
+
+      def multi_radius():
+        out["mih"] = index.multi_index_radius(mih, q, r)
+
+      scan_radius()
+      multi_radius()
+      times = {"scan": float("inf"), "mih": float("inf")}
+      for _ in range(repeats):
+        times["scan"] = min(times["scan"], benchmarks.best_time(scan_radius, 1))
+        times["mih"] = min(times["mih"], benchmarks.best_time(multi_radius, 1))
+      exact = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out["scan"], out["mih"]))
+      per_q = {name: s / q.shape[0] * 1e3 for name, s in times.items()}
+      found = int(np.asarray(out["scan"].offsets)[-1]) / q.shape[0]
+      for name, check in (("scan", "exact"), ("mih", "equals scan" if exact else "DIFFERS FROM SCAN")):
+        rows.append(dict(generator=generator, radius=r, method=name, ms_per_query=per_q[name],
+                         ratio=per_q["scan"] / per_q[name], found=found, check=check))
+        print(f"  r={r:<3}{name:<19}{per_q[name]:>10.3f}{per_q['scan'] / per_q[name]:>8.1f}{'':>8}  {check}",
+              flush=True)
+      print(f"       {found:g} items per query within the radius", flush=True)
     if mmap:
       del mih, db
       shutil.rmtree(folder)
@@ -265,7 +294,8 @@ def main(argv):
         f"{_FLIP.value}; skewed: 0.5 +- {_SKEW.value}")
   run_benchmark(num_db=num_db, num_queries=num_queries, ks=[int(k) for k in _KS.value], num_bits=_BITS.value,
                 generators=list(_GENERATORS.value), nflips=[int(f) for f in _NFLIPS.value], repeats=repeats,
-                threads=threads, seed=_SEED.value, mmap=_MMAP.value, tmpdir=_TMPDIR.value, use_faiss=_FAISS.value)
+                threads=threads, seed=_SEED.value, mmap=_MMAP.value, tmpdir=_TMPDIR.value, use_faiss=_FAISS.value,
+                radii=[int(r) for r in _RADII.value])
   print(_uptime())
 
 

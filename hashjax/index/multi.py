@@ -46,8 +46,9 @@ steps up to the bound at which it will be done (radius search: ``r``; k-NN:
 its ``k``-th distance as estimated from the items found so far, each weighted
 by one over the probability that the steps so far find an item at its
 distance, once ``k`` items are found and every table was probed), each step
-costing its probes (each as much as :data:`CANDIDATES_PER_PROBE` candidates)
-plus the items its buckets would hold were the bits independent, each with
+costing its probes (in radius search each as much as
+:data:`CANDIDATES_PER_PROBE` candidates) plus the items its buckets would
+hold were the bits independent, each with
 its frequency of ones in a strided sample of the codes
 (``\binom{s}{r} N / 2^s`` on uniform codes; where bits are skewed, a query
 drawn like the codes lies where the near buckets are fuller), or, at the
@@ -115,9 +116,12 @@ DENSE_MAX_BITS = 16
 #: search 7-10 ns at 10^7 codes, as long as scanning 230-360 such words (``docs/performance.md``). 384 keeps the
 #: budget of 64-bit codes, in candidates, where it was.
 SCAN_WORDS_PER_CANDIDATE = 384
-#: A probe costs ``method="auto"``'s model as much as this many candidates: the bucket's offsets, its first item
-#: and that item's code are read one after another, each a cache miss in tables of millions of buckets (uniform
-#: 64-bit codes at 10^7, radius search: about 82 ns per probe against 10 per candidate, ``docs/performance.md``).
+#: A probe of a radius search costs ``method="auto"``'s model as much as this many candidates: the bucket's
+#: offsets, its first item and that item's code are read one after another, each a cache miss in tables of millions
+#: of buckets (uniform 64-bit codes at 10^7: about 82 ns per probe against 10 per candidate). k-NN prices a probe
+#: as one candidate: its steps to come are priced up to a bound estimated before the k-th distance settles, often
+#: far above it, and with probes at 8 LSH-clustered 10-NN fell from 20.4x to 6.6x the scan
+#: (``docs/performance.md``).
 CANDIDATES_PER_PROBE = 8
 #: A scan of fewer queries costs as much as one of this many (:func:`hashjax.search.knn` scans at least 32 query
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
@@ -462,6 +466,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
   rest_probes = _rest_probes(tuple(sizes.tolist()))
   found = _found_probability(tuple(sizes.tolist()))
   radius = np.zeros((queries.shape[0],), np.int64) if radius is None else radius
+  probe_cost = 1 if k > 0 else CANDIDATES_PER_PROBE
   keys, offsets = _readonly(index.keys), _readonly(index.offsets)  # read by every thread
 
   def run(part):
@@ -469,12 +474,12 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
     subs = np.stack([_substring(q, index.bounds[j], index.bounds[j + 1]) for j in range(m)], axis=1)
     rest = np.zeros((part.shape[0], 1))
     if budget is not None:  # per step t, the modelled work of steps t, t + 1, ...: expected items plus probes
-      work = _expected_candidates(index, q, ones) + CANDIDATES_PER_PROBE * (rest_probes[:-1] - rest_probes[1:])
+      work = _expected_candidates(index, q, ones) + probe_cost * (rest_probes[:-1] - rest_probes[1:])
       rest = np.zeros((part.shape[0], work.shape[1] + 1))
       rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
-    return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, CANDIDATES_PER_PROBE,
-                       MAX_PROBES, rest, rest_probes, found, keys, offsets, index.items, lanes,
-                       index.sorted_words is not None, masks, sizes)
+    return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, probe_cost, MAX_PROBES,
+                       rest, rest_probes, found, keys, offsets, index.items, lanes, index.sorted_words is not None,
+                       masks, sizes)
 
   threads = _threads()
   parts = np.array_split(rows, max(1, min(4 * threads, -(-rows.shape[0] // _CHUNK_QUERIES))))
@@ -612,13 +617,15 @@ def multi_index_radius(index: MultiIndex, query_words: Array, r: Union[int, Arra
   queries = _check_queries(index, query_words)
   radius = np.minimum(_checks.check_radius(r, queries.shape[0]), index.num_bits).astype(np.int64)
   row, dist, item, scan_rows = _search(index, queries, _budget(index, method), radius=radius)
+  if scan_rows.size == queries.shape[0]:  # every query handed over: the scan's result as it is
+    return search.radius_search(queries, index.db_words, radius)
   parts = [(row, dist, item)]
   if scan_rows.size:
     res = search.radius_search(queries[scan_rows], index.db_words, radius[scan_rows])
     parts.append((np.repeat(scan_rows, np.diff(np.asarray(res.offsets))), np.asarray(res.distances).astype(np.int64),
                   np.asarray(res.indices).astype(np.int64)))
   row, dist, item = (np.concatenate(a) for a in zip(*parts))
-  order = np.lexsort((item, dist, row))
+  order = np.argsort(row, kind="stable")  # each part is sorted by (row, distance, index), and their rows differ
   offsets = np.zeros((queries.shape[0] + 1,), np.int64)
   np.cumsum(np.bincount(row, minlength=queries.shape[0]), out=offsets[1:])
   return RaggedNeighbors.from_arrays(dist[order], item[order], offsets)
