@@ -48,16 +48,16 @@ by one over the probability that the steps so far find an item at its
 distance, once ``k`` items are found and every table was probed), each step
 costing its probes (in radius search each as much as
 :data:`CANDIDATES_PER_PROBE` candidates) plus the items its buckets would
-hold were the bits independent, each with
-its frequency of ones in a strided sample of the codes
-(``\binom{s}{r} N / 2^s`` on uniform codes; where bits are skewed, a query
-drawn like the codes lies where the near buckets are fuller), or, at the
-radius last probed, the candidates per probe seen there (buckets in a dense
-cluster hold far more); once a step's buckets are looked up, their real sizes
-replace that step's model. A query whose
-remaining work would exceed one linear scan (:data:`SCAN_WORDS_PER_CANDIDATE`
-words per candidate, a code of ``W`` words costing the scan ``W + 1``) is finished by :func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search`
-over the whole database (exact too), at once: on uniform codes a query costs
+hold were the bits independent, each with its frequency of ones in a strided
+sample of the codes (``\binom{s}{r} N / 2^s`` on uniform codes; where bits
+are skewed, a query drawn like the codes lies where the near buckets are
+fuller), or, at the radius last probed, the candidates per probe seen there
+(buckets in a dense cluster hold far more); once a step's buckets are looked
+up, their real sizes replace that step's model. A query whose remaining work
+would exceed one linear scan (:data:`SCAN_WORDS_PER_CANDIDATE` words per
+candidate, a code of ``W`` words costing the scan ``W + 1``) is finished by
+:func:`hashjax.search.knn` / :func:`~hashjax.search.radius_search` over the
+whole database (exact too), at once: on uniform codes a query costs
 little more than the scan. A query whose work so far reaches one scan is
 handed over too, so that a query costs at most about two scans whatever the
 model misses (buckets near a query fuller than the mean). A scan of a few
