@@ -153,7 +153,7 @@ def test_auto_hands_expensive_queries_to_the_scan(monkeypatch, reorder):
   _assert_ragged_equal(index.multi_index_radius(idx, q, radii), _ref_radius(q, x, radii))
   radii = rng.permutation(radii)  # the rows handed over among those probed: the two parts merged by row
   monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)  # probed, not scanned outright, with a scan's budget
-  monkeypatch.setattr(multi, "SCAN_WORDS_PER_CANDIDATE", 1)  # of a large database (here one scan is 15 candidates)
+  monkeypatch.setattr(multi, "SCAN_WORDS_PER_CANDIDATE", 1)  # as of a large database (the default: 15 candidates)
   got, probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_radius(idx, q, radii))
   _assert_ragged_equal(got, _ref_radius(q, x, radii))
   assert probed == q.shape[0] and 0 < handed < q.shape[0], (probed, handed)

@@ -1,4 +1,4 @@
-r"""Benchmarks exact k-NN by multi-index hashing (hashjax.index) against the linear scan and faiss, in one process.
+r"""Benchmarks exact k-NN and radius search by multi-index hashing (hashjax.index) against the scan and faiss.
 
   python -m experiments.benchmarks.multi_index                 # N = 10^7 codes of 64 bits, 1000 queries, k = 10, 100
   python -m experiments.benchmarks.multi_index --small         # a quick check (N = 2 * 10^6, 200 queries)
@@ -161,7 +161,7 @@ def _peak_rss_gib() -> float:
 def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int, generators: List[str],
                   nflips: List[int], repeats: int, threads: int, seed: int, mmap: bool = False,
                   tmpdir: Optional[str] = None, use_faiss: bool = True, radii: Sequence[int] = ()) -> List[Dict]:
-  """Runs every comparison; returns one row per (generator, k, method)."""
+  """Runs every comparison; returns one row per (generator, k or radius, method)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from hashjax import index, search  # pylint: disable=g-import-not-at-top
   from experiments import process  # pylint: disable=g-import-not-at-top
@@ -271,7 +271,7 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
       for name, check in (("scan", "exact"), ("mih", "equals scan" if exact else "DIFFERS FROM SCAN")):
         rows.append(dict(generator=generator, radius=r, method=name, ms_per_query=per_q[name],
                          ratio=per_q["scan"] / per_q[name], found=found, check=check))
-        print(f"  r={r:<3}{name:<19}{per_q[name]:>10.3f}{per_q['scan'] / per_q[name]:>8.1f}{'':>8}  {check}",
+        print(f"  {'r=' + str(r):>4} {name:<20}{per_q[name]:>10.3f}{per_q['scan'] / per_q[name]:>8.1f}{'':>8}  {check}",
               flush=True)
       print(f"       {found:g} items per query within the radius", flush=True)
     if mmap:

@@ -113,8 +113,8 @@ DENSE_MAX_BITS = 16
 #: :data:`CANDIDATES_PER_PROBE` per probe, times this, exceeds the scan's cost of the database in words,
 #: ``N (W + 1)``: the scan of a code costs about its ``W`` words plus one word's worth of work per code (10^7 uniform
 #: codes: 0.54, 0.74-0.79, 1.01, 1.22 ms per 10-NN query for ``W`` = 1 to 4), and a candidate of the compiled
-#: search 7-10 ns at 10^7 codes, as long as scanning 230-360 such words (``docs/performance.md``). 384 keeps the
-#: budget of 64-bit codes, in candidates, where it was.
+#: search 7-10 ns at 10^7 codes, as long as 230-360 such words of a scan of the same queries
+#: (``docs/performance.md``). 384 keeps the budget of 64-bit codes, in candidates, where it was.
 SCAN_WORDS_PER_CANDIDATE = 384
 #: A probe of a radius search costs ``method="auto"``'s model as much as this many candidates: the bucket's
 #: offsets, its first item and that item's code are read one after another, each a cache miss in tables of millions
