@@ -277,6 +277,21 @@ def test_a_pilot_handed_over_sends_the_rest_unprobed(monkeypatch):
     assert (probed, handed) == (64, 200) if name == "uniform" else probed >= 200, (name, probed, handed)
 
 
+def test_radius_queries_handed_over_then_probed_again(monkeypatch):
+  # A few radius queries over a small budget go first to the scan, then, being fewer than SCAN_MIN_QUERIES with
+  # little modelled work, are probed again with a larger share; their answers merge by row with the others'. Exact.
+  rng = np.random.default_rng(9)
+  x, q = _data(rng, 64, 2000, 40, 2000)
+  idx = index.build_multi_index(x, num_bits=64, num_tables=2)
+  radii = np.zeros(q.shape[0], np.int64)
+  radii[rng.choice(q.shape[0], 4, replace=False)] = 3  # 2 x 33 probes, 8 candidates each: past a budget of 200
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)
+  monkeypatch.setattr(multi, "SCAN_WORDS_PER_CANDIDATE", 30)  # a budget of 2000 * 3 // 30 = 200 candidates
+  got, probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_radius(idx, q, radii))
+  _assert_ragged_equal(got, _ref_radius(q, x, radii))
+  assert (probed, handed) == (q.shape[0] + 4, 0), (probed, handed)
+
+
 def test_more_queries_than_a_kernel_call():
   rng = np.random.default_rng(8)
   x, q = _data(rng, 40, 500, 600, 50)
