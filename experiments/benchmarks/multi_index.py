@@ -153,6 +153,15 @@ def _codes(generator: str, num_db: int, num_queries: int, num_bits: int, seed: i
 
 
 
+def _alternating(scan, multi, repeats: int, num_queries: int) -> Dict[str, float]:
+  """Milliseconds per query of ``scan`` and ``multi``, each the best of ``repeats`` runs, the two alternating."""
+  times = {"scan": float("inf"), "mih": float("inf")}
+  for _ in range(repeats):
+    times["scan"] = min(times["scan"], benchmarks.best_time(scan, 1))
+    times["mih"] = min(times["mih"], benchmarks.best_time(multi, 1))
+  return {name: s / num_queries * 1e3 for name, s in times.items()}
+
+
 def _peak_rss_gib() -> float:
   """This process's peak resident memory so far, GiB (Linux reports ``ru_maxrss`` in KiB)."""
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -219,14 +228,10 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
 
       scan()  # untimed: compiles the scan's shapes (also those of the queries handed over)
       multi()
-      times = {"scan": float("inf"), "mih": float("inf")}
-      for _ in range(repeats):
-        times["scan"] = min(times["scan"], benchmarks.best_time(scan, 1))
-        times["mih"] = min(times["mih"], benchmarks.best_time(multi, 1))
+      per_q = _alternating(scan, multi, repeats, q.shape[0])
       exact = all(np.array_equal(a, b) for a, b in zip(out["scan"], out["mih"]))
       ref_d = out["scan"][0]
       load = os.getloadavg()[0]
-      per_q = {name: s / q.shape[0] * 1e3 for name, s in times.items()}
       result = [("scan", per_q["scan"], 1.0, 1.0, "exact"),
                 ("mih", per_q["mih"], per_q["scan"] / per_q["mih"], 1.0,
                  "equals scan" if exact else "DIFFERS FROM SCAN")]
@@ -261,12 +266,8 @@ def run_benchmark(*, num_db: int, num_queries: int, ks: List[int], num_bits: int
 
       scan_radius()
       multi_radius()
-      times = {"scan": float("inf"), "mih": float("inf")}
-      for _ in range(repeats):
-        times["scan"] = min(times["scan"], benchmarks.best_time(scan_radius, 1))
-        times["mih"] = min(times["mih"], benchmarks.best_time(multi_radius, 1))
+      per_q = _alternating(scan_radius, multi_radius, repeats, q.shape[0])
       exact = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out["scan"], out["mih"]))
-      per_q = {name: s / q.shape[0] * 1e3 for name, s in times.items()}
       found = int(np.asarray(out["scan"].offsets)[-1]) / q.shape[0]
       for name, check in (("scan", "exact"), ("mih", "equals scan" if exact else "DIFFERS FROM SCAN")):
         rows.append(dict(generator=generator, radius=r, method=name, ms_per_query=per_q[name],

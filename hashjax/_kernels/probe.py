@@ -114,8 +114,7 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
   find_row = np.empty(1024, np.int64)
   for q in range(num_q):
     hist[:] = 0
-    total = 0  # finds within the limit at the time
-    num_found = 0
+    num_found = 0  # finds, each within the limit at the time
     limit = num_bits if k > 0 else min(radius[q], num_bits)
     target = -1 if k > 0 else radius[q]
     work = 0.0
@@ -188,8 +187,7 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
               find_d[num_found], find_row[num_found] = d, row
               num_found += 1
               hist[d] += 1
-              total += 1
-              if k > 0 and total >= k:  # the k-th distance found so far bounds what can still count
+              if k > 0 and num_found >= k:  # the k-th distance found so far bounds what can still count
                 below = 0
                 for e in range(limit + 1):
                   below += hist[e]
@@ -198,7 +196,7 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
                     break
         bound = m * r + j
         if k > 0:
-          if total >= k:  # the k-th distance estimated from the finds, each weighted by 1 / P(found)
+          if num_found >= k:  # the k-th distance estimated from the finds, each weighted by 1 / P(found)
             weighted = 0.0
             estimate = 0
             for e in range(num_bits + 1):
