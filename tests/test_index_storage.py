@@ -63,7 +63,7 @@ def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path, monkeyp
   mih_path = index.save(index.build_multi_index(x, num_bits=64, num_tables=3), tmp_path / "mih")
   db, mih = index.load(db_path, mmap=True), index.load(mih_path, mmap=True)
   assert isinstance(db.words, np.memmap) and not db.words.flags.writeable
-  assert isinstance(mih.db_words, np.memmap) and isinstance(mih.items, np.memmap)
+  assert isinstance(mih.db_words, np.memmap) and isinstance(mih.entries, np.memmap)
   _same(db, index.CodeDatabase(x, 64))
   d = _ref_distances(q, x)
   want_i = np.stack([np.lexsort((np.arange(x.shape[0]), row))[:10] for row in d])
@@ -84,29 +84,33 @@ def test_memory_mapped_load_searches_without_reading_the_codes(tmp_path, monkeyp
     index.load(mih_path, mmap=1)
 
 
-def test_a_multi_index_with_sorted_codes_is_version_2_and_loads(tmp_path, monkeypatch):
+def test_a_multi_index_is_version_3_and_earlier_ones_are_refused(tmp_path, monkeypatch):
   from hashjax.index import multi  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)  # probed, as a larger database would be, not scanned outright
-  # Its items are rows of the sorted codes, which a reader of version 1 would take for database indices: it is
-  # written as version 2; an index without them is still written as version 1.
+  # Versions 1 and 2 held tables of items where version 3 holds entries with fingerprints: a multi-index manifest
+  # of another version is refused (a code database stays version 1). With or without the sorted copy, it loads.
   rng = np.random.default_rng(4)
   x, q = _codes(rng, 3000, 70), _codes(rng, 9, 70)
-  for name, reorder, version in (("sorted", True, 2), ("plain", False, 1)):
+  for name, reorder in (("sorted", True), ("plain", False)):
     idx = index.build_multi_index(x, num_bits=70, reorder=reorder)
     path = index.save(idx, tmp_path / name)
     mfile = os.path.join(path, "manifest.json")
     manifest = json.loads(open(mfile).read())
-    assert manifest["version"] == version
+    names = [a["name"] for a in manifest["arrays"]]
+    assert manifest["version"] == 3 and "entries" in names and ("sorted_words" in names) == reorder
     want = [np.asarray(a) for a in index.multi_index_knn(idx, q, 7)]
     for mmap in (False, True):
       back = index.load(path, mmap=mmap)
       _same(idx, back)
-      assert isinstance(back.sorted_words, np.memmap) if mmap and reorder else True
+      assert isinstance(back.entries, np.memmap) == mmap
+      assert isinstance(back.sorted_words, np.memmap) == mmap if reorder else back.sorted_words is None
       assert all(np.array_equal(np.asarray(a), b) for a, b in zip(index.multi_index_knn(back, q, 7), want))
-    with open(mfile, "w") as f:
-      json.dump({**manifest, "version": 3 - version}, f)
-    with pytest.raises(ValueError, match=f"expected format 'hashjax-index' version {version}"):
-      index.load(path)
+    for version in (1, 2):
+      with open(mfile, "w") as f:
+        json.dump({**manifest, "version": version}, f)
+      with pytest.raises(ValueError, match=f"expected format 'hashjax-index' version 3\\), got format "
+                                           f"'hashjax-index' version {version}"):
+        index.load(path)
 
 
 def test_save_over_an_index_replaces_it_and_removes_the_old_data(tmp_path):
@@ -138,7 +142,7 @@ def _saved(tmp_path):
 
 def test_truncated_altered_or_missing_files_are_refused(tmp_path):
   idx, path, manifest = _saved(tmp_path)
-  items = os.path.join(path, manifest["data"], "items.npy")
+  items = os.path.join(path, manifest["data"], "entries.npy")
   original = open(items, "rb").read()
 
   def expect(match):
@@ -147,14 +151,14 @@ def test_truncated_altered_or_missing_files_are_refused(tmp_path):
 
   with open(items, "wb") as f:
     f.write(original[:len(original) // 2])  # truncated
-  expect("items.npy: checksum mismatch")
+  expect("entries.npy: checksum mismatch")
   altered = bytearray(original)
   altered[-5] ^= 1
   with open(items, "wb") as f:
     f.write(bytes(altered))
-  expect("items.npy: checksum mismatch")
+  expect("entries.npy: checksum mismatch")
   os.remove(items)
-  expect("items.npy: missing")
+  expect("entries.npy: missing")
   with open(items, "wb") as f:
     f.write(original)
   _same(index.load(path), idx)

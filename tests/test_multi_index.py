@@ -85,32 +85,55 @@ def test_knn_and_radius_match_brute_force(num_bits, num_tables, n, pool, ks_radi
   _assert_ragged_equal(index.multi_index_radius(idx, q, per_query, method="probe"), _ref_radius(q, x, per_query))
 
 
-# num_bits, num_tables (None: default), database size, pool of distinct codes: lanes of one uint32 (32 bits), one
-# uint64 (33, 64), three uint32 (70, sparse tables) and two uint64 (128).
-_SORTED_CASES = [(32, 2, 900, 60), (33, 2, 900, 25), (64, None, 3000, 300), (70, 3, 1500, 30), (128, 8, 1000, 400)]
+# num_bits, num_tables (None: default), database size, pool of distinct codes: lanes of one uint32 (32 bits: a
+# fingerprint holds the whole other substring), one uint64 (33, 64), three uint32 (70, sparse tables), two uint64
+# (128: 7 other substrings share the fingerprint) and a database of 2^16 + 1 codes (17 bits of index).
+_ENTRY_CASES = [(32, 2, 900, 60), (33, 2, 900, 25), (64, None, 3000, 300), (70, 3, 1500, 30), (128, 8, 1000, 400),
+                (64, 3, 2**16 + 1, 5000)]
 
 
-@pytest.mark.parametrize("num_bits,num_tables,n,pool", _SORTED_CASES)
-def test_sorted_codes_hold_the_tables_and_give_the_same_answers(num_bits, num_tables, n, pool):
-  # reorder=True: the candidates' codes are read from a copy sorted by value, the tables hold its rows and the
-  # last table's items its order; answers (indices, and ties by index) are those of the caller's rows.
+@pytest.mark.parametrize("reorder", [False, True])
+@pytest.mark.parametrize("num_bits,num_tables,n,pool", _ENTRY_CASES)
+def test_entries_hold_each_item_and_its_fingerprint(num_bits, num_tables, n, pool, reorder):
+  # An entry is 7 bytes, a little-endian integer: the database index in the low ceil(log2 N) bits, then the
+  # fingerprint of its table: the lowest bits of each other substring, 56 - ceil(log2 N) shared out evenly (the
+  # first ones one more), all of a substring where it is shorter. Rebuilt here from the bits; answers exact.
+  # reorder=True: the codes are copied sorted by value (equal ones by index); the tables hold rows of the copy,
+  # and the last table's bucket u is its rows offsets[u] .. offsets[u + 1] - 1, whose entries hold each row's
+  # database index; answers (indices, and ties by index) are the caller's rows'.
   rng = np.random.default_rng(num_bits + 7)
   x, q = _data(rng, num_bits, n, 24, pool)
-  plain = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables, reorder=False)
-  idx = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables, reorder=True)
-  assert plain.sorted_words is None and idx.nbytes == plain.nbytes + x.nbytes and idx.db_words is plain.db_words
-  order = idx.items[-1]
-  np.testing.assert_array_equal(order, np.lexsort(x.T))  # by value, equal codes by index
-  np.testing.assert_array_equal(idx.sorted_words, x[order])
-  m = idx.num_tables
+  idx = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables, reorder=reorder)
+  m, bounds = idx.num_tables, idx.bounds.tolist()
+  id_bits = max(1, int(np.ceil(np.log2(n))))
+  assert idx.id_bits == id_bits and idx.entries.shape == (m, n, 7) and idx.entries.dtype == np.uint8
+  order = np.lexsort(x.T) if reorder else np.arange(n)  # by value, the last word most significant
+  copy = x.nbytes if reorder else 0
+  assert idx.nbytes == 7 * m * n + sum(o.nbytes + k.nbytes for o, k in zip(idx.offsets, idx.keys)) + copy
+  if reorder:
+    np.testing.assert_array_equal(idx.sorted_words, x[order])
+  else:
+    assert idx.sorted_words is None
+  bits = np.asarray(codes.unpack_bits(x[order], num_bits))  # the codes the tables' items are rows of
+  values = sum(idx.entries[..., e].astype(object) << (8 * e) for e in range(7))  # little-endian, Python ints
   for j in range(m):
-    offsets, keys = idx.offsets[j], idx.keys[j]
-    assert np.array_equal(offsets, plain.offsets[j]) and np.array_equal(keys, plain.keys[j])
-    rows = np.arange(n) if j == m - 1 else idx.items[j]  # the last table's bucket u: rows offsets[u] ..
-    bucket = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))  # of each entry
-    assert np.all(np.diff(rows)[bucket[1:] == bucket[:-1]] > 0)  # rows ascending within a bucket
-    held = order[rows]  # a bucket holds the same items as without the copy (ascending there)
-    np.testing.assert_array_equal(held[np.lexsort((held, bucket))], plain.items[j])
+    ids = np.array([v % 2**id_bits for v in values[j]], np.int64)
+    sub = bits[:, bounds[j]:bounds[j + 1]] @ (1 << np.arange(bounds[j + 1] - bounds[j], dtype=object))
+    bucket = np.repeat(np.arange(idx.offsets[j].shape[0] - 1), np.diff(idx.offsets[j]))
+    keys = bucket if not idx.keys[j].size else idx.keys[j][bucket]
+    want = np.lexsort((np.arange(n), sub.astype(np.int64)))  # by substring, then by row
+    np.testing.assert_array_equal(ids, order if reorder and j == m - 1 else want)
+    np.testing.assert_array_equal(keys, sub[want].astype(np.int64))
+    np.testing.assert_array_equal(idx.items[j], ids)
+    if reorder and j == m - 1:
+      np.testing.assert_array_equal(want, np.arange(n))  # the copy's rows are the last table's buckets in order
+    others = [i for i in range(m) if i != j]
+    positions = []
+    for t, i in enumerate(others):
+      share = (56 - id_bits) // len(others) + (t < (56 - id_bits) % len(others))
+      positions += list(range(bounds[i], bounds[i] + min(share, bounds[i + 1] - bounds[i])))
+    fingerprint = bits[want][:, positions] @ (1 << np.arange(len(positions), dtype=object))
+    np.testing.assert_array_equal([v >> id_bits for v in values[j]], fingerprint)
   near = q[:24]  # the last 4 queries are random codes: "probe" would refuse their steps on sparse tables
   for k, method, queries in ((1, "probe", near), (4, "probe", near), (11, "probe", near), (37, "auto", q),
                              (n, "auto", q)):
@@ -122,13 +145,15 @@ def test_sorted_codes_hold_the_tables_and_give_the_same_answers(num_bits, num_ta
     _assert_ragged_equal(index.multi_index_radius(idx, near, r, method="probe"), _ref_radius(near, x, r))
 
 
-def test_sorted_codes_by_default_from_reorder_min_bytes(monkeypatch):
+def test_sorted_codes_by_default_from_reorder_min_bytes_to_reorder_max_bytes(monkeypatch):
   rng = np.random.default_rng(4)
   x, _ = _data(rng, 64, 2000, 40, 2000)
   monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes + 1)
   assert index.build_multi_index(x, num_bits=64).sorted_words is None
   monkeypatch.setattr(multi, "REORDER_MIN_BYTES", x.nbytes)
   assert index.build_multi_index(x, num_bits=64, num_tables=2).sorted_words is not None
+  monkeypatch.setattr(multi, "REORDER_MAX_BYTES", x.nbytes - 1)
+  assert index.build_multi_index(x, num_bits=64).sorted_words is None
   with pytest.raises(ValueError, match="reorder"):
     index.build_multi_index(x, num_bits=64, reorder="yes")
 
@@ -336,7 +361,7 @@ def test_default_num_tables_and_memory():
       assert all((s <= 16 or 2**s <= 2 * n) and s <= 32 for s in idx_sizes.tolist())
   x = np.asarray(codes.pack_bits(np.random.default_rng(0).integers(0, 2, (5000, 64))))
   idx = index.build_multi_index(x, num_bits=64, num_tables=4)  # 16-bit dense tables
-  assert idx.nbytes == 4 * 4 * 5000 + 4 * 4 * (2**16 + 1)
+  assert idx.nbytes == 4 * 7 * 5000 + 4 * 4 * (2**16 + 1)  # 7-byte entries, int32 offsets
 
 
 def test_bad_inputs():

@@ -43,8 +43,9 @@ the codes in memory are dropped and both the scan and multi-index hashing search
 memory-mapped (:func:`hashjax.index.load` with ``mmap=True``): the codes are read from the page cache, never
 copied whole. ``--nofaiss`` leaves out the faiss rows (their indexes copy the codes).
 
-Also printed: the build time of the index, its bytes (tables: items and offsets, and the copy of the codes sorted
-by value it reads candidates from, not the database codes it refers to) against the packed codes', and
+Also printed: the build time of the index, its bytes (tables: entries and offsets, and the copy of the codes
+sorted by value it reads candidates from where it keeps one, not the database codes it refers to) against the
+packed codes', and
 ``uptime``'s load. Checks: ``mih`` returns exactly ``scan``'s
 distances and indices for every query.
 """

@@ -32,6 +32,15 @@ def _popcount(x):
 
 
 @numba.njit(inline="always")
+def _entry(entries, j, p):
+  """Entry ``p`` of table ``j``: its 7 bytes as a little-endian ``uint64``."""
+  e = entries[j, p]
+  return (np.uint64(e[0]) | (np.uint64(e[1]) << np.uint64(8)) | (np.uint64(e[2]) << np.uint64(16))
+          | (np.uint64(e[3]) << np.uint64(24)) | (np.uint64(e[4]) << np.uint64(32)) | (np.uint64(e[5]) << np.uint64(40))
+          | (np.uint64(e[6]) << np.uint64(48)))
+
+
+@numba.njit(inline="always")
 def _next_mask(v):
   """The next larger integer with as many set bits as ``v > 0`` (Gosper's hack)."""
   c = v & -v
@@ -67,12 +76,13 @@ def _after(rest, rest_probes, probe_cost, t, radius, mean, step, target, m):
 
 
 @numba.njit(nogil=True, cache=True)
-def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_probes, found, keys, offsets, items,
-          lanes, reordered, lane_masks, sizes):
+def probe(q_sub, q_fp, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_probes, found, keys, offsets,
+          entries, id_bits, lanes, reordered, lane_masks, sizes):
   """Searches each query by multi-index hashing (:mod:`hashjax.index.multi`), or hands it over.
 
   Args:
     q_sub: ``uint32[Q, m]`` the queries' substrings.
+    q_fp: ``uint64[Q, m]`` the queries' fingerprints, one per table (:mod:`hashjax.index.multi`).
     q_lanes: ``[Q, L]`` the queries' codes as lanes (the dtype of ``lanes``).
     k: k-NN: ``k >= 1``; radius search: 0.
     radius: ``int64[Q]`` radius search: each query's radius (at most ``b``); k-NN: unused.
@@ -83,8 +93,10 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
     rest_probes: ``float64[T + 1]`` the probes of steps ``t, ..., T - 1``.
     found: ``float64[T, b + 1]`` the probability that steps ``0..t`` find an item at distance ``d``.
     keys, offsets: typed lists of each table's ``uint32`` keys (empty: dense) and ``int32`` offsets.
-    items: ``int32[m, N]`` each table's items (rows of ``lanes``); with ``reordered``, ``items[m - 1]`` maps the
-      rows of ``lanes`` to database indices and table ``m - 1``'s bucket is its rows.
+    entries: ``uint8[m, N, 7]`` each table's entries, 56-bit little-endian integers: the item (a row of ``lanes``)
+      in the low ``id_bits`` bits, its fingerprint for that table above them; with ``reordered``, table ``m - 1``'s
+      bucket is its rows of ``lanes`` and its entries hold the database index of each row instead.
+    id_bits: bits of an entry's item.
     lanes: ``[N, L]`` the codes the candidates are read from.
     reordered: whether ``lanes`` are the codes sorted by value.
     lane_masks: ``[m, L]`` each table's bits within the lanes.
@@ -98,7 +110,9 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
   """
   num_q, m = q_sub.shape
   num_lanes = lanes.shape[1]
-  num_db = items.shape[1]
+  num_db = lanes.shape[0]
+  id_shift = np.uint64(id_bits)
+  id_mask = (np.uint64(1) << id_shift) - np.uint64(1)
   num_bits = found.shape[1] - 1
   counts = np.zeros(num_q, np.int64)
   handed = np.zeros(num_q, np.bool_)
@@ -139,6 +153,7 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
             return counts, out_d[:0], out_i[:0], handed, need, reach, status
           keys_j, offsets_j = keys[j], offsets[j]
           sub = np.int64(q_sub[q, j])
+          fp_q = q_fp[q, j]
           candidates = 0
           mask = (np.int64(1) << r) - 1
           for _ in range(count):
@@ -162,7 +177,13 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
             if r:
               mask = _next_mask(mask)
             for p in range(lo, hi):
-              row = p if (reordered and j == m - 1) else items[j, p]
+              if reordered and j == m - 1:  # the bucket's codes are rows lo .. hi - 1, read in order
+                row = p
+              else:
+                entry = _entry(entries, j, p)
+                if r + _popcount((entry >> id_shift) ^ fp_q) > limit:  # the fingerprint puts it past the limit
+                  continue
+                row = np.int64(entry & id_mask)
               d = 0
               for lane in range(num_lanes):
                 xor[lane] = lanes[row, lane] ^ q_lanes[q, lane]
@@ -219,7 +240,7 @@ def probe(q_sub, q_lanes, k, radius, budget, probe_cost, max_probes, rest, rest_
     for f in range(num_found):  # within the final limit, as (distance, database index) keys
       if find_d[f] <= limit:
         row = find_row[f]
-        find_row[keep] = find_d[f] * num_db + (items[m - 1, row] if reordered else row)
+        find_row[keep] = find_d[f] * num_db + (np.int64(_entry(entries, m - 1, row) & id_mask) if reordered else row)
         keep += 1
     ordered = np.sort(find_row[:keep])
     if k > 0:

@@ -29,11 +29,25 @@ at most 16 bits or ``2^s <= 2N``) is indexed by the substring itself; a
 search. The index keeps a reference to the packed database codes, for the
 linear scan it may hand a query to; full distances are computed on a copy of
 the codes sorted by value (last substring most significant), kept when the
-codes reach :data:`REORDER_MIN_BYTES`: its rows are grouped by cluster, so a
-query's candidates, read at random otherwise, lie near each other in memory.
-The tables then hold rows of that copy, and the last table's items, which the
-copy makes ``0, 1, ..., N - 1``, hold each row's database index instead. The
-default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
+codes take from :data:`REORDER_MIN_BYTES` to :data:`REORDER_MAX_BYTES`: its
+rows are grouped by cluster, so a query's candidates, read at random
+otherwise, lie near each other in memory. The tables then hold rows of that
+copy, and the last table's bucket ``u`` is its rows ``offsets[u] ..
+offsets[u + 1] - 1``, whose entries hold each row's database index instead.
+
+**Fingerprints.** A table's entry (:data:`ENTRY_BYTES` bytes) holds the
+item (its database index, or its row in the sorted copy) in its low ``ceil(log2 N)`` bits and, above them, a
+*fingerprint*: the lowest bits of the other substrings, ``56 - ceil(log2 N)``
+of them shared out evenly (all of them where they are fewer). The Hamming distance between two fingerprints
+bounds the distance on their bits from below, and the items of a probe at
+substring radius ``r`` differ from the query in exactly ``r`` bits of the
+table's substring, so a candidate with
+
+.. math:: r + d_H(\mathrm{fp}_j(q), \mathrm{fp}_j(x)) > \text{the query's limit}
+
+is dropped from its entry alone, read in order along the bucket, without the
+random read of its code (at ``N = 10^8``: 27 bits of index, a fingerprint of
+29). The default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
 (substrings of about ``log2 N`` bits, so a bucket holds about one item of
 uniformly random codes), raised where a substring would need a sparse table
 (:func:`default_num_tables`).
@@ -75,14 +89,15 @@ them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 **Cost.** A query is searched by one compiled loop
 (:func:`hashjax._kernels.probe.probe`, numba; a call's queries in up to four
 chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread
-per CPU): per candidate one read of its code, an XOR and a popcount;
-candidates farther than the query's ``k``-th distance so far (lowered at
-every find) are dropped at once, and only the rest pay the masked popcounts
-of the first-probe rule (at radius 0, those of the tables before ``j``
-alone). The loop is compiled at the first search (about 5 s; numba caches
-it, and a later process loads it in under a second). Memory of the tables:
-``4 m N`` bytes of items plus the offsets, and the sorted copy of the codes;
-``python -m
+per CPU): per candidate the read of its entry (in order along the bucket)
+and the fingerprints' XOR and popcount; for those the fingerprint keeps
+within the query's limit (its ``k``-th distance so far, lowered at every
+find, or the radius), the read of its code (a random read), an XOR and a
+popcount; and for those still within it, the masked popcounts of the
+first-probe rule (at radius 0, those of the tables before ``j`` alone). The loop is compiled at the first search (about
+5 s; numba caches it, and a later process loads it in under a second).
+Memory of the tables: ``7 m N`` bytes of entries plus the offsets (64-bit
+codes at ``m = 3``: 2.6x the codes), and the sorted copy; ``python -m
 experiments.benchmarks.multi_index`` measures it all against the scan.
 """
 
@@ -144,12 +159,21 @@ MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
 _CHUNK_QUERIES = 64  # about the fewest queries per call of the compiled kernel (at most 4 calls per CPU's thread)
 _SAMPLE_ROWS = 4096  # codes whose bits' frequencies of ones price the steps to come (_expected_candidates)
+#: Bytes of a table's entry: the item and its fingerprint (module docstring), little-endian. Read
+#: byte by byte, 7-byte entries searched 10^8 codes faster than the same bits packed in uint64 words, each entry read
+#: with two word reads and shifts (0.090 against 0.132 ms per 10-NN query, docs/performance.md).
+ENTRY_BYTES = 7
 #: :func:`build_multi_index` keeps a copy of the codes sorted by value (module docstring) when they take at least
 #: this many bytes. Dense bit-flip clusters (1,000 centres, 5% flips), 1,000 queries, a query's time without the
 #: copy over its time with it, in one process on a loaded 2-core machine: 10^5 codes of 64 bits 1.05 / 1.08
 #: (10-NN / 100-NN), 3 x 10^5 1.12 / 1.08, 10^6 1.28 / 1.53, 10^7 1.10-1.37 / 1.27-1.53 (docs/performance.md;
 #: measured with the earlier numpy search).
 REORDER_MIN_BYTES = 1 << 22
+#: ... and at most this many (2^28: 3.4 x 10^7 codes of 64 bits). The copy costs as much memory as the codes, and
+#: with fingerprints it gains less on large databases: 10^7 dense clusters (1,000 centres, 5% flips) 1.6x less
+#: time per 10-NN query with it, 10^8 (10^4 centres, 10% flips) 1.04x, where the index without it is 2.67x the
+#: codes and with it 3.67x (docs/performance.md).
+REORDER_MAX_BYTES = 1 << 28
 
 
 class MultiIndex(NamedTuple):
@@ -161,40 +185,53 @@ class MultiIndex(NamedTuple):
     bounds: ``int64[m + 1]``; table ``j`` keys on bits ``bounds[j] .. bounds[j + 1] - 1`` of the code.
     keys: ``m`` arrays; ``uint32[U_j]`` the sorted distinct substrings of a sparse table, ``uint32[0]`` for a
       dense table (keyed by the substring itself).
-    offsets: ``m`` arrays ``int32[U_j + 1]`` (sparse) or ``int32[2^{s_j} + 1]`` (dense): bucket ``u``'s items
-      are ``items[j, offsets[j][u]:offsets[j][u + 1]]``.
-    items: ``int32[m, N]`` database indices, ascending within each bucket; with ``sorted_words``, rows of
-      ``sorted_words`` (ascending within each bucket), except ``items[m - 1]``: the database index of each row of
-      ``sorted_words`` (table ``m - 1``'s bucket ``u`` is its rows ``offsets[m - 1][u] .. offsets[m - 1][u + 1] -
-      1``).
+    offsets: ``m`` arrays ``int32[U_j + 1]`` (sparse) or ``int32[2^{s_j} + 1]`` (dense): bucket ``u`` holds
+      table ``j``'s entries ``offsets[j][u] .. offsets[j][u + 1] - 1``.
+    entries: ``uint8[m, N, ENTRY_BYTES]`` each table's entries, items ascending within each bucket: 56-bit
+      little-endian integers, the item in the low :attr:`id_bits` bits and its fingerprint for table ``j``
+      (module docstring) above them. An item is a database index; with ``sorted_words``, a row of it, except in
+      table ``m - 1``, whose bucket ``u`` is its rows ``offsets[m - 1][u] .. offsets[m - 1][u + 1] - 1`` and whose
+      entries hold the database index of each row.
     num_bits: the code length ``b``.
-    sorted_words: None, or ``uint32[N, W]`` the codes sorted by value, ``db_words[items[m - 1]]``: the
-      candidates' codes are read from it (module docstring).
+    sorted_words: None, or ``uint32[N, W]`` the codes sorted by value: the candidates' codes are read from it
+      (module docstring).
   """
   db_words: np.ndarray
   bounds: np.ndarray
   keys: Tuple[np.ndarray, ...]
   offsets: Tuple[np.ndarray, ...]
-  items: np.ndarray
+  entries: np.ndarray
   num_bits: int
   sorted_words: Optional[np.ndarray] = None
 
   @property
   def num_tables(self) -> int:
     """Number of substrings ``m``."""
-    return int(self.items.shape[0])
+    return int(self.entries.shape[0])
 
   @property
   def num_db(self) -> int:
     """Number of indexed database items ``N``."""
-    return int(self.items.shape[1])
+    return int(self.entries.shape[1])
+
+  @property
+  def id_bits(self) -> int:
+    """Bits of an entry's item, ``max(1, ceil(log2 N))``; its fingerprint has the other ``56 - id_bits``."""
+    return max(1, (self.num_db - 1).bit_length())
+
+  @property
+  def items(self) -> np.ndarray:
+    """``int32[m, N]`` each table's items (database indices, or rows of ``sorted_words``), decoded from
+    :attr:`entries` (a new array)."""
+    values = sum(self.entries[..., e].astype(np.uint64) << np.uint64(8 * e) for e in range(ENTRY_BYTES))
+    return (values & np.uint64((1 << self.id_bits) - 1)).astype(np.int32)
 
   @property
   def nbytes(self) -> int:
-    """Bytes of the tables (keys, offsets, items) and of ``sorted_words``, not counting the database codes they
+    """Bytes of the tables (keys, offsets, entries) and of ``sorted_words``, not counting the database codes they
     refer to."""
     copy = 0 if self.sorted_words is None else self.sorted_words.nbytes
-    return int(self.items.nbytes + sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.offsets) + copy)
+    return int(self.entries.nbytes + sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.offsets) + copy)
 
 
 # ----------------------------------------------------------------------------
@@ -288,15 +325,38 @@ def _table(values: np.ndarray, size: int) -> Tuple[np.ndarray, np.ndarray, np.nd
   return ordered[starts].astype(np.uint32), offsets, items
 
 
+def _fingerprint_ranges(bounds: np.ndarray, table: int, num_fp_bits: int) -> list:
+  """``[(lo, n), ...]``: the fingerprint of table ``table`` is bits ``lo .. lo + n - 1`` of each other substring,
+  ``num_fp_bits`` shared out evenly (the first ones one more), at most a substring's length each."""
+  others = [i for i in range(bounds.shape[0] - 1) if i != table]
+  ranges = []
+  for n, i in enumerate(others):
+    share = num_fp_bits // len(others) + (n < num_fp_bits % len(others))
+    ranges.append((int(bounds[i]), min(share, int(bounds[i + 1] - bounds[i]))))
+  return ranges
+
+
+def _fingerprints(words: np.ndarray, bounds: np.ndarray, table: int, num_fp_bits: int) -> np.ndarray:
+  """``uint64[n]`` the fingerprints of ``words[n, W]`` for table ``table`` (module docstring)."""
+  out = np.zeros((words.shape[0],), np.uint64)
+  shift = 0
+  for lo, n in _fingerprint_ranges(bounds, table, num_fp_bits):
+    if n:
+      out |= _substring(words, lo, lo + n).astype(np.uint64) << np.uint64(shift)
+      shift += n
+  return out
+
+
 def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[int] = None,
                       reorder: Optional[bool] = None) -> MultiIndex:
   r"""Builds the multi-index hashing tables of packed codes (``m`` substring tables).
 
   .. math:: \mathcal{T}_j(v) = \{ i : x_i[\beta_j : \beta_{j+1}] = v \}, \quad i \text{ ascending}
 
-  One stable sort per table: ``O(m N \log N)`` time, ``4 m N`` bytes of items
-  plus each table's offsets (``4 \cdot 2^{s_j}`` bytes dense, ``8 U_j``
-  sparse), and with ``reorder`` one more sort and a copy of the codes; see
+  One stable sort per table: ``O(m N \log N)`` time, ``7 m N`` bytes of
+  entries (each an item's index and fingerprint, module docstring) plus each
+  table's offsets (``4 \cdot 2^{s_j}`` bytes dense, ``8 U_j`` sparse), and
+  with ``reorder`` one more sort and a copy of the codes; see
   :attr:`MultiIndex.nbytes`.
 
   Args:
@@ -304,8 +364,8 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
     num_bits: the code length ``b``.
     num_tables: ``m``, with ``ceil(b / 32) <= m <= b``; None: :func:`default_num_tables` ``(N, b)``.
     reorder: keep a copy of the codes sorted by value and read the candidates from it
-      (:attr:`MultiIndex.sorted_words`); None: when the codes take at least :data:`REORDER_MIN_BYTES`. Searches
-      return the same either way.
+      (:attr:`MultiIndex.sorted_words`); None: when the codes take from :data:`REORDER_MIN_BYTES` to
+      :data:`REORDER_MAX_BYTES`. Searches return the same either way.
 
   Returns:
     A :class:`MultiIndex` (numpy arrays).
@@ -323,23 +383,28 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
     num_tables = default_num_tables(db.shape[0], num_bits)
   else:  # substrings of 1 to MAX_SUBSTRING_BITS bits
     _checks.check_int_at_most("num_tables", num_tables, num_bits, low=low, what=f"num_bits = {num_bits} (or None)")
-  reorder = db.nbytes >= REORDER_MIN_BYTES if reorder is None else _checks.check_bool("reorder", reorder)
+  if reorder is None:
+    reorder = REORDER_MIN_BYTES <= db.nbytes <= REORDER_MAX_BYTES
+  reorder = _checks.check_bool("reorder", reorder)
   bounds = _bounds(num_bits, int(num_tables))
   words = db
   if reorder:  # by value, the highest lane first: the last substring's buckets become runs of rows 0, 1, ...
     lanes = _lanes(db)
     order = np.argsort(lanes[:, 0], kind="stable") if lanes.shape[1] == 1 else np.lexsort(lanes.T)
     words = np.take(db, order, axis=0)
-  keys, offsets, items = [], [], []
+  id_bits = max(1, (db.shape[0] - 1).bit_length())
+  keys, offsets = [], []
+  entries = np.empty((int(num_tables), db.shape[0], ENTRY_BYTES), np.uint8)
   for j in range(int(num_tables)):
-    k, o, i = _table(_substring(words, bounds[j], bounds[j + 1]), int(bounds[j + 1] - bounds[j]))
+    k, o, items = _table(_substring(words, bounds[j], bounds[j + 1]), int(bounds[j + 1] - bounds[j]))
     keys.append(k)
     offsets.append(o)
-    items.append(i)
-  if reorder:  # the last table's rows are 0 .. N - 1: its items hold the database index of each row instead
-    items[-1] = order.astype(np.int32)
-  return MultiIndex(db, bounds, tuple(keys), tuple(offsets), np.stack(items), num_bits,
-                    words if reorder else None)
+    values = _fingerprints(words, bounds, j, 8 * ENTRY_BYTES - id_bits)[items] << np.uint64(id_bits)
+    if reorder and j == int(num_tables) - 1:  # its rows are 0 .. N - 1: each row's database index instead
+      items = order
+    values |= items.astype(np.uint64)
+    entries[j] = values.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :ENTRY_BYTES]
+  return MultiIndex(db, bounds, tuple(keys), tuple(offsets), entries, num_bits, words if reorder else None)
 
 
 # ----------------------------------------------------------------------------
@@ -472,14 +537,15 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
   def run(part):
     q = queries[part]
     subs = np.stack([_substring(q, index.bounds[j], index.bounds[j + 1]) for j in range(m)], axis=1)
+    fps = np.stack([_fingerprints(q, index.bounds, j, 8 * ENTRY_BYTES - index.id_bits) for j in range(m)], axis=1)
     rest = np.zeros((part.shape[0], 1))
     if budget is not None:  # per step t, the modelled work of steps t, t + 1, ...: expected items plus probes
       work = _expected_candidates(index, q, ones) + probe_cost * (rest_probes[:-1] - rest_probes[1:])
       rest = np.zeros((part.shape[0], work.shape[1] + 1))
       rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
-    return probe.probe(subs, _lanes(q), k, radius[part], -1 if budget is None else budget, probe_cost, MAX_PROBES,
-                       rest, rest_probes, found, keys, offsets, index.items, lanes, index.sorted_words is not None,
-                       masks, sizes)
+    return probe.probe(subs, fps, _lanes(q), k, radius[part], -1 if budget is None else budget, probe_cost,
+                       MAX_PROBES, rest, rest_probes, found, keys, offsets, index.entries, index.id_bits, lanes,
+                       index.sorted_words is not None, masks, sizes)
 
   threads = _threads()
   parts = np.array_split(rows, max(1, min(4 * threads, -(-rows.shape[0] // _CHUNK_QUERIES))))

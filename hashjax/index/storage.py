@@ -16,8 +16,8 @@ one rename, so the directory always loads as the old index or the new one,
 complete), **safe under concurrency** (saves to one directory wait for each
 other and the last wins; a load during a save returns one complete index,
 never a mix and never an error) and **verified** (:func:`load` checks the
-manifest's own checksum, its format version (:data:`FORMAT_VERSION`, or
-:data:`SORTED_FORMAT_VERSION`), and each array file's sha256, dtype and shape;
+manifest's own checksum, its format version (:data:`FORMAT_VERSION`;
+:data:`MULTI_FORMAT_VERSION` for a multi-index), and each array file's sha256, dtype and shape;
 a truncated or altered file, another version or a missing file raise
 ``ValueError`` naming the file).
 Arrays are stored with ``numpy.save`` (no pickles) and read with
@@ -34,14 +34,14 @@ import numpy as np
 
 from hashjax import _checks, io
 from hashjax.index.inverted import InvertedIndex
-from hashjax.index.multi import MultiIndex
+from hashjax.index.multi import ENTRY_BYTES, MultiIndex
 
-#: Format version written by :func:`save`, but for a multi-index with ``sorted_words``; :func:`load` reads it and
-#: :data:`SORTED_FORMAT_VERSION`.
+#: Format version of the code databases and inverted indexes :func:`save` writes and :func:`load` reads.
 FORMAT_VERSION = 1
-#: Format version of a multi-index with ``sorted_words`` (its items are rows of the sorted codes, which a reader of
-#: version 1 would take for database indices); an index without them is still written as version 1.
-SORTED_FORMAT_VERSION = 2
+#: Format version of a multi-index: tables of entries with fingerprints (:class:`~hashjax.index.MultiIndex`), with
+#: or without the sorted copy of the codes. Versions 1 and 2 (tables of items) are refused; build such an index
+#: again.
+MULTI_FORMAT_VERSION = 3
 #: The file :func:`load` reads first.
 MANIFEST = "manifest.json"
 _FORMAT = "hashjax-index"
@@ -83,7 +83,7 @@ def _arrays(obj: Saved) -> Tuple[str, Dict[str, np.ndarray], Dict[str, int]]:
     arrays = {name: np.asarray(getattr(obj, name)) for name in _INVERTED_ARRAYS}
     return "inverted", arrays, {"num_bits": obj.num_bits, "count": obj.num_db, "filter_bits": obj.filter_bits}
   if isinstance(obj, MultiIndex):
-    arrays = {"db_words": obj.db_words, "bounds": obj.bounds, "items": obj.items}
+    arrays = {"db_words": obj.db_words, "bounds": obj.bounds, "entries": obj.entries}
     if obj.sorted_words is not None:
       arrays["sorted_words"] = obj.sorted_words
     for j in range(obj.num_tables):
@@ -119,7 +119,7 @@ def save(obj: Saved, directory: Any) -> str:
   (40, [[5, 0], [3, 1]])
   """
   kind, arrays, ints = _arrays(obj)
-  version = SORTED_FORMAT_VERSION if "sorted_words" in arrays else FORMAT_VERSION
+  version = MULTI_FORMAT_VERSION if kind == "multi" else FORMAT_VERSION
   header = {"format": _FORMAT, "version": version, "kind": kind, **ints}
   return io.save_arrays(_checks.check_path("directory", directory), arrays, header, manifest=MANIFEST, what="index")
 
@@ -134,12 +134,10 @@ _MANIFEST_FIELDS = {"kind": functools.partial(_checks.check_option, options=_KIN
 
 
 def _check_manifest(file: str, manifest: Dict[str, Any]) -> None:
-  """``manifest`` must be an index manifest of :data:`FORMAT_VERSION`, or of :data:`SORTED_FORMAT_VERSION` for a
-  multi-index with ``sorted_words`` (its checksum is verified after)."""
+  """``manifest`` must be an index manifest of :data:`FORMAT_VERSION`, or of :data:`MULTI_FORMAT_VERSION` for a
+  multi-index (its checksum is verified after)."""
   got = (manifest.get("format"), manifest.get("version"))
-  arrays = manifest.get("arrays")
-  names = [e.get("name") for e in arrays if isinstance(e, dict)] if isinstance(arrays, list) else []
-  version = SORTED_FORMAT_VERSION if manifest.get("kind") == "multi" and "sorted_words" in names else FORMAT_VERSION
+  version = MULTI_FORMAT_VERSION if manifest.get("kind") == "multi" else FORMAT_VERSION
   if got != (_FORMAT, version):
     raise ValueError(f"{file}: not a hashjax index manifest this hashjax reads (expected format {_FORMAT!r} "
                      f"version {version}), got format {got[0]!r} version {got[1]!r}")
@@ -156,9 +154,11 @@ def _multi(path: str, a: Dict[str, np.ndarray], manifest: Dict[str, Any]) -> Mul
   num_bits, count, m = manifest["num_bits"], manifest["count"], manifest.get("num_tables")
   _expect(_checks.is_int(m) and m >= 1, path, f"num_tables {m!r}")
   _expect(all(f"{p}_{j}" in a for j in range(m) for p in ("keys", "offsets")), path, "a table's arrays missing")
-  db, bounds, items = a["db_words"], a["bounds"], a["items"]
+  _expect(all(n in a for n in ("db_words", "bounds", "entries")), path, "an array of the multi-index missing")
+  db, bounds, entries = a["db_words"], a["bounds"], a["entries"]
   _expect(db.shape == (count, _checks.num_words_for(num_bits)), path, f"db_words of shape {db.shape}")
-  _expect(items.shape == (m, count), path, f"items of shape {items.shape}")
+  _expect(entries.shape == (m, count, ENTRY_BYTES) and entries.dtype == np.uint8, path,
+          f"entries of shape {entries.shape} and dtype {entries.dtype}")
   sorted_words = a.get("sorted_words")
   _expect(sorted_words is None or sorted_words.shape == db.shape, path, "sorted_words of another shape")
   _expect(bounds.shape == (m + 1,) and bounds[0] == 0 and bounds[-1] == num_bits
@@ -168,7 +168,7 @@ def _multi(path: str, a: Dict[str, np.ndarray], manifest: Dict[str, Any]) -> Mul
     rows = (1 << int(bounds[j + 1] - bounds[j])) if not keys.size else keys.shape[0]
     _expect(offsets.shape == (rows + 1,) and offsets[-1] == count, path, f"table {j}'s offsets")
   return MultiIndex(db, bounds, tuple(a[f"keys_{j}"] for j in range(m)), tuple(a[f"offsets_{j}"] for j in range(m)),
-                    items, num_bits, sorted_words)
+                    entries, num_bits, sorted_words)
 
 
 def load(directory: Any, *, mmap: bool = False) -> Saved:
