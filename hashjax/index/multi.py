@@ -170,9 +170,10 @@ ENTRY_BYTES = 7
 #: measured with the earlier numpy search).
 REORDER_MIN_BYTES = 1 << 22
 #: ... and at most this many (2^28: 3.4 x 10^7 codes of 64 bits). The copy costs as much memory as the codes, and
-#: with fingerprints it gains less on large databases: 10^7 dense clusters (1,000 centres, 5% flips) 1.6x less
-#: time per 10-NN query with it, 10^8 (10^4 centres, 10% flips) 1.04x, where the index without it is 2.67x the
-#: codes and with it 3.67x (docs/performance.md).
+#: with fingerprints it gains less where the clusters are larger and looser: the benchmark's dense clusters at 10^7
+#: (1,000 centres, 5% flips) 17.1x / 8.2x the scan without it, 26.7x / 16.4x with it (10-NN / 100-NN); at 10^8
+#: (10^4 centres, 10% flips) 1.12x / 1.07x less time with it, for an index of 3.67x the codes instead of 2.67x
+#: (docs/performance.md).
 REORDER_MAX_BYTES = 1 << 28
 
 
