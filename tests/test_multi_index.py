@@ -145,6 +145,41 @@ def test_entries_hold_each_item_and_its_fingerprint(num_bits, num_tables, n, poo
     _assert_ragged_equal(index.multi_index_radius(idx, near, r, method="probe"), _ref_radius(near, x, r))
 
 
+def test_the_fingerprint_drops_candidates_before_their_code_is_read():
+  # Item 0 shares the query's first substring and lies 10 bits away; item 1 is the query itself, later in the same
+  # bucket. k = 1: item 0 is found first and sets the limit to 10; item 1 passes its fingerprint (0 + 0 <= 10). With
+  # every fingerprint bit of the entries inverted, item 1's fingerprint puts it past the limit and it is dropped
+  # unread: the answer turns wrong, which shows the search trusts the fingerprints.
+  q = np.asarray(codes.pack_bits(np.random.default_rng(3).integers(0, 2, (1, 64))))
+  x = np.concatenate([_flip(q[0], range(30, 40))[None], q])
+  idx = index.build_multi_index(x, num_bits=64, num_tables=3, reorder=False)
+  d, i = index.multi_index_knn(idx, q, 1, method="probe")
+  assert (d.tolist(), i.tolist()) == ([[0]], [[1]])
+  values = sum(idx.entries[..., e].astype(np.uint64) << np.uint64(8 * e) for e in range(7))
+  values ^= np.uint64((1 << 56) - (1 << idx.id_bits))  # the fingerprints inverted, the items kept
+  inverted = idx._replace(entries=values[..., None].astype("<u8").view(np.uint8)[..., :7].copy())
+  d, i = index.multi_index_knn(inverted, q, 1, method="probe")
+  assert (d.tolist(), i.tolist()) == ([[10]], [[0]])
+
+
+@pytest.mark.parametrize("num_bits,num_tables,n", [(64, 3, 1), (64, 3, 2), (16, 1, 50), (20, 1, 50), (32, 1, 9)])
+def test_one_table_and_one_or_two_codes(num_bits, num_tables, n):
+  # m = 1: no other substring, an empty fingerprint; N = 1 or 2: one bit of index. Exact against brute force.
+  rng = np.random.default_rng(n + num_bits)
+  x, q = _data(rng, num_bits, n, 6, max(1, n // 2))
+  idx = index.build_multi_index(x, num_bits=num_bits, num_tables=num_tables)
+  assert idx.num_tables == num_tables and idx.id_bits == max(1, (n - 1).bit_length())
+  methods = ("auto",) if num_bits == 32 else ("probe", "auto")  # one 32-bit table: "probe" refuses far queries
+  for k in sorted({1, n}):
+    want_d, want_i = _ref_knn(q, x, k)
+    for method in methods:
+      got_d, got_i = index.multi_index_knn(idx, q, k, method=method)
+      np.testing.assert_array_equal(np.asarray(got_d), want_d, err_msg=f"k={k} {method}")
+      np.testing.assert_array_equal(np.asarray(got_i), want_i, err_msg=f"k={k} {method}")
+  for r in (0, 3, num_bits):
+    _assert_ragged_equal(index.multi_index_radius(idx, q, r), _ref_radius(q, x, r))
+
+
 def test_sorted_codes_by_default_from_reorder_min_bytes_to_reorder_max_bytes(monkeypatch):
   rng = np.random.default_rng(4)
   x, _ = _data(rng, 64, 2000, 40, 2000)

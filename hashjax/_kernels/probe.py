@@ -2,9 +2,10 @@ r"""Multi-index hashing's search of one query after another, compiled by numba (
 
 :func:`probe` takes a query through the steps ``(r, j)`` of
 :mod:`hashjax.index.multi` (table ``j`` at substring radius ``r``) in one
-compiled loop: per candidate one read of its code, an XOR and a popcount,
-and for the few within the query's limit the masked popcounts of the
-first-probe rule; the step's pricing (``method="auto"``) and the stopping
+compiled loop: per candidate the read of its table entry and a popcount of
+its fingerprint against the query's; for those the fingerprint keeps within
+the query's limit, one read of its code, an XOR and a popcount; and for the
+few still within it the masked popcounts of the first-probe rule; the step's pricing (``method="auto"``) and the stopping
 rule are scalar work per query. A numpy formulation spends most of a query
 in passes over small arrays between the reads (``docs/performance.md``).
 The kernel releases the GIL, so :mod:`hashjax.index.multi` runs chunks of
@@ -106,7 +107,8 @@ def probe(q_sub, q_fp, q_lanes, k, radius, budget, probe_cost, max_probes, rest,
     ``(counts[Q], distances, indices, handed[Q], need[Q], reach[Q], status[3])``: the answers of the queries not
     handed over, query after query, each sorted by (distance, index) (k-NN: the first ``k``; radius search: all
     within the radius); which queries were handed over and their modelled remaining work; the largest substring
-    radius whose buckets each query looked up (-1: none); ``status``: zeros, or ``(probes, r, size)`` of the step refused.
+    radius whose buckets each query looked up (-1: none); ``status``: zeros, or ``(probes, r, size)`` of the step
+    refused.
   """
   num_q, m = q_sub.shape
   num_lanes = lanes.shape[1]

@@ -90,7 +90,8 @@ them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 (:func:`hashjax._kernels.probe.probe`, numba; a call's queries in up to four
 chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread
 per CPU): per candidate the read of its entry (in order along the bucket)
-and the fingerprints' XOR and popcount; for those the fingerprint keeps
+and the fingerprints' XOR and popcount (the sorted copy's last table reads
+its codes in order instead); for those the fingerprint keeps
 within the query's limit (its ``k``-th distance so far, lowered at every
 find, or the radius), the read of its code (a random read), an XOR and a
 popcount; and for those still within it, the masked popcounts of the
@@ -159,7 +160,9 @@ MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
 _CHUNK_QUERIES = 64  # about the fewest queries per call of the compiled kernel (at most 4 calls per CPU's thread)
 _SAMPLE_ROWS = 4096  # codes whose bits' frequencies of ones price the steps to come (_expected_candidates)
-#: Bytes of a table's entry: the item and its fingerprint (module docstring), little-endian. Read
+#: Bytes of a table's entry: the item and its fingerprint (module docstring), little-endian; a saved index depends
+#: on this layout and on the fingerprint's bits (:func:`_fingerprint_ranges`), so changing either changes
+#: :data:`hashjax.index.storage.MULTI_FORMAT_VERSION`. Read
 #: byte by byte, 7-byte entries searched 10^8 codes faster than the same bits packed in uint64 words, each entry read
 #: with two word reads and shifts (0.090 against 0.132 ms per 10-NN query, docs/performance.md).
 ENTRY_BYTES = 7
@@ -222,8 +225,8 @@ class MultiIndex(NamedTuple):
 
   @property
   def items(self) -> np.ndarray:
-    """``int32[m, N]`` each table's items (database indices, or rows of ``sorted_words``), decoded from
-    :attr:`entries` (a new array)."""
+    """``int32[m, N]`` each table's items (database indices; with ``sorted_words``, rows of it, but for table
+    ``m - 1``, which holds each row's database index), decoded from :attr:`entries` (a new array)."""
     values = sum(self.entries[..., e].astype(np.uint64) << np.uint64(8 * e) for e in range(ENTRY_BYTES))
     return (values & np.uint64((1 << self.id_bits) - 1)).astype(np.int32)
 
