@@ -5,8 +5,9 @@ r"""Multi-index hashing's search of one query after another, compiled by numba (
 compiled loop: per candidate the read of its table entry and a popcount of
 its fingerprint against the query's; for those the fingerprint keeps within
 the query's limit, one read of its code, an XOR and a popcount; and for the
-few still within it the masked popcounts of the first-probe rule; the step's pricing (``method="auto"``) and the stopping
-rule are scalar work per query. A numpy formulation spends most of a query
+few still within it the masked popcounts of the first-probe rule; the
+step's pricing (``method="auto"``) and the stopping rule are scalar work per
+query. A numpy formulation spends most of a query
 in passes over small arrays between the reads (``docs/performance.md``).
 The kernel releases the GIL, so :mod:`hashjax.index.multi` runs chunks of
 queries on several threads.

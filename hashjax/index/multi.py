@@ -35,19 +35,22 @@ otherwise, lie near each other in memory. The tables then hold rows of that
 copy, and the last table's bucket ``u`` is its rows ``offsets[u] ..
 offsets[u + 1] - 1``, whose entries hold each row's database index instead.
 
-**Fingerprints.** A table's entry (:data:`ENTRY_BYTES` bytes) holds the
-item (its database index, or its row in the sorted copy) in its low ``ceil(log2 N)`` bits and, above them, a
-*fingerprint*: the lowest bits of the other substrings, ``56 - ceil(log2 N)``
-of them shared out evenly (all of them where they are fewer). The Hamming distance between two fingerprints
-bounds the distance on their bits from below, and the items of a probe at
-substring radius ``r`` differ from the query in exactly ``r`` bits of the
-table's substring, so a candidate with
+**Fingerprints.** A table's entry (:data:`ENTRY_BYTES` bytes) holds the item
+(its database index, or its row in the sorted copy) in its low
+``ceil(log2 N)`` bits and, above them, a *fingerprint*: the lowest bits of
+the other substrings, ``56 - ceil(log2 N)`` of them shared out evenly (all
+of them where they are fewer). The Hamming distance between two
+fingerprints bounds the distance on their bits from below, and the items of
+a probe at substring radius ``r`` differ from the query in exactly ``r``
+bits of the table's substring, so a candidate with
 
 .. math:: r + d_H(\mathrm{fp}_j(q), \mathrm{fp}_j(x)) > \text{the query's limit}
 
 is dropped from its entry alone, read in order along the bucket, without the
 random read of its code (at ``N = 10^8``: 27 bits of index, a fingerprint of
-29). The default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
+29).
+
+The default ``m`` is Norouzi et al.'s ``round(b / log2 N)``
 (substrings of about ``log2 N`` bits, so a bucket holds about one item of
 uniformly random codes), raised where a substring would need a sparse table
 (:func:`default_num_tables`).
@@ -91,12 +94,13 @@ them (:data:`PILOT_HANDED`) are handed over, so are the others, unprobed.
 chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread
 per CPU): per candidate the read of its entry (in order along the bucket)
 and the fingerprints' XOR and popcount (the sorted copy's last table reads
-its codes in order instead); for those the fingerprint keeps
-within the query's limit (its ``k``-th distance so far, lowered at every
-find, or the radius), the read of its code (a random read), an XOR and a
-popcount; and for those still within it, the masked popcounts of the
-first-probe rule (at radius 0, those of the tables before ``j`` alone). The loop is compiled at the first search (about
-5 s; numba caches it, and a later process loads it in under a second).
+its codes in order instead); for those the fingerprint keeps within the
+query's limit (its ``k``-th distance so far, lowered at every find, or the
+radius), the read of its code (a random read), an XOR and a popcount; and
+for those still within it, the masked popcounts of the first-probe rule (at
+radius 0, those of the tables before ``j`` alone). The loop is compiled at
+the first search (about 5 s; numba caches it, and a later process loads it
+in under a second).
 Memory of the tables: ``7 m N`` bytes of entries plus the offsets (64-bit
 codes at ``m = 3``: 2.6x the codes), and the sorted copy; ``python -m
 experiments.benchmarks.multi_index`` measures it all against the scan.
@@ -160,11 +164,11 @@ MAX_PROBES = 1 << 20
 _METHODS = ("auto", "probe")
 _CHUNK_QUERIES = 64  # about the fewest queries per call of the compiled kernel (at most 4 calls per CPU's thread)
 _SAMPLE_ROWS = 4096  # codes whose bits' frequencies of ones price the steps to come (_expected_candidates)
-#: Bytes of a table's entry: the item and its fingerprint (module docstring), little-endian; a saved index depends
-#: on this layout and on the fingerprint's bits (:func:`_fingerprint_ranges`), so changing either changes
-#: :data:`hashjax.index.storage.MULTI_FORMAT_VERSION`. Read
-#: byte by byte, 7-byte entries searched 10^8 codes faster than the same bits packed in uint64 words, each entry read
-#: with two word reads and shifts (0.090 against 0.132 ms per 10-NN query, docs/performance.md).
+#: Bytes of a table's entry: the item and its fingerprint (module docstring), little-endian. A saved index depends
+#: on this layout and on the fingerprint's bits (:func:`_fingerprint_ranges`): changing either changes
+#: :data:`hashjax.index.storage.MULTI_FORMAT_VERSION`. Read byte by byte, 7-byte entries searched 10^8 codes faster
+#: than the same bits packed in uint64 words, each entry read with two word reads and shifts (0.090 against 0.132
+#: ms per 10-NN query, docs/performance.md).
 ENTRY_BYTES = 7
 #: :func:`build_multi_index` keeps a copy of the codes sorted by value (module docstring) when they take at least
 #: this many bytes. Dense bit-flip clusters (1,000 centres, 5% flips), 1,000 queries, a query's time without the

@@ -17,8 +17,8 @@ complete), **safe under concurrency** (saves to one directory wait for each
 other and the last wins; a load during a save returns one complete index,
 never a mix and never an error) and **verified** (:func:`load` checks the
 manifest's own checksum, its format version (:data:`FORMAT_VERSION`;
-:data:`MULTI_FORMAT_VERSION` for a multi-index), and each array file's sha256, dtype and shape;
-a truncated or altered file, another version or a missing file raise
+:data:`MULTI_FORMAT_VERSION` for a multi-index), and each array file's
+sha256, dtype and shape; a truncated or altered file, another version or a missing file raise
 ``ValueError`` naming the file).
 Arrays are stored with ``numpy.save`` (no pickles) and read with
 ``allow_pickle=False``.
