@@ -225,7 +225,7 @@ class MultiIndex(NamedTuple):
   @property
   def id_bits(self) -> int:
     """Bits of an entry's item, ``max(1, ceil(log2 N))``; its fingerprint has the other ``56 - id_bits``."""
-    return max(1, (self.num_db - 1).bit_length())
+    return _id_bits(self.num_db)
 
   @property
   def items(self) -> np.ndarray:
@@ -333,6 +333,11 @@ def _table(values: np.ndarray, size: int) -> Tuple[np.ndarray, np.ndarray, np.nd
   return ordered[starts].astype(np.uint32), offsets, items
 
 
+def _id_bits(num_db: int) -> int:
+  """Bits of an entry's item for ``num_db`` items (:attr:`MultiIndex.id_bits`)."""
+  return max(1, (num_db - 1).bit_length())
+
+
 def _fingerprint_ranges(bounds: np.ndarray, table: int, num_fp_bits: int) -> list:
   """``[(lo, n), ...]``: the fingerprint of table ``table`` is bits ``lo .. lo + n - 1`` of each other substring,
   ``num_fp_bits`` shared out evenly (the first ones one more), at most a substring's length each."""
@@ -344,11 +349,12 @@ def _fingerprint_ranges(bounds: np.ndarray, table: int, num_fp_bits: int) -> lis
   return ranges
 
 
-def _fingerprints(words: np.ndarray, bounds: np.ndarray, table: int, num_fp_bits: int) -> np.ndarray:
-  """``uint64[n]`` the fingerprints of ``words[n, W]`` for table ``table`` (module docstring)."""
+def _fingerprints(words: np.ndarray, bounds: np.ndarray, table: int, id_bits: int) -> np.ndarray:
+  """``uint64[n]`` the fingerprints of ``words[n, W]`` for table ``table`` in entries of ``id_bits`` bits of item
+  (module docstring)."""
   out = np.zeros((words.shape[0],), np.uint64)
   shift = 0
-  for lo, n in _fingerprint_ranges(bounds, table, num_fp_bits):
+  for lo, n in _fingerprint_ranges(bounds, table, 8 * ENTRY_BYTES - id_bits):
     if n:
       out |= _substring(words, lo, lo + n).astype(np.uint64) << np.uint64(shift)
       shift += n
@@ -400,14 +406,14 @@ def build_multi_index(db_words: Array, *, num_bits: int, num_tables: Optional[in
     lanes = _lanes(db)
     order = np.argsort(lanes[:, 0], kind="stable") if lanes.shape[1] == 1 else np.lexsort(lanes.T)
     words = np.take(db, order, axis=0)
-  id_bits = max(1, (db.shape[0] - 1).bit_length())
+  id_bits = _id_bits(db.shape[0])
   keys, offsets = [], []
   entries = np.empty((int(num_tables), db.shape[0], ENTRY_BYTES), np.uint8)
   for j in range(int(num_tables)):
     k, o, items = _table(_substring(words, bounds[j], bounds[j + 1]), int(bounds[j + 1] - bounds[j]))
     keys.append(k)
     offsets.append(o)
-    values = _fingerprints(words, bounds, j, 8 * ENTRY_BYTES - id_bits)[items] << np.uint64(id_bits)
+    values = _fingerprints(words, bounds, j, id_bits)[items] << np.uint64(id_bits)
     if reorder and j == int(num_tables) - 1:  # its rows are 0 .. N - 1: each row's database index instead
       items = order
     values |= items.astype(np.uint64)
@@ -545,7 +551,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
   def run(part):
     q = queries[part]
     subs = np.stack([_substring(q, index.bounds[j], index.bounds[j + 1]) for j in range(m)], axis=1)
-    fps = np.stack([_fingerprints(q, index.bounds, j, 8 * ENTRY_BYTES - index.id_bits) for j in range(m)], axis=1)
+    fps = np.stack([_fingerprints(q, index.bounds, j, index.id_bits) for j in range(m)], axis=1)
     rest = np.zeros((part.shape[0], 1))
     if budget is not None:  # per step t, the modelled work of steps t, t + 1, ...: expected items plus probes
       work = _expected_candidates(index, q, ones) + probe_cost * (rest_probes[:-1] - rest_probes[1:])
