@@ -113,6 +113,37 @@ def test_a_multi_index_is_version_3_and_earlier_ones_are_refused(tmp_path, monke
         index.load(path)
 
 
+def test_a_multi_index_whose_tables_point_outside_the_database_is_refused(tmp_path, monkeypatch):
+  # Files edited consistently (checksums that match) but whose tables the compiled search would follow outside its
+  # arrays: an entry's item past N, offsets that go back, a substring too long to key. Each is refused by name.
+  monkeypatch.setattr(storage, "_CHECK_ROWS", 1000)  # the items are checked in several slices of rows
+  rng = np.random.default_rng(6)
+  n = 3000
+  idx = index.build_multi_index(_codes(rng, n, 40), num_bits=40, num_tables=3)
+  assert idx.id_bits == 12 and idx.sorted_words is None
+  mfile = "manifest.json: inconsistent saved index: "
+  for row, item in ((0, n), (n - 1, n), (n - 1, (1 << 12) - 1)):
+    entries = np.array(idx.entries)
+    value = int.from_bytes(entries[2, row].tobytes(), "little")
+    value = (value >> 12 << 12) | item
+    entries[2, row] = np.frombuffer(value.to_bytes(7, "little"), np.uint8)
+    path = index.save(idx._replace(entries=entries), tmp_path / f"item{row}-{item}")
+    with pytest.raises(ValueError, match=f"{mfile}an entry's item {item} is not below count {n}"):
+      index.load(path)
+  offsets = np.array(idx.offsets[1])
+  u = int(np.flatnonzero(np.diff(offsets) > 0)[0])
+  offsets[u + 1] -= 1  # bucket u loses its last entry, bucket u + 1 starts one too early ...
+  assert index.load(index.save(idx._replace(offsets=(idx.offsets[0], offsets, idx.offsets[2])), tmp_path / "o1"))
+  offsets[u + 1] = offsets[u] - 1  # ... but a bucket that ends before it starts is refused
+  path = index.save(idx._replace(offsets=(idx.offsets[0], offsets, idx.offsets[2])), tmp_path / "o2")
+  with pytest.raises(ValueError, match=f"{mfile}table 1's offsets"):
+    index.load(path)
+  wide = index.build_multi_index(_codes(rng, 50, 66), num_bits=66, num_tables=3)
+  path = index.save(wide._replace(bounds=np.array([0, 33, 34, 66])), tmp_path / "wide")
+  with pytest.raises(ValueError, match=f"{mfile}bounds \\[0, 33, 34, 66\\]"):
+    index.load(path)
+
+
 def test_save_over_an_index_replaces_it_and_removes_the_old_data(tmp_path):
   rng = np.random.default_rng(1)
   a, b = index.CodeDatabase(_codes(rng, 50, 64), 64), index.CodeDatabase(_codes(rng, 80, 40), 40)

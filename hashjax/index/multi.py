@@ -231,7 +231,13 @@ class MultiIndex(NamedTuple):
   def items(self) -> np.ndarray:
     """``int32[m, N]`` each table's items (database indices; with ``sorted_words``, rows of it, but for table
     ``m - 1``, which holds each row's database index), decoded from :attr:`entries` (a new array)."""
-    values = sum(self.entries[..., e].astype(np.uint64) << np.uint64(8 * e) for e in range(ENTRY_BYTES))
+    return self.table_items(slice(None))
+
+  def table_items(self, tables: Union[int, slice], rows: slice = slice(None)) -> np.ndarray:
+    """``int32[..., n]`` the items (:attr:`items`) of entries ``rows`` of table(s) ``tables``, decoded (a new
+    array): a slice of the items without decoding every table."""
+    entries = self.entries[tables, rows]
+    values = sum(entries[..., e].astype(np.uint64) << np.uint64(8 * e) for e in range(-(-self.id_bits // 8)))
     return (values & np.uint64((1 << self.id_bits) - 1)).astype(np.int32)
 
   @property

@@ -34,7 +34,7 @@ import numpy as np
 
 from hashjax import _checks, io
 from hashjax.index.inverted import InvertedIndex
-from hashjax.index.multi import ENTRY_BYTES, MultiIndex
+from hashjax.index.multi import ENTRY_BYTES, MAX_SUBSTRING_BITS, MultiIndex
 
 #: Format version of the code databases and inverted indexes :func:`save` writes and :func:`load` reads.
 FORMAT_VERSION = 1
@@ -46,6 +46,7 @@ MULTI_FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 _FORMAT = "hashjax-index"
 _KINDS = ("codes", "inverted", "multi")
+_CHECK_ROWS = 1 << 21  # entries of each table whose items load checks at a time (about 64 MiB of work arrays)
 _INVERTED_ARRAYS = ("keys", "codes", "code_offsets", "items", "filter", "filter_rank", "prefix_starts",
                     "coarse_filter")
 
@@ -161,14 +162,22 @@ def _multi(path: str, a: Dict[str, np.ndarray], manifest: Dict[str, Any]) -> Mul
           f"entries of shape {entries.shape} and dtype {entries.dtype}")
   sorted_words = a.get("sorted_words")
   _expect(sorted_words is None or sorted_words.shape == db.shape, path, "sorted_words of another shape")
+  widths = np.diff(bounds)
   _expect(bounds.shape == (m + 1,) and bounds[0] == 0 and bounds[-1] == num_bits
-          and bool(np.all(np.diff(bounds) >= 1)), path, f"bounds {bounds.tolist()}")
+          and bool(np.all((widths >= 1) & (widths <= MAX_SUBSTRING_BITS))), path, f"bounds {bounds.tolist()}")
   for j in range(m):
     keys, offsets = a[f"keys_{j}"], a[f"offsets_{j}"]
-    rows = (1 << int(bounds[j + 1] - bounds[j])) if not keys.size else keys.shape[0]
-    _expect(offsets.shape == (rows + 1,) and offsets[-1] == count, path, f"table {j}'s offsets")
-  return MultiIndex(db, bounds, tuple(a[f"keys_{j}"] for j in range(m)), tuple(a[f"offsets_{j}"] for j in range(m)),
-                    entries, num_bits, sorted_words)
+    rows = (1 << int(widths[j])) if not keys.size else keys.shape[0]
+    _expect(offsets.shape == (rows + 1,) and offsets[0] == 0 and offsets[-1] == count
+            and bool(np.all(np.diff(offsets) >= 0)), path, f"table {j}'s offsets")
+  index = MultiIndex(db, bounds, tuple(a[f"keys_{j}"] for j in range(m)), tuple(a[f"offsets_{j}"] for j in range(m)),
+                     entries, num_bits, sorted_words)
+  # The compiled search reads the codes at the entries' items unchecked: an item past the database, in a file whose
+  # checksums were written to match, would read outside it.
+  for start in range(0, count, _CHECK_ROWS):
+    items = index.table_items(slice(None), slice(start, start + _CHECK_ROWS))
+    _expect(int(items.max()) < count, path, f"an entry's item {int(items.max())} is not below count {count}")
+  return index
 
 
 def load(directory: Any, *, mmap: bool = False) -> Saved:
@@ -193,7 +202,8 @@ def load(directory: Any, *, mmap: bool = False) -> Saved:
 
   Raises:
     ValueError: naming the file, when the directory holds no saved index, or a file is missing, truncated or
-      altered (checksum), or of another format version.
+      altered (checksum), or of another format version, or when the arrays do not fit together (a multi-index
+      whose tables point outside its arrays, say).
 
   >>> import os, tempfile, numpy as np
   >>> from hashjax.index import build_multi_index, multi_index_knn
