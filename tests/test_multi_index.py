@@ -146,15 +146,17 @@ def test_entries_hold_each_item_and_its_fingerprint(num_bits, num_tables, n, poo
 
 
 def test_the_fingerprint_drops_candidates_before_their_code_is_read():
-  # Item 0 shares the query's first substring and lies 10 bits away; item 1 is the query itself, later in the same
-  # bucket. k = 1: item 0 is found first and sets the limit to 10; item 1 passes its fingerprint (0 + 0 <= 10). With
-  # every fingerprint bit of the entries inverted, item 1's fingerprint puts it past the limit and it is dropped
-  # unread: the answer turns wrong, which shows the search trusts the fingerprints.
+  # Item 0 shares the query's first substring and lies 10 bits away; item 1 lies 1 bit away, that bit in the first
+  # substring, where the fingerprints of tables 1 and 2 hold it. k = 1: step (0, 0) finds item 0 alone and sets the
+  # limit to 10; step (0, 1) meets item 1 in table 1, and its fingerprint keeps it (0 + 1 <= 10). With every
+  # fingerprint bit of the entries inverted, item 1's fingerprint puts it past the limit at each later step and it
+  # is dropped unread: the answer turns wrong, which shows the search trusts the fingerprints.
   q = np.asarray(codes.pack_bits(np.random.default_rng(3).integers(0, 2, (1, 64))))
-  x = np.concatenate([_flip(q[0], range(30, 40))[None], q])
+  x = np.stack([_flip(q[0], range(30, 40)), _flip(q[0], [0])])
   idx = index.build_multi_index(x, num_bits=64, num_tables=3, reorder=False)
+  assert idx.bounds.tolist() == [0, 22, 43, 64]
   d, i = index.multi_index_knn(idx, q, 1, method="probe")
-  assert (d.tolist(), i.tolist()) == ([[0]], [[1]])
+  assert (d.tolist(), i.tolist()) == ([[1]], [[1]])
   values = sum(idx.entries[..., e].astype(np.uint64) << np.uint64(8 * e) for e in range(7))
   values ^= np.uint64((1 << 56) - (1 << idx.id_bits))  # the fingerprints inverted, the items kept
   inverted = idx._replace(entries=values[..., None].astype("<u8").view(np.uint8)[..., :7].copy())

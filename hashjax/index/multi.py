@@ -95,12 +95,14 @@ chunks per CPU, of about :data:`_CHUNK_QUERIES` queries or more, on a thread
 per CPU): per candidate the read of its entry (in order along the bucket)
 and the fingerprints' XOR and popcount (the sorted copy's last table reads
 its codes in order instead); for those the fingerprint keeps within the
-query's limit (its ``k``-th distance so far, lowered at every find, or the
+query's limit (its ``k``-th distance so far, lowered as finds come, or the
 radius), the read of its code (a random read), an XOR and a popcount; and
 for those still within it, the masked popcounts of the first-probe rule (at
-radius 0, those of the tables before ``j`` alone). The loop is compiled at
-the first search (about 5 s; numba caches it, and a later process loads it
-in under a second).
+radius 0, those of the tables before ``j`` alone). The buckets of up to 64
+probes, and then the codes of up to 64 kept candidates, are prefetched
+before they are read, so that their reads from memory overlap. The loop is
+compiled at the first search (about 5 s; numba caches it, and a later
+process loads it in under a second).
 Memory of the tables: ``7 m N`` bytes of entries plus the offsets (64-bit
 codes at ``m = 3``: 2.6x the codes), and the sorted copy; ``python -m
 experiments.benchmarks.multi_index`` measures it all against the scan.
@@ -553,6 +555,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
   radius = np.zeros((queries.shape[0],), np.int64) if radius is None else radius
   probe_cost = 1 if k > 0 else CANDIDATES_PER_PROBE
   keys, offsets = _readonly(index.keys), _readonly(index.offsets)  # read by every thread
+  entries = np.ascontiguousarray(index.entries)  # the kernel prefetches by address (no copy: built or loaded so)
 
   def run(part):
     q = queries[part]
@@ -564,7 +567,7 @@ def _probe(index: MultiIndex, queries: np.ndarray, rows: np.ndarray, *, k: int, 
       rest = np.zeros((part.shape[0], work.shape[1] + 1))
       rest[:, :-1] = np.cumsum(work[:, ::-1], axis=1)[:, ::-1]
     return probe.probe(subs, fps, _lanes(q), k, radius[part], -1 if budget is None else budget, probe_cost,
-                       MAX_PROBES, rest, rest_probes, found, keys, offsets, index.entries, index.id_bits, lanes,
+                       MAX_PROBES, rest, rest_probes, found, keys, offsets, entries, index.id_bits, lanes,
                        index.sorted_words is not None, masks, sizes)
 
   threads = _threads()
