@@ -122,12 +122,12 @@ def test_a_multi_index_whose_tables_point_outside_the_database_is_refused(tmp_pa
   idx = index.build_multi_index(_codes(rng, n, 40), num_bits=40, num_tables=3)
   assert idx.id_bits == 12 and idx.sorted_words is None
   mfile = "manifest.json: inconsistent saved index: "
-  for row, item in ((0, n), (n - 1, n), (n - 1, (1 << 12) - 1)):
+  for table, row, item in ((2, 0, n), (2, n - 1, n), (0, n - 1, (1 << 12) - 1), (1, 1500, n)):
     entries = np.array(idx.entries)
-    value = int.from_bytes(entries[2, row].tobytes(), "little")
+    value = int.from_bytes(entries[table, row].tobytes(), "little")
     value = (value >> 12 << 12) | item
-    entries[2, row] = np.frombuffer(value.to_bytes(7, "little"), np.uint8)
-    path = index.save(idx._replace(entries=entries), tmp_path / f"item{row}-{item}")
+    entries[table, row] = np.frombuffer(value.to_bytes(7, "little"), np.uint8)
+    path = index.save(idx._replace(entries=entries), tmp_path / f"item{table}-{row}-{item}")
     with pytest.raises(ValueError, match=f"{mfile}an entry's item {item} is not below count {n}"):
       index.load(path)
   offsets = np.array(idx.offsets[1])
@@ -137,6 +137,19 @@ def test_a_multi_index_whose_tables_point_outside_the_database_is_refused(tmp_pa
   offsets[u + 1] = offsets[u] - 1  # ... but a bucket that ends before it starts is refused
   path = index.save(idx._replace(offsets=(idx.offsets[0], offsets, idx.offsets[2])), tmp_path / "o2")
   with pytest.raises(ValueError, match=f"{mfile}table 1's offsets"):
+    index.load(path)
+  offsets = np.array(idx.offsets[0])
+  offsets[0] = -1  # the first bucket starts before the entries
+  path = index.save(idx._replace(offsets=(offsets, *idx.offsets[1:])), tmp_path / "o3")
+  with pytest.raises(ValueError, match=f"{mfile}table 0's offsets"):
+    index.load(path)
+  path = index.save(idx._replace(offsets=(idx.offsets[0].astype(np.int64), *idx.offsets[1:])), tmp_path / "o4")
+  with pytest.raises(ValueError, match=f"{mfile}table 0's keys \\(uint32\\) or offsets \\(int64\\)"):
+    index.load(path)
+  # Codes of another dtype whose shape fits (uint64 words of 64-bit codes): the search would read them as wider lanes
+  # than the queries'.
+  path = index.save(idx._replace(db_words=idx.db_words.astype(np.uint64)), tmp_path / "u64")
+  with pytest.raises(ValueError, match=f"{mfile}db_words of shape \\({n}, 2\\) and dtype uint64"):
     index.load(path)
   wide = index.build_multi_index(_codes(rng, 50, 66), num_bits=66, num_tables=3)
   path = index.save(wide._replace(bounds=np.array([0, 33, 34, 66])), tmp_path / "wide")

@@ -427,6 +427,9 @@ def test_bad_inputs():
       ("r", lambda: index.multi_index_radius(idx, q, 1.5)),
       ("r", lambda: index.multi_index_radius(idx, q, np.array([1, 2]))),
       ("r", lambda: index.multi_index_radius(idx, q, np.array([1, -2, 0]))),
+      # an index put together by hand whose codes the compiled search would read as lanes wider than the queries'
+      ("index.db_words", lambda: index.multi_index_knn(idx._replace(db_words=x.astype(np.uint64)), q, 1)),
+      ("index.sorted_words", lambda: index.multi_index_radius(idx._replace(sorted_words=x[:, :1]), q, 1)),
   ]
   for name, fn in cases:
     with pytest.raises(ValueError, match=name):

@@ -192,7 +192,7 @@ def _verify(rows, num_rows, q_lanes, q, lanes, lane_masks, xor, j, r, k, limit, 
     find_d = np.concatenate((find_d, np.empty(grow, np.int64)))
     find_row = np.concatenate((find_row, np.empty(grow, np.int64)))
   for f in range(num_rows):
-    _prefetch(lanes, rows[f] * num_lanes)
+    _prefetch_range(lanes, rows[f] * num_lanes, (rows[f] + 1) * num_lanes)
   for f in range(num_rows):
     row = rows[f]
     d = 0
@@ -244,9 +244,9 @@ def probe(q_sub, q_fp, q_lanes, k, radius, budget, probe_cost, max_probes, rest,
     rest_probes: ``float64[T + 1]`` the probes of steps ``t, ..., T - 1``.
     found: ``float64[T, b + 1]`` the probability that steps ``0..t`` find an item at distance ``d``.
     keys, offsets: typed lists of each table's ``uint32`` keys (empty: dense) and ``int32`` offsets.
-    entries: ``uint8[m, N, 7]`` (C-contiguous) each table's entries, 56-bit little-endian integers: the item (a row of ``lanes``)
-      in the low ``id_bits`` bits, its fingerprint for that table above them; with ``reordered``, table ``m - 1``'s
-      bucket is its rows of ``lanes`` and its entries hold the database index of each row instead.
+    entries: ``uint8[m, N, 7]`` (C-contiguous) each table's entries, 56-bit little-endian integers: the item (a row
+      of ``lanes``) in the low ``id_bits`` bits, its fingerprint for that table above them; with ``reordered``, table
+      ``m - 1``'s bucket is its rows of ``lanes`` and its entries hold the database index of each row instead.
     id_bits: bits of an entry's item.
     lanes: ``[N, L]`` (C-contiguous) the codes the candidates are read from.
     reordered: whether ``lanes`` are the codes sorted by value.

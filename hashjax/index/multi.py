@@ -265,6 +265,11 @@ def _check_queries(index: MultiIndex, query_words) -> np.ndarray:
   _checks.check_type("index", index, MultiIndex, what="a MultiIndex from build_multi_index")
   _checks.check_codes("query_words", query_words, index.num_bits, num_bits_name="index.num_bits",
                       why="the multi-index runs on the host")
+  for name in ("db_words", "sorted_words"):  # the compiled search reads them as lanes of the queries' width
+    words = getattr(index, name)
+    if words is not None:
+      _checks.check_words(f"index.{name}", words, min_ndim=2)
+      _checks.check_same_width("query_words", query_words, f"index.{name}", words)
   return np.ascontiguousarray(np.asarray(query_words))
 
 

@@ -46,7 +46,7 @@ MULTI_FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 _FORMAT = "hashjax-index"
 _KINDS = ("codes", "inverted", "multi")
-_CHECK_ROWS = 1 << 21  # entries of each table whose items load checks at a time (about 64 MiB of work arrays)
+_CHECK_ROWS = 1 << 21  # entries of a table whose items load checks at a time (about 50 MiB of work arrays)
 _INVERTED_ARRAYS = ("keys", "codes", "code_offsets", "items", "filter", "filter_rank", "prefix_starts",
                     "coarse_filter")
 
@@ -157,16 +157,21 @@ def _multi(path: str, a: Dict[str, np.ndarray], manifest: Dict[str, Any]) -> Mul
   _expect(all(f"{p}_{j}" in a for j in range(m) for p in ("keys", "offsets")), path, "a table's arrays missing")
   _expect(all(n in a for n in ("db_words", "bounds", "entries")), path, "an array of the multi-index missing")
   db, bounds, entries = a["db_words"], a["bounds"], a["entries"]
-  _expect(db.shape == (count, _checks.num_words_for(num_bits)), path, f"db_words of shape {db.shape}")
+  _expect(db.shape == (count, _checks.num_words_for(num_bits)) and db.dtype == np.uint32, path,
+          f"db_words of shape {db.shape} and dtype {db.dtype}")
   _expect(entries.shape == (m, count, ENTRY_BYTES) and entries.dtype == np.uint8, path,
           f"entries of shape {entries.shape} and dtype {entries.dtype}")
   sorted_words = a.get("sorted_words")
-  _expect(sorted_words is None or sorted_words.shape == db.shape, path, "sorted_words of another shape")
+  _expect(sorted_words is None or (sorted_words.shape == db.shape and sorted_words.dtype == db.dtype), path,
+          "sorted_words of another shape or dtype")
+  _expect(bounds.dtype.kind == "i", path, f"bounds of dtype {bounds.dtype}")
   widths = np.diff(bounds)
   _expect(bounds.shape == (m + 1,) and bounds[0] == 0 and bounds[-1] == num_bits
           and bool(np.all((widths >= 1) & (widths <= MAX_SUBSTRING_BITS))), path, f"bounds {bounds.tolist()}")
   for j in range(m):
     keys, offsets = a[f"keys_{j}"], a[f"offsets_{j}"]
+    _expect(keys.ndim == 1 and keys.dtype == np.uint32 and offsets.ndim == 1 and offsets.dtype == np.int32, path,
+            f"table {j}'s keys ({keys.dtype}) or offsets ({offsets.dtype})")
     rows = (1 << int(widths[j])) if not keys.size else keys.shape[0]
     _expect(offsets.shape == (rows + 1,) and offsets[0] == 0 and offsets[-1] == count
             and bool(np.all(np.diff(offsets) >= 0)), path, f"table {j}'s offsets")
@@ -174,9 +179,10 @@ def _multi(path: str, a: Dict[str, np.ndarray], manifest: Dict[str, Any]) -> Mul
                      entries, num_bits, sorted_words)
   # The compiled search reads the codes at the entries' items unchecked: an item past the database, in a file whose
   # checksums were written to match, would read outside it.
-  for start in range(0, count, _CHECK_ROWS):
-    items = index.table_items(slice(None), slice(start, start + _CHECK_ROWS))
-    _expect(int(items.max()) < count, path, f"an entry's item {int(items.max())} is not below count {count}")
+  for j in range(m):
+    for start in range(0, count, _CHECK_ROWS):
+      items = index.table_items(j, slice(start, start + _CHECK_ROWS))
+      _expect(int(items.max()) < count, path, f"an entry's item {int(items.max())} is not below count {count}")
   return index
 
 
