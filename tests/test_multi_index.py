@@ -354,6 +354,26 @@ def test_radius_queries_handed_over_then_probed_again(monkeypatch):
   assert (probed, handed) == (q.shape[0] + 4, 0), (probed, handed)
 
 
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_queries_still_handed_over_are_probed_once_more(monkeypatch, rounds):
+  # 16 radius queries at r = 2 (34 probes, about 272 of work) and 2 at r = 3 (66 probes, about 528) go first to the
+  # scan (a budget of 200). Probed again with a share of 32 * 200 / 18 = 355 each, the r = 2 ones are answered and
+  # the r = 3 ones handed over again; a second round gives those two 3,200 each and answers them. Exact either way.
+  rng = np.random.default_rng(9)
+  x, q = _data(rng, 64, 2000, 40, 2000)
+  idx = index.build_multi_index(x, num_bits=64, num_tables=2)
+  radii = np.zeros(q.shape[0], np.int64)
+  chosen = rng.choice(q.shape[0], 18, replace=False)
+  radii[chosen[:16]], radii[chosen[16:]] = 2, 3
+  monkeypatch.setattr(multi, "SCAN_BELOW_WORDS", 0)
+  monkeypatch.setattr(multi, "SCAN_WORDS_PER_CANDIDATE", 30)  # a budget of 2000 * 3 // 30 = 200
+  monkeypatch.setattr(multi, "PROBE_AGAIN_ROUNDS", rounds)
+  got, probed, handed = _probed_and_handed(monkeypatch, lambda: index.multi_index_radius(idx, q, radii))
+  _assert_ragged_equal(got, _ref_radius(q, x, radii))
+  want = (q.shape[0] + 18, 2) if rounds == 1 else (q.shape[0] + 18 + 2, 0)
+  assert (probed, handed) == want, (probed, handed)
+
+
 def test_more_queries_than_a_kernel_call():
   rng = np.random.default_rng(8)
   x, q = _data(rng, 40, 500, 600, 50)

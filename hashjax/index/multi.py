@@ -80,7 +80,8 @@ handed over too, so that a query costs at most about two scans whatever the
 model misses (buckets near a query fuller than the mean). A scan of a few
 queries costs as much as one of :data:`SCAN_MIN_QUERIES`: when fewer are
 handed over and their modelled work adds up to less than that many scans,
-they are probed again, each with its share of it as its budget. Two rules
+they are probed again, each with its share of it as its budget, and those
+still handed over once more (:data:`PROBE_AGAIN_ROUNDS`). Two rules
 weigh the fixed cost of probing (per call and per query, which the model
 does not price): a database of fewer than
 :data:`SCAN_BELOW_WORDS` words is scanned outright, and the first
@@ -149,6 +150,11 @@ CANDIDATES_PER_PROBE = 8
 #: lanes at once), so ``method="auto"`` probes a few handed-over queries further when their modelled work adds
 #: up to less than this many scans.
 SCAN_MIN_QUERIES = 32
+#: ... in up to this many rounds, each probing the queries still handed over with their share of that many scans.
+#: The second round ends the few 100-NN queries the first leaves at 10^8 codes, where a scan of 1 to 32 queries
+#: costs about 100 queries' share of a large one (10^8 in memory, 100-NN: 1.194 -> 0.151 ms per query; 10^7
+#: distributions unchanged within the noise, ``docs/performance.md``). It spends at most the same again.
+PROBE_AGAIN_ROUNDS = 2
 #: ``method="auto"`` scans a database of fewer words (``N * W``; 2^20: 2^19 codes of 64 bits) outright: there a
 #: scan takes tens of microseconds per query, and probing, with its fixed costs per call and per query, lost to it
 #: (2 x 10^5 codes: LSH clusters 0.80x, uniform 0.85x the scan without it; 10^6: 0.95x and above, dense clusters 3x).
@@ -608,7 +614,8 @@ def _search(index: MultiIndex, queries: np.ndarray, budget: Optional[int], *, k:
   queries after the pilot, unprobed, when the pilot's went).
 
   Fewer than :data:`SCAN_MIN_QUERIES` handed queries whose modelled work adds up to less than that many scans are
-  probed again, each with its share of that work as its budget: a scan of so few queries costs as much.
+  probed again, each with its share of that work as its budget: a scan of so few queries costs as much; and the
+  fewer still handed then, once more (:data:`PROBE_AGAIN_ROUNDS`).
   """
   found = [(np.zeros((0,), np.int64),) * 3]
   num = queries.shape[0]
@@ -631,11 +638,14 @@ def _search(index: MultiIndex, queries: np.ndarray, budget: Optional[int], *, k:
   elif pilot < num:
     more, more_need = probe_rows(np.arange(pilot, num), budget)
     handed, need = np.concatenate([handed, more]), np.concatenate([need, more_need])
-  again = budget is not None and 0 < handed.size < SCAN_MIN_QUERIES and need.sum() < SCAN_MIN_QUERIES * budget
-  if again:
-    handed, _ = probe_rows(handed, SCAN_MIN_QUERIES * budget // handed.shape[0])
+  again = False
+  for _ in range(PROBE_AGAIN_ROUNDS):  # each round's fewer queries get a larger share
+    if not (budget is not None and 0 < handed.size < SCAN_MIN_QUERIES and need.sum() < SCAN_MIN_QUERIES * budget):
+      break
+    handed, need = probe_rows(handed, SCAN_MIN_QUERIES * budget // handed.shape[0])
+    again = True
   row, dist, item = (np.concatenate(a) for a in zip(*found))
-  if again:  # the second pass's rows come last; each row's answers are sorted already
+  if again:  # the later passes' rows come last; each row's answers are sorted already
     order = np.argsort(row, kind="stable")
     row, dist, item = row[order], dist[order], item[order]
   return row, dist, item, np.sort(handed)
