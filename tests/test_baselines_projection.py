@@ -61,14 +61,15 @@ def test_bre_descent_lowers_the_objective_every_sweep():
   assert values[0] > values[1] >= values[2]
 
 
-def test_splh_first_four_bits_match_a_reference():
+@pytest.mark.parametrize("similar_weight", [1.0, 3.0])
+def test_splh_first_four_bits_match_a_reference(similar_weight):
   # Labels -3 / -1 / 1 (negative, not contiguous) and 20 of 30 items labelled: the pair matrix over the labelled
-  # subset, the variance term over every item.
+  # subset, the variance term over every item; 1.0 is the paper's update.
   from hashjax import _checks  # pylint: disable=g-import-not-at-top
   x, y = _blobs(per_class=10, dim=5, seed=2)
   labels = 2 * y - 3
   params = splh.fit(x, num_bits=4, key=jax.random.key(0), labels=labels, num_anchors=0, num_labelled=20, eta=0.05,
-                    alpha=2.0)
+                    alpha=2.0, similar_weight=similar_weight)
   xc = x.astype(np.float64) - x.astype(np.float64).mean(0)
   n = len(y)
   lab = np.sort(_checks.check_key_rng(jax.random.key(0)).choice(n, 20, replace=False))  # fit's draw
@@ -78,14 +79,14 @@ def test_splh_first_four_bits_match_a_reference():
   for k in range(4):
     w_k = np.linalg.eigh(xl.T @ pairs @ xl / 20 ** 2 + 0.05 * residue.T @ residue / n)[1][:, -1]
     assert abs(abs(np.asarray(params.projection)[:, k] @ w_k) - 1) < 1e-5, k
-    # Next bit: the labelled pairs this projection splits against their label gain alpha * p_i p_j / mean(p^2)
-    # (over the labelled items), and the variance term moves to the residue of this direction.
+    # Next bit: the labelled pairs this projection gets wrong gain alpha * p_i p_j / mean(p^2) (over the labelled
+    # items), times similar_weight for a same-class pair, and the variance term moves to the residue.
     p = xl @ w_k
     scale = np.mean(p ** 2)
     for i in range(20):
       for j in range(20):
         if p[i] * p[j] * pairs[i, j] < 0:
-          pairs[i, j] -= 2.0 * p[i] * p[j] / scale
+          pairs[i, j] -= 2.0 * (similar_weight if labels[lab[i]] == labels[lab[j]] else 1.0) * p[i] * p[j] / scale
     residue = residue - np.outer(residue @ w_k, w_k)
 
 
@@ -106,3 +107,10 @@ def test_refuses_bad_inputs_before_fitting(method):
     fit(x, num_bits=0 if method == "bre" else 16, key=key, labels=y, num_anchors=15)
   with pytest.raises(ValueError, match="key"):
     fit(x, num_bits=4, key=None, labels=y)
+
+
+@pytest.mark.parametrize("option", ["eta", "alpha", "similar_weight"])
+def test_splh_refuses_a_negative_weight(option):
+  x, y = _blobs()
+  with pytest.raises(ValueError, match=f"{option}: expected"):
+    splh.fit(x, num_bits=4, key=jax.random.key(0), labels=y, **{option: -1.0})
