@@ -1,5 +1,7 @@
 """Supervised kernel and projection baselines: BRE and SPLH."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -64,12 +66,18 @@ def test_bre_descent_lowers_the_objective_every_sweep():
 @pytest.mark.parametrize("similar_weight", [1.0, 3.0])
 def test_splh_first_four_bits_match_a_reference(similar_weight):
   # Labels -3 / -1 / 1 (negative, not contiguous) and 20 of 30 items labelled: the pair matrix over the labelled
-  # subset, the variance term over every item; 1.0 is the paper's update.
+  # subset, the variance term over every item; 1.0 is the paper's update. The classes overlap, so that bits split
+  # same-class pairs and the weight moves the later bits.
   from hashjax import _checks  # pylint: disable=g-import-not-at-top
   x, y = _blobs(per_class=10, dim=5, seed=2)
+  x = x + np.random.default_rng(5).normal(size=x.shape).astype(np.float32)
   labels = 2 * y - 3
-  params = splh.fit(x, num_bits=4, key=jax.random.key(0), labels=labels, num_anchors=0, num_labelled=20, eta=0.05,
-                    alpha=2.0, similar_weight=similar_weight)
+  fit = functools.partial(splh.fit, x, num_bits=4, key=jax.random.key(0), labels=labels, num_anchors=0,
+                          num_labelled=20, eta=0.05, alpha=2.0)
+  params = fit(similar_weight=similar_weight)
+  if similar_weight != 1.0:
+    moved = 1 - np.abs(np.sum(np.asarray(params.projection) * np.asarray(fit(similar_weight=1.0).projection), 0))
+    assert moved.max() > 1e-3, moved
   xc = x.astype(np.float64) - x.astype(np.float64).mean(0)
   n = len(y)
   lab = np.sort(_checks.check_key_rng(jax.random.key(0)).choice(n, 20, replace=False))  # fit's draw

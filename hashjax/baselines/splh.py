@@ -12,7 +12,7 @@ after which the pairs that projection gets wrong weigh more for the next bit
 (boosting-like): with :math:`\tilde S_k = X_l w_k w_k^\top X_l^\top / \sigma_k^2`,
 :math:`S_{k+1} = S_k - \alpha\, T(\tilde S_k, S_k)`, where
 :math:`T(\tilde S, S)_{ij} = \tilde S_{ij}` when :math:`\tilde S_{ij} S_{ij} < 0` and 0
-otherwise (times :math:`\beta`, ``similar_weight``, for a pair of one class);
+otherwise, times :math:`\beta` (``similar_weight``) for a same-class pair;
 and the unsupervised term moves to the residue
 :math:`X_{k+1} = X_k - X_k w_k w_k^\top` (features rows, as in the authors' code).
 The rows of ``X_l`` keep their full projections. The scalings ``1/l^2`` (the
@@ -28,7 +28,7 @@ Departures from the paper:
   split same-class pair lowers a relevant item's rank. On the MNIST-10k
   validation splits (32 bits, the mean of three) :math:`\beta = 2` with
   :math:`\alpha = 2.5` scored 0.641 AP_T, against 0.615 for the paper's rule
-  at its best :math:`\alpha, \eta` (docs/results/supervised.md).
+  at the best :math:`\alpha \le 3, \eta` of the same grid (docs/results/supervised.md).
 - :math:`\tilde S_k` is divided by the mean squared projection
   :math:`\sigma_k^2 = \tfrac{1}{l}\|X_l w_k\|^2` of the labelled items, so
   that it is on the scale of the labels :math:`\pm 1` and ``alpha`` does not
@@ -88,10 +88,11 @@ def _sequence(z: np.ndarray, labelled: np.ndarray, labels: np.ndarray, num_bits:
   The ``l x l`` pair matrix is never formed. An update only moves :math:`S_{ij}` away from 0, so :math:`S_k` keeps
   the signs of :math:`S_0 = 2 Y Y^\top - 1 1^\top` (``Y`` the labelled items' one-hot classes), and the pairs a
   projection ``p`` gets wrong are, where :math:`p_i p_j \ne 0`, :math:`\tfrac12 (1 + u u^\top) - Y Y^\top \circ
-  u u^\top` with :math:`u = \operatorname{sign}(p)`; the correction, a same-class pair's weighed by
+  u u^\top` with :math:`u = \operatorname{sign}(p)`; the correction, with same-class pairs weighted by
   :math:`\beta`, is then :math:`T = \tfrac12 (p p^\top + a a^\top) + \tfrac{\beta - 1}{2} (D_p Y)(D_p Y)^\top
-  - \tfrac{\beta + 1}{2} (D_a Y)(D_a Y)^\top` with :math:`a = |p|`, of rank at most ``2C + 2``, and
-  :math:`X_l^\top T X_l` costs :math:`O(l \cdot \text{width} \cdot C)` from the class sums instead of
+  - \tfrac{\beta + 1}{2} (D_a Y)(D_a Y)^\top` with :math:`a = |p|`, of rank at most ``2C`` (``p`` and ``a``
+  are the row sums of :math:`D_p Y` and :math:`D_a Y`), and :math:`X_l^\top T X_l` costs
+  :math:`O(l \cdot \text{width} + C \cdot \text{width}^2)` from the class sums instead of
   :math:`O(l^2 \cdot \text{width})`.
   """
   order = labelled[np.argsort(labels[labelled], kind="stable")]  # the labelled items grouped by class
