@@ -7,8 +7,9 @@ DeepHash-pytorch computes it, with that number's range over the orders of tied i
 
 The ``.npz`` holds ``query_codes [Q, b]`` and ``db_codes [N, b]``, each ``{-1, 1}`` (e.g. ``torch.sign``
 outputs) or ``{0, 1}`` (any int, float or bool dtype), or packed ``uint32[., W]`` words with the code length
-from ``--num_bits`` or a ``num_bits`` key; and ``query_labels`` / ``db_labels``: ``int[Q]`` / ``int[N]``
-class labels, or ``{0, 1}[Q, C]`` / ``[N, C]`` multi-hot rows (one-hot rows are read as class labels).
+from ``--num_bits`` or a ``num_bits`` key (a ``uint32`` array is always read as packed words); and
+``query_labels`` / ``db_labels``: ``int[Q]`` / ``int[N]`` class labels (any integers within int64), or
+``{0, 1}[Q, C]`` / ``[N, C]`` multi-hot rows (one-hot rows are read as class labels).
 Relevance: the same class, or, multi-hot, at least one label in common (``query_labels @ db_labels.T > 0``).
 
 Printed, and with ``--workdir`` written to ``<workdir>/results.json``:
@@ -79,22 +80,19 @@ class Codes(NamedTuple):
 # --------------------------------------------------------------------------- reading the .npz
 
 
-def _bits(name: str, x: np.ndarray, other: Optional[str]) -> Tuple[np.ndarray, str]:
-  """``{0, 1}`` bits of ``{-1, 1}`` or ``{0, 1}`` codes and their kind ("pm1" / "01"); ``other``: the kind
-  of the query codes, which the database codes must share."""
+def _bits(name: str, x: np.ndarray) -> Tuple[np.ndarray, Optional[str]]:
+  """``{0, 1}`` bits of ``{-1, 1}`` or ``{0, 1}`` codes and their kind ("pm1" / "01"; ``None`` when every entry
+  is 1, which reads the same either way)."""
   if x.dtype.kind not in "biuf":
     raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got dtype {x.dtype}")
   neg, zero, one = (x == -1), (x == 0), (x == 1)
   if not np.all(neg | zero | one):
     bad = x[~(neg | zero | one)].ravel()[0].item()
-    raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got the value {bad!r}")
+    hint = " (packed words must be uint32)" if x.dtype.kind in "iu" else ""
+    raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes{hint}, got the value {bad!r}")
   if neg.any() and zero.any():
     raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got -1, 0 and 1 in one array")
-  kind = "pm1" if neg.any() else "01" if zero.any() else other or "01"
-  if other is not None and kind != other:
-    want, got = ("{-1, 1}", "0") if other == "pm1" else ("{0, 1}", "-1")
-    raise ConfigError(f"{name}: expected {want} codes like query_codes, got {got}")
-  return one.astype(np.uint8), kind
+  return one.astype(np.uint8), "pm1" if neg.any() else "01" if zero.any() else None
 
 
 def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
@@ -110,7 +108,8 @@ def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
     if not all(packed):
       raise ConfigError(f"db_codes: expected packed uint32 words like query_codes, got dtype {x.dtype}")
     if num_bits is None:
-      raise ConfigError("query_codes: packed uint32 words need their code length: --num_bits or a num_bits key")
+      raise ConfigError("query_codes: packed uint32 words need their code length: --num_bits or a num_bits key "
+                        "(uint32 arrays are read as packed words; store unpacked codes as another dtype)")
     try:  # the library's checks of packed codes (words per row, zero padding bits), in their one line
       for name, a in (("query_codes", q), ("db_codes", x)):
         _checks.check_codes(name, a, num_bits)
@@ -119,8 +118,10 @@ def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
     return q, x, num_bits
   if num_bits is not None and num_bits != q.shape[1]:
     raise ConfigError(f"num_bits: expected the codes' {q.shape[1]} columns, got {num_bits}")
-  qb, kind = _bits("query_codes", q, None)
-  xb, _ = _bits("db_codes", x, kind)
+  (qb, qkind), (xb, xkind) = _bits("query_codes", q), _bits("db_codes", x)
+  if None not in (qkind, xkind) and qkind != xkind:
+    want, got = ("{-1, 1}", "0") if qkind == "pm1" else ("{0, 1}", "-1")
+    raise ConfigError(f"db_codes: expected {want} codes like query_codes, got {got}")
   return np.asarray(hcodes.pack_bits(qb)), np.asarray(hcodes.pack_bits(xb)), q.shape[1]
 
 
@@ -139,10 +140,14 @@ def _labels(data, num_q: int, num_db: int) -> Tuple[np.ndarray, np.ndarray, bool
     out.append(y)
   ql, xl = out
   if ql.ndim != xl.ndim or (ql.ndim == 2 and ql.shape[1] != xl.shape[1]):
-    raise ConfigError(f"db_labels: expected labels like query_labels {ql.shape[1:] or 'int[Q]'} "
+    raise ConfigError(f"db_labels: expected labels like query_labels "
                       f"({'int[N]' if ql.ndim == 1 else f'[N, {ql.shape[1]}]'}), got shape {xl.shape}")
-  if ql.ndim == 1:
-    return ql.astype(np.int64), xl.astype(np.int64), False, "class labels"
+  if ql.ndim == 1:  # relevance is equality: any integer classes, numbered 0 .. K-1 by their sorted values
+    for name, y in (("query_labels", ql), ("db_labels", xl)):
+      if y.dtype == np.uint64 and y.size and y.max() > np.iinfo(np.int64).max:
+        raise ConfigError(f"{name}: expected class labels within int64, got {y.max()}")
+    ids = np.unique(np.concatenate([ql.astype(np.int64), xl.astype(np.int64)]), return_inverse=True)[1].reshape(-1)
+    return ids[:num_q], ids[num_q:], False, "class labels"
   if np.all(ql.sum(1) == 1) and np.all(xl.sum(1) == 1):  # one-hot: the same relevance as class labels
     return np.argmax(ql, 1), np.argmax(xl, 1), False, "one-hot labels (read as class labels)"
   return ql.astype(np.float32), xl.astype(np.float32), True, "multi-hot labels (relevant: a label in common)"

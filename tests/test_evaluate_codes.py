@@ -132,6 +132,11 @@ def test_pm1_01_packed_and_one_hot_inputs_give_the_same_results(tmp_path):
       "packed_key": ({"query_codes": words[0], "db_codes": words[1], "num_bits": np.int64(BITS)}, {}),
       "packed_flag": ({"query_codes": words[0], "db_codes": words[1]}, {"num_bits": BITS}),
       "one_hot": ({"query_labels": np.eye(3)[data["query_labels"]], "db_labels": np.eye(3)[data["db_labels"]]}, {}),
+      # relevance is equality of classes: labels beyond int32 (and unsigned) give the same table
+      "wide_labels": ({"query_labels": data["query_labels"] * 2**32 + 2**40,
+                       "db_labels": data["db_labels"] * 2**32 + 2**40}, {}),
+      "uint64_labels": ({"query_labels": data["query_labels"].astype(np.uint64) * 2**61,
+                         "db_labels": data["db_labels"].astype(np.uint64) * 2**61}, {}),
   }
   results = {}
   for name, (change, options) in variants.items():
@@ -139,6 +144,20 @@ def test_pm1_01_packed_and_one_hot_inputs_give_the_same_results(tmp_path):
     results[name] = {key: value for key, value in result.items() if key not in ("codes", "labels")}
   for name in variants:
     assert results[name] == results["pm1"], name
+
+
+def test_codes_of_only_ones_match_either_encoding(tmp_path):
+  """A 1 is the same bit in {-1, 1} and {0, 1} codes: queries of only 1s go with either kind of database."""
+  data = _data(4)
+  data["query_codes"] = np.ones_like(data["query_codes"])
+  pm1 = ec.evaluate_file(_save(tmp_path, "pm1", data), topk=TOPK)
+  bits01 = ec.evaluate_file(_save(tmp_path, "01", {**data, "db_codes": (data["db_codes"] > 0).astype(np.int8)}),
+                            topk=TOPK)
+  assert {k: v for k, v in pm1.items() if k != "codes"} == {k: v for k, v in bits01.items() if k != "codes"}
+  # every query is at distance (number of -1s) from an item: DeepHash's loop on the same codes
+  reference = _calc_top_map(data["query_codes"], data["db_codes"], np.eye(3)[data["query_labels"]],
+                            np.eye(3)[data["db_labels"]], TOPK)
+  assert pm1["deephash"]["argsort"] == pytest.approx(reference, abs=1e-12)
 
 
 def test_at_k_equal_to_n_deephash_ap_is_the_whole_ranking_ap_and_its_bounds(tmp_path):
@@ -184,6 +203,11 @@ def _bad(data):
                           "db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8)))}, [],
                          ["--num_bits or a num_bits key"]),
       "topk": ({}, ["--topk=0"], ["--topk", "got 0"]),
+      "uint64_labels": ({"db_labels": data["db_labels"].astype(np.uint64) + 2**63}, [],
+                        ["db_labels", "within int64"]),
+      "int_not_packed": ({"query_codes": np.asarray(codes.pack_bits((q > 0).astype(np.int8))).astype(np.int64),
+                          "db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8))).astype(np.int64)}, [],
+                         ["query_codes", "packed words must be uint32"]),
   }
 
 
