@@ -279,10 +279,16 @@ def test_fit_runs_on_the_host_and_encode_jits(method):
 _CODES_SCRIPT = """
 import hashlib, sys, jax, numpy as np
 from hashjax import baselines
-x = np.load(sys.argv[1])
+x, y = np.load(sys.argv[1]), np.load(sys.argv[2])
 h = hashlib.sha1()
 for method in ("lsh", "pca", "itq", "sh", "iso"):
   params = baselines.fit(method, x, num_bits=32, key=jax.random.key(0))
+  h.update(np.asarray(baselines.encode(method, params, x)).tobytes())
+# the supervised fits on 1,500 items: iterative solvers and eigenvectors whose sign an eigensolver picks. Not
+# KSH: its L-BFGS refinement turns the float64 rounding of another BLAS kernel into other codes.
+for method in ("sdh", "cosdish", "fasthash", "bre", "splh", "machash"):
+  small = {"num_anchors": 100} if method != "splh" else {}
+  params = baselines.fit(method, x[:1500], num_bits=24, key=jax.random.key(0), labels=y[:1500], **small)
   h.update(np.asarray(baselines.encode(method, params, x)).tobytes())
 print(h.hexdigest())
 """
@@ -292,8 +298,9 @@ def test_codes_do_not_depend_on_threads_or_cpu_features(tmp_path):
   # In float32 the ITQ alternation turns the rounding of multithreaded products into different codes.
   import os, shutil, subprocess, sys
   from hashjax import data
-  x, _ = data.load_mnist_t10k()
+  x, y = data.load_mnist_t10k()
   np.save(tmp_path / "x.npy", x[:3000])
+  np.save(tmp_path / "y.npy", y[:3000])
   script = tmp_path / "codes.py"
   script.write_text(_CODES_SCRIPT)
   # the second run changes the instruction set and the thread count at once (one subprocess fewer)
@@ -301,7 +308,8 @@ def test_codes_do_not_depend_on_threads_or_cpu_features(tmp_path):
   runs = [([], {}), (["taskset", "-c", "0"] if shutil.which("taskset") else [], other)]
   digests = set()
   for prefix, env in runs:
-    out = subprocess.run(prefix + [sys.executable, str(script), str(tmp_path / "x.npy")], capture_output=True,
+    out = subprocess.run(prefix + [sys.executable, str(script), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                         capture_output=True,
                          text=True, env={**os.environ, **env}, check=True)
     digests.add(out.stdout.strip())
   assert len(digests) == 1, digests
@@ -626,3 +634,14 @@ def test_every_baseline_saves_loads_and_encodes_the_same_words(tmp_path, method)
   np.testing.assert_array_equal(np.asarray(loaded.encode(fresh)), np.asarray(model.encode(fresh)))
   np.testing.assert_array_equal(np.asarray(model.encode(fresh)),
                                 np.asarray(codes.pack_bits(baselines.encode(method, params, fresh))))
+
+
+@pytest.mark.parametrize("method", sorted(baselines.BASELINES))
+def test_every_baseline_refuses_finite_features_whose_products_overflow(method):
+  x = np.random.default_rng(3).normal(size=(90, 6)) * 1e160
+  labels = np.repeat(np.arange(3), 30) if method in baselines.SUPERVISED else None
+  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh", "machash") else {}
+  small.update({"num_columns": 20} if method == "cosdish" else {})
+  with pytest.raises(ValueError, match=r"^features: expected values whose squares sum to a finite float64, got an "
+                     r"overflow \(largest magnitude .*e\+160\); scale the features down$"):
+    baselines.fit(method, x, num_bits=4, key=KEY, labels=labels, **small)

@@ -113,19 +113,26 @@ def test_fasthash_inference_starts_at_the_eigenvector_and_climbs():
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_bad_inputs_are_refused_before_fitting(module):
+def test_bad_inputs_are_refused_before_fitting(module, monkeypatch):
   x, labels = _blobs()
+  fitted = _fitted(module)
   cases = [(dict(labels=None), "labels: expected int class labels"),
            (dict(labels=labels[:-1]), "labels: expected shape"),
            (dict(labels=np.zeros(180, np.int32)), "labels: expected at least (2|two) classes"),
            (dict(labels=labels, num_anchors=181), "num_anchors: expected at most the 180"),
-           (dict(labels=labels, num_bits=0), "num_bits: expected a positive")]
+           (dict(labels=labels, num_bits=0), "num_bits: expected a positive"),
+           (dict(labels=labels, num_anchors=20, num_bits=21), "num_bits: expected at most .*20, got 21")]
+
+  def no_fitting(*args, **kwargs):
+    raise AssertionError("fitting started")
+  monkeypatch.setattr("hashjax.baselines._anchors.fit", no_fitting)
+  monkeypatch.setattr(module, "discrete_codes" if module is cosdish else "infer_bit", no_fitting)
   for options, message in cases:
     options = {"num_bits": 8, **options}
     with pytest.raises(ValueError, match=message):
       module.fit(x, key=jax.random.key(0), **options)
   with pytest.raises(ValueError, match="features"):
-    module.encode(_fitted(module), x[:, :5])
+    module.encode(fitted, x[:, :5])
 
 
 def test_cosdish_without_anchors_is_linear_regression():

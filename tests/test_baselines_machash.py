@@ -183,6 +183,8 @@ def test_mac_hash_functions_are_never_worse_than_the_two_step_ones():
     ({"num_anchors": -1}, r"^num_anchors: expected an int >= 0, got -1$"),
     ({"num_bits": 0}, r"^num_bits: expected a positive int, got 0$"),
     ({"num_bits": 2.0}, r"^num_bits: expected a positive int, got 2.0$"),
+    ({"num_bits": 21}, r"^num_bits: expected at most the regression's input width, 20, got 21$"),
+    ({"num_anchors": 0, "num_bits": 9}, r"^num_bits: expected at most the regression's input width, 8, got 9$"),
     ({"regularization": 0.0}, r"^regularization: expected a finite number > 0, got 0.0$"),
     ({"num_iters": -1}, r"^num_iters: expected an int >= 0, got -1$"),
     ({"penalty": 0}, r"^penalty: expected a finite number > 0, got 0$"),

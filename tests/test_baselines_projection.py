@@ -63,6 +63,27 @@ def test_bre_descent_lowers_the_objective_every_sweep():
   assert values[0] > values[1] >= values[2]
 
 
+def test_bre_step_is_the_best_point_along_the_entry():
+  # The objective along one entry of W changes only at breakpoints: a point inside each interval (the two unbounded
+  # ones included) and the current point 0 are every value it takes.
+  from hashjax.baselines.bre import _best_step  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  n, c, b = 12, 3, 3
+  form = np.concatenate([[b], np.full(c, -2 * b), np.ones(b - 1)]).astype(np.int64)
+  unbounded = 0
+  for _ in range(300):
+    y, k = rng.normal(size=n), np.where(rng.random(n) < 0.2, 0.0, rng.normal(size=n))
+    basis = np.concatenate([np.ones((n, 1), np.int64), np.eye(c, dtype=np.int64)[rng.integers(0, c, n)],
+                            rng.choice([-1, 1], size=(n, b - 1))], 1)
+    cost = lambda t: ((basis.T @ np.where(y + t * k > 0, 1, -1)) ** 2) @ form  # pylint: disable=cell-var-from-loop
+    breaks = np.sort(-y[k != 0] / k[k != 0])
+    points = np.r_[breaks[0] - 1.0, 0.5 * (breaks[:-1] + breaks[1:]), breaks[-1] + 1.0, 0.0]
+    t = _best_step(y, k, basis, form, np.where(y > 0, 1, -1))
+    assert cost(t) == min(cost(p) for p in points)
+    unbounded += bool(t < breaks[0] or t > breaks[-1])
+  assert unbounded > 0  # the case this checks arises
+
+
 @pytest.mark.parametrize("similar_weight", [1.0, 3.0])
 def test_splh_first_four_bits_match_a_reference(similar_weight):
   # Labels -3 / -1 / 1 (negative, not contiguous) and 20 of 30 items labelled: the pair matrix over the labelled
@@ -111,10 +132,19 @@ def test_refuses_bad_inputs_before_fitting(method):
     fit(x, num_bits=4, key=key, labels=np.zeros(60, np.int32))
   with pytest.raises(ValueError, match="num_anchors: expected at most"):
     fit(x, num_bits=4, key=key, labels=y, num_anchors=61)
-  with pytest.raises(ValueError, match="num_bits"):
-    fit(x, num_bits=0 if method == "bre" else 16, key=key, labels=y, num_anchors=15)
+  with pytest.raises(ValueError, match="num_bits: expected at most"):
+    fit(x, num_bits=16, key=key, labels=y, num_anchors=15)
   with pytest.raises(ValueError, match="key"):
     fit(x, num_bits=4, key=None, labels=y)
+  subset = "num_train" if method == "bre" else "num_labelled"
+  rare = np.r_[np.zeros(59, np.int32), 1]  # two classes; a drawn pair holds the second with probability 1/30
+  with pytest.raises(ValueError, match=f"^{subset}: expected a drawn subset of at least two classes, got only "
+                     f"class 0 in its 2 items"):
+    fit(x, num_bits=2, key=key, labels=rare, num_anchors=2, **{subset: 2})
+  if method == "bre":
+    with pytest.raises(ValueError, match=r"^num_anchors: expected at most the 40 items the objective runs over "
+                       r"\(min\(N = 60, num_train = 40\)\), got 50$"):
+      fit(x, num_bits=4, key=key, labels=y, num_train=40, num_anchors=50)
 
 
 @pytest.mark.parametrize("option", ["eta", "alpha", "similar_weight"])

@@ -5,7 +5,8 @@ FastHash, BRE, SPLH and MACHash.
 Each method is a module with three pure functions,
 
 * ``fit(features[N, dim], *, num_bits, key, [labels,] **options) -> params`` (a NamedTuple of arrays whose first
-  field is the training ``mean``), on the host in float64 so that codes do not depend on the thread count;
+  field is the training ``mean``), on the host in float64 (through :func:`fit`, with one BLAS thread) so that
+  codes do not depend on the thread count;
   the supervised methods (:data:`SUPERVISED`) take the training items' class ``labels[N]``,
 * ``encode(params, features[..., dim]) -> bits uint8[..., num_bits]`` in ``{0, 1}`` (``bit = 1`` iff the
   real-valued output is ``> 0``, the convention of :func:`hashjax.codes.binarize`), and

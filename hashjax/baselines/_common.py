@@ -7,8 +7,14 @@ with the sign that makes its largest-magnitude entry positive (the convention
 of ``sklearn.utils.extmath.svd_flip``), so codes do not depend on the sign an
 eigensolver happens to return.
 
-Every ``fit`` runs on the host in float64 (NumPy), so that its params, and the
-codes built on them, do not depend on the thread count or the CPU; every
+Every ``fit`` runs on the host in float64 (NumPy), and :func:`hashjax.baselines.fit`
+runs it with one BLAS thread (:func:`single_threaded_blas`), so that its params,
+and the codes built on them, do not depend on the thread count, nor, except
+KSH's, on the CPU: KSH's L-BFGS refinement can turn the float64 rounding of another
+BLAS kernel into other codes (on the MNIST-10k protocol at 32 bits, those of 1 and 2
+of the 10,000 items under OpenBLAS's Haswell and Sandybridge kernels, the AP_T
+unchanged to four digits). A module's ``fit`` called directly uses the caller's
+BLAS threads. Every
 ``encode`` (and ``project``) is jax, can be jitted, and computes its rows in
 fixed blocks in full float32 (:func:`rows`), so the same features give the
 same bits in any batch, on a CPU or a GPU.
@@ -39,6 +45,13 @@ def check_fit_features(features: Any, *, min_rows: int = 1, name: str = "feature
     raise ValueError(f"{name}: expected at least {min_rows} training rows, got shape {tuple(features.shape)}")
 
 
+def check_subset_classes(name: str, labels: np.ndarray) -> None:
+  """The class ``labels`` of a randomly drawn training subset (sized by option ``name``) hold two classes."""
+  if np.unique(labels).size < 2:
+    raise ValueError(f"{name}: expected a drawn subset of at least two classes, got only class {labels[0]} in its "
+                     f"{labels.size} items (a larger {name}, or another key)")
+
+
 def check_encode(params: Any, cls: type, module: str, features: Any) -> None:
   """``params`` of type ``cls`` (from ``hashjax.baselines.<module>.fit``) and features to encode ``[..., dim]``:
   real, finite, last axis of the width the params were fit on."""
@@ -67,7 +80,12 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
                          "jax.jit (encode can be jitted)")
   dtype = np.dtype(features.dtype)
   dtype = jax.dtypes.canonicalize_dtype(np.promote_types(dtype, np.float32) if dtype.kind == "f" else np.float32)
-  return np.asarray(features, np.float64), dtype
+  x = np.asarray(features, np.float64)
+  with np.errstate(over="ignore"):
+    if not np.isfinite(4.0 * np.sum(x * x)):  # a bound on every squared distance and product of the fits
+      raise ValueError(f"{name}: expected values whose squares sum to a finite float64, got an overflow (largest "
+                       f"magnitude {np.max(np.abs(x)):.3g}); scale the features down")
+  return x, dtype
 
 
 def pca(features: np.ndarray, num_dirs: int) -> tuple:
@@ -81,9 +99,45 @@ def pca(features: np.ndarray, num_dirs: int) -> tuple:
   mean = features.mean(axis=0)
   centred = features - mean
   _, vecs = np.linalg.eigh(centred.T @ centred / centred.shape[0])  # ascending eigenvalues
-  vecs = vecs[:, ::-1][:, :num_dirs]
-  peak = np.argmax(np.abs(vecs), axis=0)
-  return mean, vecs * np.sign(vecs[peak, np.arange(num_dirs)])
+  return mean, sign_fixed(vecs[:, ::-1][:, :num_dirs])
+
+
+def sign_fixed(vectors: np.ndarray) -> np.ndarray:
+  """``vectors[d, k]``, each column signed so that its largest-magnitude entry is positive (the convention of
+  ``sklearn.utils.extmath.svd_flip``): an eigensolver's sign, which may change with the BLAS build, the CPU or
+  the thread count, never reaches the codes.
+
+  >>> sign_fixed(np.array([[0.6, -0.1], [-0.8, 0.2]])).tolist()
+  [[-0.6, -0.1], [0.8, 0.2]]
+  """
+  peak = np.argmax(np.abs(vectors), axis=0)
+  return vectors * np.where(vectors[peak, np.arange(vectors.shape[1])] < 0, -1.0, 1.0)
+
+
+def spectral_sign(onehot: np.ndarray, others: np.ndarray, num_bits: int) -> np.ndarray:
+  r"""``float64[N]`` in ``{-1, +1}``: the signs of the leading eigenvector of the residue of a bit, the spectral
+  start of FastHash's and MACHash's code inference, computed in the range of ``M`` (never ``N x N``).
+
+  .. math:: M = b\, (2 L L^\top - \mathbf{1}\mathbf{1}^\top) - O O^\top
+
+  ``onehot[N, C]`` the class matrix ``L``, ``others[N, r]`` the other bits ``O`` in ``{-1, +1}``; the
+  eigenvector's coefficients on ``[L, 1, O]`` are signed by :func:`sign_fixed`.
+
+  >>> spectral_sign(np.repeat(np.eye(2), 2, axis=0), np.zeros((4, 0)), 2).tolist()
+  [1.0, 1.0, -1.0, -1.0]
+  """
+  n, num_classes = onehot.shape
+  basis = np.concatenate([onehot, np.ones((n, 1)), others], axis=1)
+  weights = np.concatenate([np.full(num_classes, 2.0 * num_bits), [-float(num_bits)], -np.ones(others.shape[1])])
+  # M = U C U^T: with U^T U = V D V^T and T = V D^{-1/2} (the nonzero part), U T is an orthonormal basis of
+  # M's range, and M's leading eigenvector is U T v for the leading v of (T^T G) C (G T).
+  gram = basis.T @ basis
+  d, v = np.linalg.eigh(gram)
+  keep = d > 1e-9 * d[-1]
+  t = v[:, keep] / np.sqrt(d[keep])
+  reduced = t.T @ gram
+  _, vecs = np.linalg.eigh((reduced * weights) @ reduced.T)
+  return np.where(basis @ sign_fixed(t @ vecs[:, -1:])[:, 0] < 0, -1.0, 1.0)
 
 
 def project(features: Array, mean: Array, projection: Array) -> Array:

@@ -19,8 +19,9 @@ the quadratic form
 
 of its ``{-1, +1}`` column ``s`` (``Y`` one-hot labels, ``S_{-p}`` the other
 bits), so all ``N^2`` pairs cost ``O(N (C + b))`` per breakpoint scan, in exact
-integer arithmetic. The new value is the midpoint of the best interval; an entry
-that cannot lower the objective is left alone, so the objective never increases.
+integer arithmetic. The new value is the midpoint of the best interval (1 beyond
+the last breakpoint on its side when the best is unbounded); an entry that cannot
+lower the objective is left alone, so the objective never increases.
 
 Departures from the paper: the kernel is the RBF of :mod:`hashjax.baselines._anchors`
 on ``A`` anchors shared by all bits (the paper draws a few points per bit and uses
@@ -66,24 +67,32 @@ def _values(params: BREParams, features: Array) -> Array:
 
 
 def _best_step(y: np.ndarray, k: np.ndarray, basis: np.ndarray, weights: np.ndarray, s: np.ndarray) -> float:
-  """The step ``t`` minimising ``sum_r weights_r (basis^T sgn(y + t k))_r^2`` over the midpoints between
-  breakpoints (0 when none beats the current signs ``s``)."""
+  """The step ``t`` minimising ``sum_r weights_r (basis^T sgn(y + t k))_r^2``: the midpoint of the best interval
+  between breakpoints, or a point 1 beyond the first or last breakpoint when an unbounded interval is best
+  (0 when none beats the current signs ``s``)."""
   moving = k != 0
+  if not moving.any():
+    return 0.0
   breaks = -y[moving] / k[moving]
   order = np.argsort(breaks, kind="stable")
   breaks = breaks[order]
   flips = np.where(k[moving][order] > 0, 1, -1)
   rows = basis[moving][order] * flips[:, None]
-  # Signs at t -> -inf are -sgn(k); passing breakpoint i turns s_i into +sgn(k_i).
+  # Signs at t -> -inf are -sgn(k); passing breakpoint i turns s_i into +sgn(k_i). Interval j lies between
+  # breakpoints j - 1 and j (j = 0: below the first, j = len(breaks): above the last).
   start = basis[~moving].T @ s[~moving] - rows.sum(0)
-  z = start + 2 * np.cumsum(rows[:-1], 0)
+  z = start + 2 * np.concatenate([np.zeros((1, start.size), start.dtype), np.cumsum(rows, 0)])
   cost = (z * z) @ weights
-  cost = np.where(breaks[:-1] < breaks[1:], cost, np.iinfo(np.int64).max)
-  best = int(np.argmin(cost)) if cost.size else 0
+  cost = np.where(np.r_[True, breaks[:-1] < breaks[1:], True], cost, np.iinfo(np.int64).max)
+  best = int(np.argmin(cost))
   now = basis.T @ s
-  if cost.size and cost[best] < (now * now) @ weights:
-    return 0.5 * (breaks[best] + breaks[best + 1])
-  return 0.0
+  if cost[best] >= (now * now) @ weights:
+    return 0.0
+  if best == 0:
+    return float(breaks[0] - 1.0)
+  if best == breaks.size:
+    return float(breaks[-1] + 1.0)
+  return 0.5 * (breaks[best - 1] + breaks[best])
 
 
 def _descend(kernel: np.ndarray, onehot: np.ndarray, weights: np.ndarray, num_sweeps: int, rng) -> np.ndarray:
@@ -114,7 +123,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_tra
 
   Args:
     features: ``[N, dim]`` finite training features.
-    num_bits: code length ``b >= 1``.
+    num_bits: code length ``1 <= b <= num_anchors`` (one kernel expansion per bit on the anchors).
     key: a ``jax.random`` key: the training subset, the anchors, the initial class codes and the order of
       the coordinates.
     labels: ``int[N]`` class labels (required), at least two classes.
@@ -137,16 +146,22 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_tra
   (20, 6)
   """
   _common.check_fit_features(features, min_rows=2)
-  labels = _checks.check_class_labels(labels, features.shape[0])
+  n = features.shape[0]
+  labels = _checks.check_class_labels(labels, n)
   num_bits = _checks.check_num_bits(num_bits)
   rng = _checks.check_key_rng(key)
   num_train = _checks.check_int("num_train", num_train, low=2)
+  rows = min(n, num_train)
+  num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, rows, what=f"the {rows} items the objective "
+                                          f"runs over (min(N = {n}, num_train = {num_train}))")
+  _checks.check_int_at_most("num_bits", num_bits, num_anchors, what=f"num_anchors = {num_anchors}")
   num_sweeps = _checks.check_int("num_sweeps", num_sweeps, low=0)
   ridge = _checks.check_number("ridge", ridge, low=0, low_open=True)
   x, dtype = _common.host_features(features)
   if num_train < x.shape[0]:
     keep = np.sort(rng.choice(x.shape[0], num_train, replace=False))
     x, labels = x[keep], labels[keep]
+    _common.check_subset_classes("num_train", labels)
   mean = x.mean(0)
   x = x - mean
   anchors, scale = _anchors.fit(x, num_anchors, rng)

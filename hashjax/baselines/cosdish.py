@@ -163,7 +163,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
 
   Args:
     features: ``[N, dim]`` finite training features, ``N >= 2``.
-    num_bits: code length ``b >= 1``.
+    num_bits: code length ``1 <= b <= A`` (``dim`` when ``A = 0``): one regression per bit on ``A`` inputs.
     key: a ``jax.random`` key for the initial codes, the sampled columns and the anchors (None:
       ``jax.random.key(0)``).
     labels: ``int[N]`` class labels, at least two classes (required).
@@ -188,6 +188,8 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
   num_bits = _checks.check_num_bits(num_bits)
   labels = _checks.check_class_labels(labels, n)
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training points", low=0)
+  width = num_anchors or features.shape[1]
+  _checks.check_int_at_most("num_bits", num_bits, width, what=f"the regression's input width, {width}")
   regularization = _checks.check_number("regularization", regularization, low=0, low_open=True)
   num_columns = _checks.check_int_at_most("num_columns", num_columns, n, what=f"the {n} training points")
   num_rounds = _checks.check_int("num_rounds", num_rounds)

@@ -69,18 +69,8 @@ def infer_bit(onehot: np.ndarray, previous: np.ndarray, num_bits: int, rng: np.r
   >>> bool(z[0] == z[1] == z[2] == -z[3] == -z[4] == -z[5])
   True
   """
-  n, num_classes = onehot.shape
-  basis = np.concatenate([onehot, np.ones((n, 1)), previous], axis=1)
-  weights = np.concatenate([np.full(num_classes, 2.0 * num_bits), [-float(num_bits)], -np.ones(previous.shape[1])])
-  # M = U C U^T: with U^T U = V D V^T and T = V D^{-1/2} (the nonzero part), U T is an orthonormal basis of
-  # M's range, and M's leading eigenvector is U T v for the leading v of (T^T G) C (G T).
-  gram = basis.T @ basis
-  d, v = np.linalg.eigh(gram)
-  keep = d > 1e-9 * d[-1]
-  t = v[:, keep] / np.sqrt(d[keep])
-  reduced = t.T @ gram
-  _, vecs = np.linalg.eigh((reduced * weights) @ reduced.T)
-  z = np.where(basis @ (t @ vecs[:, -1]) < 0, -1.0, 1.0)
+  num_classes = onehot.shape[1]
+  z = _common.spectral_sign(onehot, previous, num_bits)
   label = np.argmax(onehot, axis=1)
   blocks = []
   for c in range(num_classes):
@@ -131,7 +121,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
 
   Args:
     features: ``[N, dim]`` finite training features, ``N >= 2``.
-    num_bits: code length ``b >= 1``.
+    num_bits: code length ``1 <= b <= A``: one classifier per bit on the ``A`` anchor responses.
     key: a ``jax.random`` key for the anchors and the blocks (None: ``jax.random.key(0)``).
     labels: ``int[N]`` class labels, at least two classes (required).
     num_anchors: RBF anchors ``1 <= A <= N`` drawn from the training points.
@@ -153,6 +143,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
   num_bits = _checks.check_num_bits(num_bits)
   labels = _checks.check_class_labels(labels, n)
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training points")
+  _checks.check_int_at_most("num_bits", num_bits, num_anchors, what=f"num_anchors = {num_anchors}")
   regularization = _checks.check_number("regularization", regularization, low=0, low_open=True)
   block_size = _checks.check_int("block_size", block_size)
   num_sweeps = _checks.check_int("num_sweeps", num_sweeps, low=0)

@@ -106,6 +106,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   anchors, scale = _anchors.fit(x, num_anchors, rng)
   kernel_mean = _anchors.rbf(anchors, scale, x).mean(0)
   subset = np.sort(rng.choice(x.shape[0], num_labelled, replace=False))
+  _common.check_subset_classes("num_labelled", labels[subset])
   kernel = _anchors.rbf(anchors, scale, x[subset]) - kernel_mean
   onehot = (labels[subset, None] == np.unique(labels[subset])).astype(np.float64)
   gram = kernel.T @ kernel
@@ -129,7 +130,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
     signs = np.concatenate([np.full(onehot.shape[1], 2.0 * num_bits), [-float(num_bits)], -np.ones(k)])
     basis, tri = np.linalg.qr(scipy.linalg.solve_triangular(chol, factors, lower=True))
     _, vecs = np.linalg.eigh((tri * signs) @ tri.T)
-    top = scipy.linalg.solve_triangular(chol.T, basis @ vecs[:, -1], lower=False)
+    top = _common.sign_fixed(scipy.linalg.solve_triangular(chol.T, basis @ vecs[:, -1:], lower=False))[:, 0]
     start = top * np.sqrt(num_labelled / max(float(np.sum((kernel @ top) ** 2)), 1e-300))
     best = start
     if num_iters:

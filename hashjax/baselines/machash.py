@@ -147,21 +147,6 @@ def _ascend(onehot: np.ndarray, others: np.ndarray, num_bits: int, linear: np.nd
   return z
 
 
-def _spectral_sign(onehot: np.ndarray, others: np.ndarray, num_bits: int) -> np.ndarray:
-  """The sign of the leading eigenvector of ``M = b (2 L L^T - 1 1^T) - O O^T``, computed in its range."""
-  n, num_classes = onehot.shape
-  basis = np.concatenate([onehot, np.ones((n, 1)), others], axis=1)
-  weights = np.concatenate([np.full(num_classes, 2.0 * num_bits), [-float(num_bits)], -np.ones(others.shape[1])])
-  # M = U C U^T; with U^T U = V D V^T and T = V D^{-1/2}, U T is an orthonormal basis of M's range.
-  gram = basis.T @ basis
-  d, v = np.linalg.eigh(gram)
-  keep = d > 1e-9 * d[-1]
-  t = v[:, keep] / np.sqrt(d[keep])
-  reduced = t.T @ gram
-  _, vecs = np.linalg.eigh((reduced * weights) @ reduced.T)
-  return np.where(basis @ (t @ vecs[:, -1]) < 0, -1.0, 1.0)
-
-
 def initial_codes(labels: Any, num_bits: int) -> np.ndarray:
   r"""``float64[N, num_bits]`` two-step codes in ``{-1, +1}``: bit after bit, the greedy maximum of the residue
   of the bits before, started from the sign of its leading eigenvector.
@@ -180,7 +165,7 @@ def initial_codes(labels: Any, num_bits: int) -> np.ndarray:
   n = onehot.shape[0]
   codes = np.zeros((n, num_bits))
   for k in range(num_bits):
-    start = _spectral_sign(onehot, codes[:, :k], num_bits)
+    start = _common.spectral_sign(onehot, codes[:, :k], num_bits)
     codes[:, k] = _ascend(onehot, codes[:, :k], num_bits, np.zeros(n), start)
   return codes
 
@@ -242,7 +227,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
 
   Args:
     features: ``[N, dim]`` finite training features, ``N >= 2``.
-    num_bits: code length ``b >= 1``.
+    num_bits: code length ``1 <= b <= A`` (``dim`` when ``A = 0``): one hash function per bit on ``A`` inputs.
     key: a ``jax.random`` key for the anchors (None: ``jax.random.key(0)``).
     labels: ``int[N]`` class labels, at least two classes (required).
     num_anchors: RBF anchors ``A`` drawn from the training points, ``A <= N`` (``0``: linear hash functions
@@ -267,6 +252,8 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
   num_bits = _checks.check_num_bits(num_bits)
   labels = _checks.check_class_labels(labels, n)
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training points", low=0)
+  width = num_anchors or features.shape[1]
+  _checks.check_int_at_most("num_bits", num_bits, width, what=f"the regression's input width, {width}")
   regularization = _checks.check_number("regularization", regularization, low=0, low_open=True)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   penalty = _checks.check_number("penalty", penalty, low=0, low_open=True)

@@ -168,6 +168,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_lab
   mean = x.mean(0)
   x = x - mean
   labelled = np.sort(rng.choice(x.shape[0], min(num_labelled or x.shape[0], x.shape[0]), replace=False))
+  _common.check_subset_classes("num_labelled", labels[labelled])
   anchors, scale, offset = np.zeros((0, x.shape[1])), 1.0, np.zeros(0)
   z = x
   if num_anchors:
