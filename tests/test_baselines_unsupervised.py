@@ -16,8 +16,9 @@ N = X.shape[0]
 
 FITS = {
     "sph": (spherical, dict(num_bits=8)),
-    "agh1": (agh, dict(num_bits=4, num_anchors=12, layers=1)),
-    "agh2": (agh, dict(num_bits=8, num_anchors=12, layers=2)),
+    # s = 3 nearest anchors link the blobs into one graph (s = 2 leaves three parts: refused, see below)
+    "agh1": (agh, dict(num_bits=4, num_anchors=12, layers=1, num_nearest=3)),
+    "agh2": (agh, dict(num_bits=8, num_anchors=12, layers=2, num_nearest=3)),
 }
 PARAMS = {name: mod.fit(X, key=jax.random.key(0), **opts) for name, (mod, opts) in FITS.items()}
 
@@ -55,8 +56,9 @@ def _sph_reference(x, pivots, num_iters, eps_mean=0.1, eps_std=0.15):
     r = radii_of(pivots)
     inside = np.array([[np.linalg.norm(xi - pivots[k]) < r[k] for k in range(b)] for xi in x])
     overlap = {(k, l): int(np.sum(inside[:, k] & inside[:, l])) for k in range(b) for l in range(b) if k != l}
-    gaps = np.array([abs(overlap[k, l] - n / 4) / (n / 4) for k in range(b) for l in range(k + 1, b)])
-    if gaps.mean() <= eps_mean and gaps.std() <= eps_std:
+    # the mean of |o_kl - n/4| and the standard deviation of o_kl, each relative to n/4
+    upper = np.array([overlap[k, l] for k in range(b) for l in range(k + 1, b)])
+    if np.mean(np.abs(upper - n / 4)) <= eps_mean * n / 4 and np.std(upper) <= eps_std * n / 4:
       break
     new = pivots.copy()
     for k in range(b):
@@ -74,11 +76,16 @@ def test_spherical_matches_reference_iteration_and_balances_bits():
   got = spherical.fit(X, num_bits=6, key=key, num_iters=3, epsilon_mean=0.0, epsilon_stddev=0.0)
   np.testing.assert_allclose(np.asarray(got.pivots), pivots, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(np.asarray(got.radii), radii, rtol=1e-4)
-  # Run to the paper's thresholds: every bit halves the training set, pairs overlap on about a quarter.
+  # The same stop: by the standard deviation alone (a loose mean), and at the paper's thresholds.
+  for eps_mean in (1.0, 0.1):
+    pivots, radii = _sph_reference(x, np.asarray(start.pivots, np.float64), 100, eps_mean)
+    got = spherical.fit(X, num_bits=6, key=key, epsilon_mean=eps_mean)
+    np.testing.assert_allclose(np.asarray(got.pivots), pivots, rtol=1e-4, atol=1e-4)
+  # At the paper's thresholds every bit halves the training set, pairs overlap on about a quarter.
   bits = np.asarray(spherical.encode(PARAMS["sph"], X)).astype(int)
   assert (bits.sum(0) == N // 2).all()
-  gaps = np.abs((bits.T @ bits)[np.triu_indices(8, 1)] - N / 4) / (N / 4)
-  assert gaps.mean() <= 0.1 and gaps.std() <= 0.15
+  overlaps = (bits.T @ bits)[np.triu_indices(8, 1)]
+  assert np.mean(np.abs(overlaps - N / 4)) <= 0.1 * N / 4 and np.std(overlaps) <= 0.15 * N / 4
 
 
 def test_agh_matches_reference_graph_and_spectral_constraints():
@@ -117,7 +124,7 @@ def test_agh_matches_reference_graph_and_spectral_constraints():
   bits = np.asarray(agh.encode(two, X))
   np.testing.assert_array_equal(bits[:, 1::2], (y2 > np.array(lower)) & (y2 < np.array(upper)))
   # An odd length: the last eigenvector gives its sign bit only.
-  odd = agh.fit(X, num_bits=7, num_anchors=12, layers=2, key=jax.random.key(0))
+  odd = agh.fit(X, num_bits=7, num_anchors=12, layers=2, num_nearest=3, key=jax.random.key(0))
   np.testing.assert_array_equal(np.asarray(agh.encode(odd, X)), bits[:, :7])
 
 
@@ -131,6 +138,43 @@ def test_agh_kmeans_step_moves_anchors_to_cluster_means():
   nearest = np.array([np.argmin([np.sum((xi - a) ** 2) for a in a0]) for xi in x])
   means = np.array([x[nearest == j].mean(0) if (nearest == j).any() else a0[j] for j in range(5)])
   np.testing.assert_allclose(np.asarray(one.anchors), means, rtol=1e-5, atol=1e-5)
+
+
+def test_agh_graph_in_parts_gives_the_parts_indicators_whatever_the_solver(monkeypatch):
+  # Three separate blobs, each point linked to its 2 nearest anchors: three parts, so eigenvalue 1 twice after the
+  # trivial one is deflated. The eigenvectors are the parts' indicators orthonormalised (Gram-Schmidt by a loop,
+  # parts in the order of their first anchor), and a solver that returns another basis of that eigenspace (rotated
+  # by 0.7 rad) changes no bit.
+  key = jax.random.key(0)
+  params = agh.fit(X, num_bits=4, num_anchors=12, layers=1, key=key)
+  anchors = np.asarray(params.anchors, np.float64)
+  x = X.astype(np.float64) - np.asarray(params.mean, np.float64)
+  nearest = np.argsort(((x[:, None, :] - anchors[None]) ** 2).sum(-1), axis=1)[:, :2]
+  first = []  # each blob's anchors, in the order of their first anchor
+  for j in range(12):
+    blob = int(np.bincount(Y[np.any(nearest == j, axis=1)], minlength=3).argmax())
+    if blob not in first:
+      first.append(blob)
+  z = np.asarray(agh.project(params, X), np.float64)[:, :2]  # y = Z W: the first two eigenvectors on the points
+  # On the training points, eigenvector k of the parts' basis is constant on each blob.
+  for k in range(2):
+    for blob in range(3):
+      assert np.ptp(z[Y == blob, k]) < 1e-4 * np.abs(z[:, k]).max(), (k, blob)
+  # The first is the first part against the rest: its values on the blobs after the first are equal.
+  assert abs(z[Y == first[1], 0].mean() - z[Y == first[2], 0].mean()) < 1e-4 * np.abs(z[:, 0]).max()
+  eigh = np.linalg.eigh
+
+  def rotated(a):
+    vals, vecs = eigh(a)
+    ones = np.flatnonzero(vals > 1.0 - 1e-9)
+    if ones.size == 2:
+      c, s = np.cos(0.7), np.sin(0.7)
+      vecs = vecs.copy()
+      vecs[:, ones] = vecs[:, ones] @ np.array([[c, -s], [s, c]])
+    return vals, vecs
+  monkeypatch.setattr(np.linalg, "eigh", rotated)
+  again = agh.fit(X, num_bits=4, num_anchors=12, layers=1, key=key)
+  np.testing.assert_array_equal(np.asarray(agh.encode(again, X)), np.asarray(agh.encode(params, X)))
 
 
 BAD_FITS = [

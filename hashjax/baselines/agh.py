@@ -30,7 +30,12 @@ last of ``r = (num_bits + 1) / 2`` eigenvectors gives its sign bit only.
 
 Departures from the paper: the ``s`` nearest anchors of a point are those at most as far as its ``s``-th
 nearest (more than ``s`` only on an exact tie of distances); the two bits of an eigenvector are adjacent
-(the paper lists all first-layer bits, then all second-layer ones), which changes no Hamming distance.
+(the paper lists all first-layer bits, then all second-layer ones), which changes no Hamming distance; when no
+training point links some anchors to the others, the graph falls into ``c`` parts and eigenvalue 1 has ``c``
+eigenvectors, any basis of their span as good as another: beyond the deflated trivial one, its ``c - 1``
+eigenvectors are then the parts' indicators :math:`\Lambda^{1/2} \mathbf{1}_{part}`, in the order of each part's
+first anchor, orthonormalised against the trivial one and each other (Gram-Schmidt, by QR), so that the codes do
+not depend on the basis an eigensolver returns.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
 
 from hashjax import _checks
 from hashjax import _encode
@@ -99,6 +106,13 @@ def _weights(sq: Any, num_nearest: Any, bandwidth: Any, xp: Any) -> Any:
   return w / xp.sum(w, axis=-1, keepdims=True)
 
 
+def _parts(linked: np.ndarray, lam: np.ndarray) -> np.ndarray:
+  """``{0, 1}[m, c]``: the anchors of each part of the anchor graph (anchors ``j, k`` linked where
+  ``linked[j, k] > 0``), the parts in the order of their first anchor; an anchor no point links to is in none."""
+  _, label = scipy.sparse.csgraph.connected_components(scipy.sparse.csr_matrix(linked > 0), directed=False)
+  return (label[:, None] == np.unique(label[lam > 0])[None, :]).astype(np.float64)
+
+
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: int = 2,
         num_anchors: int = DEFAULT_NUM_ANCHORS, num_nearest: int = DEFAULT_NUM_NEAREST,
         kmeans_iters: int = DEFAULT_KMEANS_ITERS) -> AGHParams:
@@ -121,6 +135,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
 
   Returns:
     :class:`AGHParams`.
+
 
   >>> import jax, numpy as np
   >>> x = np.random.default_rng(0).normal(size=(100, 8)).astype(np.float32)
@@ -157,6 +172,11 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   m_mat = scale[:, None] * (z.T @ z) * scale[None, :] - np.outer(trivial, trivial)
   vals, vecs = np.linalg.eigh(m_mat)  # ascending
   vals, vecs = vals[::-1][:r], vecs[:, ::-1][:, :r]
+  parts = _parts(z.T @ z, lam)
+  if parts.shape[1] > 2:  # eigenvalue 1 repeats: its eigenspace's basis is the parts', not the solver's
+    q = np.linalg.qr(np.concatenate([trivial[:, None], np.sqrt(lam)[:, None] * parts[:, :-1]], axis=1))[0]
+    k = min(parts.shape[1] - 1, r)
+    vals[:k], vecs[:, :k] = 1.0, q[:, 1:k + 1]
   informative = int(np.sum(vals > _MIN_EIGENVALUE))
   if informative < r:
     raise ValueError(f"num_bits: needs {r} eigenvectors, the anchor graph of these features has {informative}")

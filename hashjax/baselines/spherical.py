@@ -14,16 +14,18 @@ The paper's iteration, on the ``n`` training points:
 3. pairs pull or push each other: the force on pivot ``k`` from pivot ``l`` is
    :math:`f_{k \leftarrow l} = \tfrac{1}{2} \frac{o_{kl} - n/4}{n/4} (p_k - p_l)`, and every pivot moves by the
    mean force, :math:`p_k \mathrel{+}= \tfrac{1}{b} \sum_{l \ne k} f_{k \leftarrow l}`;
-4. repeat 2-3 until the mean and the standard deviation of :math:`|o_{kl} - n/4|` over the pairs fall within
-   ``epsilon_mean * n/4`` and ``epsilon_stddev * n/4`` (the paper's 10% and 15%), or ``num_iters`` updates ran.
+4. repeat 2-3 until, over the pairs, the mean of :math:`|o_{kl} - n/4|` falls within ``epsilon_mean * n/4``
+   and the standard deviation of :math:`o_{kl}` within ``epsilon_stddev * n/4`` (the paper's 10% and 15%, as
+   the authors' code computes them), or ``num_iters`` updates ran.
 
 Departures from the paper:
 
 * codes are ranked by the plain Hamming distance, like every hashjax code, not by the paper's spherical
   Hamming distance :math:`d_{SH}(a, b) = |a \oplus b| / |a \wedge b|` (which rewards shared 1s);
 * the radius is the midpoint between the :math:`\lceil n/2 \rceil`-th and the next smallest training distance
-  (not the :math:`\lceil n/2 \rceil`-th itself), so that exactly :math:`\lceil n/2 \rceil` training points lie
-  strictly inside and the bit of a training point does not hang on a rounding of its distance.
+  (not the :math:`\lceil n/2 \rceil`-th itself), so that, when the distances are distinct, exactly
+  :math:`\lceil n/2 \rceil` training points lie strictly inside and the bit of a training point does not hang
+  on a rounding of its distance.
 
 Pivots are stored relative to the training mean (the sphere of bit ``k`` is centred on
 ``mean + pivots[k]``), which keeps the float32 distances of :func:`encode` accurate.
@@ -119,8 +121,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_iters:
     dist = _distances(x, pivots)
     inside = (dist < _radii(dist)).astype(np.float64)
     excess = (inside.T @ inside - quarter) / quarter  # [b, b]: (o_kl - n/4) / (n/4)
-    gaps = np.abs(excess[pairs])
-    if num_bits < 2 or (gaps.mean() <= epsilon_mean and gaps.std() <= epsilon_stddev):
+    if num_bits < 2 or (np.abs(excess[pairs]).mean() <= epsilon_mean and excess[pairs].std() <= epsilon_stddev):
       break
     np.fill_diagonal(excess, 0.0)
     # sum_l 0.5 excess_kl (p_k - p_l) / b
