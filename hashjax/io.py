@@ -280,7 +280,10 @@ class _Changed(Exception):
 
 
 def _read_npy(path: str, entry: Dict[str, Any], manifest: str, mmap: bool) -> np.ndarray:
-  file = os.path.join(path, entry["file"])
+  rel = entry["file"]
+  if not isinstance(rel, str) or os.path.isabs(rel) or os.pardir in rel.replace("\\", "/").split("/"):
+    raise ValueError(f"{os.path.join(path, manifest)}: expected array files inside {path!r}, got {rel!r}")
+  file = os.path.join(path, rel)
   with open(file, "rb") as f:  # FileNotFoundError: load_arrays names the missing file
     if mmap:  # hashed in 16 MiB pieces, then mapped
       digest = hashlib.sha256()

@@ -71,6 +71,8 @@ ARRAYS_FILE = "arrays.npz"
 
 _MAPPING_KINDS = ("linear", "mlp", "cnn")
 _BASELINE_PARAMS = baselines.PARAMS
+#: The integer fields of the baselines' params (every other field is floating point).
+_BASELINE_INT_FIELDS = {"agh": ("num_nearest",), "mdsh": ("modes",), "sh": ("direction", "mode")}
 
 
 class FeatureRangeWarning(UserWarning):
@@ -211,8 +213,8 @@ class Model:
   does not); it is immutable (its attributes cannot be set).
 
   Attributes:
-    kind: ``"linear"``, ``"mlp"`` or ``"cnn"`` (:mod:`hashjax.mappings`), ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or
-      ``"iso"`` (:mod:`hashjax.baselines`), or ``"colgen"`` (:mod:`hashjax.colgen`).
+    kind: ``"linear"``, ``"mlp"`` or ``"cnn"`` (:mod:`hashjax.mappings`), a baseline's name (a key of
+      :data:`hashjax.baselines.BASELINES`), or ``"colgen"`` (:mod:`hashjax.colgen`).
     num_bits: code length ``b``.
     dim: feature width the model encodes.
     settings: JSON-friendly dict of the hash function's options (a mapping's ``init`` and
@@ -389,7 +391,7 @@ def from_baseline(method: str, params: Any, *, train_features: Any, config: Any 
   .. math:: \mathrm{Model}(\mathrm{encode}_{method}, \theta), \qquad \mathrm{range} = [\min X, \max X]
 
   Args:
-    method: ``"lsh"``, ``"pca"``, ``"itq"``, ``"sh"`` or ``"iso"`` (see :data:`hashjax.baselines.BASELINES`).
+    method: a key of :data:`hashjax.baselines.BASELINES`.
     params: the params NamedTuple :func:`hashjax.baselines.fit` returned for ``method``.
     train_features: ``[N, dim]`` the features it was fitted on (for the width and value range).
     config: the run's config (a ``ml_collections.ConfigDict`` or a JSON-serialisable dict), or None.
@@ -429,6 +431,11 @@ def _named_params(cls: Any, kind: str, arrays: Dict[str, np.ndarray]) -> Any:
   missing = [f"params/{f}" for f in cls._fields if f"params/{f}" not in arrays]
   if missing:
     raise ValueError(f"params: a {kind!r} model needs the arrays params/{cls._fields}, missing {missing}")
+  for f in cls._fields:
+    integer = f in _BASELINE_INT_FIELDS.get(kind, ())
+    if not np.issubdtype(arrays[f"params/{f}"].dtype, np.integer if integer else np.floating):
+      raise ValueError(f"params/{f}: expected {'integer' if integer else 'floating-point'} values, "
+                       f"got {_checks.desc(arrays[f'params/{f}'])}")
   return cls(*(arrays[f"params/{f}"] for f in cls._fields))
 
 
