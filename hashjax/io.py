@@ -280,10 +280,7 @@ class _Changed(Exception):
 
 
 def _read_npy(path: str, entry: Dict[str, Any], manifest: str, mmap: bool) -> np.ndarray:
-  rel = entry["file"]
-  if not isinstance(rel, str) or os.path.isabs(rel) or os.pardir in rel.replace("\\", "/").split("/"):
-    raise ValueError(f"{os.path.join(path, manifest)}: expected array files inside {path!r}, got {rel!r}")
-  file = os.path.join(path, rel)
+  file = os.path.join(path, entry["file"])
   with open(file, "rb") as f:  # FileNotFoundError: load_arrays names the missing file
     if mmap:  # hashed in 16 MiB pieces, then mapped
       digest = hashlib.sha256()
@@ -318,6 +315,10 @@ def _parse(file: str, raw: bytes, check: Callable[[str, Dict[str, Any]], None]) 
   if not isinstance(listed, list) or not all(isinstance(e, dict) and set(keys) <= set(e) for e in listed) or (
       signed and not isinstance(header.get("data"), str)):
     raise ValueError(f"{file}: expected {folder}arrays as a list of {{{', '.join(keys)}}}")
+  for e in listed if signed else ():
+    rel = e["file"]
+    if not isinstance(rel, str) or os.path.isabs(rel) or os.pardir in rel.replace("\\", "/").split("/"):
+      raise ValueError(f"{file}: array {e['name']!r}: expected a file inside the directory, got {rel!r}")
   return header
 
 

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from hashjax.baselines import machash
+from hashjax.baselines import _common, machash
 
 KEY = jax.random.key(0)
 SMALL = dict(num_anchors=30, num_iters=5)
@@ -211,3 +211,31 @@ def test_bad_encode_inputs_are_refused():
     machash.project(tuple(params), X)
   with pytest.raises(ValueError, match=r"^features: expected at least 2 training rows, got shape \(1, 8\)$"):
     machash.fit(X[:1], num_bits=4, labels=Y[:1])
+
+
+def test_spectral_start_does_not_depend_on_the_basis_an_eigensolver_returns(monkeypatch):
+  # Balanced classes: the first bit's M = b (2 L L^T - 1 1^T) has its top eigenvalue C - 1 times, so any basis of
+  # that eigenspace is an eigensolver's valid answer. The start is the projection of class 0's indicator on it
+  # (here from a dense eigendecomposition of M), whatever basis the solver returns.
+  labels = np.repeat(np.arange(4), 6)
+  onehot = np.eye(4)[labels]
+  m = 8 * (2 * onehot @ onehot.T - 1)
+  vals, vecs = np.linalg.eigh(m)
+  top = vecs[:, vals > vals[-1] - 1e-6]
+  assert top.shape[1] == 3
+  start = _common.spectral_sign(onehot, np.zeros((24, 0)), 8)
+  np.testing.assert_array_equal(start, np.where(top @ (top.T @ onehot[:, 0]) < 0, -1.0, 1.0))
+  codes = machash.initial_codes(labels, 8)
+  eigh = np.linalg.eigh
+
+  def rotated(a):  # another orthonormal basis of every repeated eigenvalue's eigenspace, and flipped signs
+    w, v = eigh(a)
+    v = -v.copy()
+    for value in np.unique(np.round(w, 6)):
+      block = np.flatnonzero(np.abs(w - value) < 1e-6 * max(1.0, np.abs(w).max()))
+      if block.size > 1:
+        v[:, block] = v[:, block] @ np.linalg.qr(np.random.default_rng(block.size).normal(size=(block.size,) * 2))[0]
+    return w, v
+  monkeypatch.setattr(np.linalg, "eigh", rotated)
+  np.testing.assert_array_equal(_common.spectral_sign(onehot, np.zeros((24, 0)), 8), start)
+  np.testing.assert_array_equal(machash.initial_codes(labels, 8), codes)

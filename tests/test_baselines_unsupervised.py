@@ -16,7 +16,7 @@ N = X.shape[0]
 
 FITS = {
     "sph": (spherical, dict(num_bits=8)),
-    # s = 3 nearest anchors link the blobs into one graph (s = 2 leaves three parts: refused, see below)
+    # s = 3 nearest anchors link the blobs into one graph (s = 2 leaves three parts, whose basis is the parts')
     "agh1": (agh, dict(num_bits=4, num_anchors=12, layers=1, num_nearest=3)),
     "agh2": (agh, dict(num_bits=8, num_anchors=12, layers=2, num_nearest=3)),
 }
@@ -142,9 +142,9 @@ def test_agh_kmeans_step_moves_anchors_to_cluster_means():
 
 def test_agh_graph_in_parts_gives_the_parts_indicators_whatever_the_solver(monkeypatch):
   # Three separate blobs, each point linked to its 2 nearest anchors: three parts, so eigenvalue 1 twice after the
-  # trivial one is deflated. The eigenvectors are the parts' indicators orthonormalised (Gram-Schmidt by a loop,
-  # parts in the order of their first anchor), and a solver that returns another basis of that eigenspace (rotated
-  # by 0.7 rad) changes no bit.
+  # trivial one is deflated. The eigenvectors are the parts' indicators orthonormalised (parts in the order of their
+  # first anchor): constant on each blob, the first equal on the two blobs after the first part's; and a solver that
+  # returns another basis of that eigenspace (rotated by 0.7 rad) changes no bit.
   key = jax.random.key(0)
   params = agh.fit(X, num_bits=4, num_anchors=12, layers=1, key=key)
   anchors = np.asarray(params.anchors, np.float64)

@@ -251,14 +251,14 @@ def test_damaged_or_edited_files_are_refused_by_name(kind, tmp_path):
     _resign(path, manifest, entry, buf.getvalue())
     refused(f"{mfile}: does not describe a usable model: {entry['name']}: expected floating-point values, "
             f"got dtype int32")
-  # A consistently signed manifest that names a file outside the directory: refused before anything is read.
+  # A consistently signed manifest that names a file outside the directory: refused before any array is read.
   outside = {**m, "arrays": [{**e, "file": "../" + e["file"]} if e["name"] == entry["name"] else e
                              for e in m["arrays"]]}
   body = {k: v for k, v in outside.items() if k != "checksum"}
   outside["checksum"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
   with open(mfile, "w") as f:
     json.dump(outside, f)
-  refused(f"{mfile}: expected array files inside")
+  refused(f"{mfile}: array '{entry['name']}': expected a file inside the directory, got '../")
 
 
 def test_a_save_never_deletes_files_it_did_not_write(tmp_path):

@@ -82,7 +82,8 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
   dtype = jax.dtypes.canonicalize_dtype(np.promote_types(dtype, np.float32) if dtype.kind == "f" else np.float32)
   x = np.asarray(features, np.float64)
   with np.errstate(over="ignore"):
-    if not np.isfinite(4.0 * np.sum(x * x)):  # a bound on every squared distance and product of the fits
+    flat = x.ravel()
+    if not np.isfinite(4.0 * (flat @ flat)):  # a bound on every squared distance and product of the fits
       raise ValueError(f"{name}: expected values whose squares sum to a finite float64, got an overflow (largest "
                        f"magnitude {np.max(np.abs(x)):.3g}); scale the features down")
   return x, dtype
@@ -120,8 +121,11 @@ def spectral_sign(onehot: np.ndarray, others: np.ndarray, num_bits: int) -> np.n
 
   .. math:: M = b\, (2 L L^\top - \mathbf{1}\mathbf{1}^\top) - O O^\top
 
-  ``onehot[N, C]`` the class matrix ``L``, ``others[N, r]`` the other bits ``O`` in ``{-1, +1}``; the
-  eigenvector's coefficients on ``[L, 1, O]`` are signed by :func:`sign_fixed`.
+  ``onehot[N, C]`` the class matrix ``L``, ``others[N, r]`` the other bits ``O`` in ``{-1, +1}``. The leading
+  eigenvalue repeats whenever classes are of equal size (the first bit's ``M`` then has it ``C - 1`` times), and
+  any basis of its eigenspace would do: the vector taken is the projection onto that eigenspace of the first
+  class indicator that is not orthogonal to it, so neither the basis nor the signs an eigensolver returns reach
+  the codes; an item whose value is 0 but for rounding gets +1.
 
   >>> spectral_sign(np.repeat(np.eye(2), 2, axis=0), np.zeros((4, 0)), 2).tolist()
   [1.0, 1.0, -1.0, -1.0]
@@ -136,8 +140,16 @@ def spectral_sign(onehot: np.ndarray, others: np.ndarray, num_bits: int) -> np.n
   keep = d > 1e-9 * d[-1]
   t = v[:, keep] / np.sqrt(d[keep])
   reduced = t.T @ gram
-  _, vecs = np.linalg.eigh((reduced * weights) @ reduced.T)
-  return np.where(basis @ sign_fixed(t @ vecs[:, -1:])[:, 0] < 0, -1.0, 1.0)
+  vals, vecs = np.linalg.eigh((reduced * weights) @ reduced.T)
+  top = vecs[:, vals >= vals[-1] - 1e-9 * np.abs(vals).max()]  # the leading eigenspace, in the coordinates U T
+  reach = top.T @ (t.T @ gram[:, :num_classes])  # [k, C]: (U T top)^T L, each class indicator's projection
+  norms = np.linalg.norm(reach, axis=0)
+  if norms.max() > 1e-9 * np.sqrt(n):
+    lead = top @ reach[:, np.argmax(norms > 1e-9 * np.sqrt(n))]
+  else:  # an eigenspace orthogonal to every class (not met in practice): its last vector, signed
+    lead = sign_fixed(top[:, -1:])[:, 0]
+  value = basis @ (t @ lead)
+  return np.where(value < -1e-9 * np.abs(value).max(), -1.0, 1.0)  # a value 0 but for rounding: +1
 
 
 def project(features: Array, mean: Array, projection: Array) -> Array:

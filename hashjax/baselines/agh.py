@@ -136,7 +136,6 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   Returns:
     :class:`AGHParams`.
 
-
   >>> import jax, numpy as np
   >>> x = np.random.default_rng(0).normal(size=(100, 8)).astype(np.float32)
   >>> params = fit(x, num_bits=6, num_anchors=20, layers=2)
@@ -180,8 +179,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   informative = int(np.sum(vals > _MIN_EIGENVALUE))
   if informative < r:
     raise ValueError(f"num_bits: needs {r} eigenvectors, the anchor graph of these features has {informative}")
-  peak = np.argmax(np.abs(vecs), axis=0)
-  vecs = vecs * np.sign(vecs[peak, np.arange(r)])
+  vecs = _common.sign_fixed(vecs)
   projection = np.sqrt(n) * scale[:, None] * vecs / np.sqrt(vals)
   # Y's columns sum to 0 and are not 0 (Y^T Y = n I): each has positive and non-positive values.
   y = z @ projection[:, :num_bits - r]

@@ -156,8 +156,7 @@ def _eigenmap(graph: scipy.sparse.csr_matrix, num_bits: int) -> Eigenmap:
     mu, v = scipy.sparse.linalg.eigsh(op, k=num_bits, which="LA", v0=start, tol=0)
   order = np.argsort(-mu, kind="stable")
   mu, y = mu[order], v[:, order] / root[:, None]  # D^-1/2 v: y^T D y = 1
-  peak = np.argmax(np.abs(y), axis=0)
-  y = y * np.sign(y[peak, np.arange(num_bits)])
+  y = _common.sign_fixed(y)
   bits = (y > np.median(y, axis=0)).astype(np.uint8)
   return Eigenmap(1.0 - mu, y, bits)
 
