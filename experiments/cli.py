@@ -11,7 +11,9 @@ Every launcher (``experiments.train``, ``evaluate``, ``tune``, ``nair_study``) h
 * checks the whole config before any data is loaded (:func:`experiments.methods.checks.check_config`: every
   choice against the library's own names, every number against its range) and refuses a run that cannot
   fit in memory (:func:`experiments.methods.checks.check_memory`, from :func:`~experiments.methods.checks.estimate_memory`);
-* checks that ``--workdir`` is a directory it can write to, or can create (:func:`check_workdir`);
+* checks that ``--workdir`` is a directory it can write to, or can create (:func:`check_workdir`), and the
+  launcher's ``main`` holds it (:func:`workdir`): a second run into a workdir another run is writing to stops at
+  once;
 * joins the processes of a config's ``num_processes``, ``process_id`` and ``coordinator_address`` (None: the
   ``JAX_*`` environment variables) before ``main`` (:func:`experiments.fitting.start_processes`);
 * reports each of these problems as one line ``error: ...`` with exit status 2, no traceback; so is a
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import fcntl
 import importlib.util
 import io as _io
 import logging
@@ -34,6 +37,7 @@ import tokenize
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app, flags
+import jax
 import ml_collections
 
 from experiments import fitting, process
@@ -50,6 +54,38 @@ WORKDIR = flags.DEFINE_string("workdir", None, "Where the run writes its results
 #: A problem with the command line or the config, told in one line (the launcher exits with status 2).
 ConfigError = checks.ConfigError
 format_value = checks.format_value
+
+#: The file in a workdir whose lock the run writing there holds (its process 0), with that process's id.
+RUN_LOCK = ".run.lock"
+_HELD: Dict[str, int] = {}  # the workdirs (real paths) this process holds, and their open lock files
+
+
+def workdir(default: str) -> str:
+  """The run's workdir, ``--workdir`` or else ``default``, created and held for the rest of the process.
+
+  Process 0 of a run takes an exclusive ``flock`` on ``<workdir>/.run.lock`` without waiting, so that a second
+  run started into the same workdir stops at once with one line (status 2) rather than mixing its results and
+  models with the first's; the lock goes when the process ends (also when it is killed). The other processes of
+  a multi-process run, which write nothing, take none; a process that holds the lock already (a launcher's
+  ``main`` called twice) keeps it.
+  """
+  path = WORKDIR.value or default
+  real = os.path.realpath(path)
+  if jax.process_index() != 0 or real in _HELD:
+    return path
+  os.makedirs(path, exist_ok=True)
+  fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+    os.close(fd)
+    raise ConfigError(f"--workdir={path}: expected a workdir no other run is writing to, got one held by process "
+                      f"{holder} ({RUN_LOCK}); wait for it to end or choose another --workdir") from None
+  os.ftruncate(fd, 0)
+  os.write(fd, str(os.getpid()).encode("ascii"))
+  _HELD[real] = fd
+  return path
 
 
 # --------------------------------------------------------------------------- fields

@@ -179,7 +179,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or reporting.default_workdir(config.get("name", "baselines"))
+  workdir = cli.workdir(reporting.default_workdir(config.get("name", "baselines")))
   rows = evaluate(config, workdir)
   print(reporting.format_table(rows))
   print(f"results: {os.path.join(workdir, 'results.json')}")

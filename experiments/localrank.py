@@ -539,7 +539,7 @@ def format_tables(results: Dict) -> str:
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or reporting.default_workdir(config.name)
+  workdir = cli.workdir(reporting.default_workdir(config.name))
   results = train_and_evaluate(config, workdir)
   print(format_tables(results))
   print(f"results: {os.path.join(workdir, 'results.json')}")

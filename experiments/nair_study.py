@@ -615,8 +615,8 @@ def study_flags() -> Dict:
 
 
 def workdir() -> str:
-  """``--workdir``, by default ``runs/nair_study``."""
-  return cli.WORKDIR.value or "runs/nair_study"
+  """``--workdir``, by default ``runs/nair_study`` (held by this process: :func:`experiments.cli.workdir`)."""
+  return cli.workdir("runs/nair_study")
 
 
 def main():

@@ -128,7 +128,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
 
 def main(config):
-  workdir = cli.WORKDIR.value or reporting.default_workdir(config.name)
+  workdir = cli.workdir(reporting.default_workdir(config.name))
   results = train_and_evaluate(config, workdir)
   print(format_summary(results["summary"]))
   print(f"results: {os.path.join(workdir, 'results.json')}")

@@ -134,6 +134,41 @@ def test_a_workdir_that_is_a_file_is_refused_before_any_data_loads(runs, tmp_pat
   assert not (tmp_path / "new").exists()  # checked, not created
 
 
+_HOLDER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from absl import flags
+from experiments import cli
+flags.FLAGS(["holder", "--workdir=" + sys.argv[2]])
+assert cli.workdir("unused") == sys.argv[2] == cli.workdir("unused")  # taken once, kept on a second call
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
+  work = str(tmp_path / "run")
+  holder = subprocess.Popen([sys.executable, "-c", _HOLDER, ROOT, work], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    with open(os.path.join(work, cli.RUN_LOCK)) as f:
+      assert f.read() == str(holder.pid)
+    done = subprocess.run([sys.executable, "-m", "experiments.evaluate", "--config=configs/baselines.py:runlocal",
+                           "--config.methods=lsh", "--config.bits=8", f"--workdir={work}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert _one_error_line((done.returncode, done.stdout, done.stderr)) == (
+        f"error: --workdir={work}: expected a workdir no other run is writing to, got one held by process "
+        f"{holder.pid} (.run.lock); wait for it to end or choose another --workdir")
+  finally:
+    holder.communicate("", timeout=60)
+  assert holder.returncode == 0
+  again = subprocess.run([sys.executable, "-c", _HOLDER, ROOT, work], input="", capture_output=True, text=True,
+                         timeout=120)
+  assert again.returncode == 0 and again.stdout.strip() == "held", again.stderr  # the lock went with its process
+
+
 def test_list_valued_fields_take_comma_separated_values(runs, tmp_path_factory):
   code, stdout, stderr = runs["evaluate_lists"]
   assert code == 0, stderr
