@@ -38,7 +38,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app, flags
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
+import numpy as np
 
 from experiments import fitting, process
 from experiments.methods import checks
@@ -66,26 +68,38 @@ def workdir(default: str) -> str:
   Process 0 of a run takes an exclusive ``flock`` on ``<workdir>/.run.lock`` without waiting, so that a second
   run started into the same workdir stops at once with one line (status 2) rather than mixing its results and
   models with the first's; the lock goes when the process ends (also when it is killed). The other processes of
-  a multi-process run, which write nothing, take none; a process that holds the lock already (a launcher's
-  ``main`` called twice) keeps it.
+  a multi-process run, which write nothing, take none, and stop with process 0 (its answer is broadcast); a
+  process that holds the workdir already (a launcher's ``main`` called twice) keeps it.
   """
   path = WORKDIR.value or default
   real = os.path.realpath(path)
-  if jax.process_index() != 0 or real in _HELD:
+  if real in _HELD:
     return path
+  holder = _take(path, real) if jax.process_index() == 0 else 0
+  if jax.process_count() > 1:
+    holder = int(multihost_utils.broadcast_one_to_all(np.int64(holder)))
+  if holder:
+    raise ConfigError(f"--workdir={path}: expected a workdir no other run is writing to, got one held by "
+                      f"{f'process {holder}' if holder > 0 else 'another process'} ({RUN_LOCK}); wait for it to end "
+                      f"or choose another --workdir")
+  _HELD.setdefault(real, -1)
+  return path
+
+
+def _take(path: str, real: str) -> int:
+  """Locks ``path``'s :data:`RUN_LOCK` for this process (0), or the id of the process holding it (-1: unknown)."""
   os.makedirs(path, exist_ok=True)
   fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
-    holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+    holder = os.read(fd, 32).decode("ascii", "replace").strip()
     os.close(fd)
-    raise ConfigError(f"--workdir={path}: expected a workdir no other run is writing to, got one held by process "
-                      f"{holder} ({RUN_LOCK}); wait for it to end or choose another --workdir") from None
+    return int(holder) if holder.isdigit() and int(holder) > 0 else -1
   os.ftruncate(fd, 0)
   os.write(fd, str(os.getpid()).encode("ascii"))
   _HELD[real] = fd
-  return path
+  return 0
 
 
 # --------------------------------------------------------------------------- fields

@@ -374,3 +374,33 @@ def test_evaluate_only_process_zero_saves_models_that_encode_as_one_process(eval
     model, ref = models.load_model(str(two / "models" / name)), models.load_model(str(one / "models" / name))
     np.testing.assert_array_equal(np.asarray(model.encode(x)), np.asarray(ref.encode(x)), err_msg=name)
   assert all("Traceback" not in err for _, _, err in ended)
+
+
+def test_both_processes_stop_with_one_line_when_another_run_holds_the_workdir(tmp_path):
+  # Process 0 finds the workdir held; its answer reaches process 1, and both stop with the same line.
+  reason = _gloo_missing()
+  if reason:
+    pytest.skip(reason)
+  work = str(tmp_path / "held")
+  os.makedirs(work)
+  holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | "
+                             "os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'4242'); print('held', "
+                             "flush=True); sys.stdin.read()", os.path.join(work, ".run.lock")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    address = f"localhost:{_free_port()}"
+    ended = _run_together([["-m", "experiments.evaluate", "--config=configs/baselines.py:runlocal",
+                            "--config.methods=lsh", "--config.bits=8", f"--workdir={work}",
+                            f"--config.num_processes={NUM_PROCESSES}", f"--config.process_id={p}",
+                            f"--config.coordinator_address={address}"] for p in range(NUM_PROCESSES)], TIMEOUT_S)
+  finally:
+    holder.communicate("", timeout=60)
+  for status, out, err in ended:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2 and "Traceback" not in out + err, (status, err[-3000:])
+    # after jax.distributed's own log lines, one line
+    assert [line for line in lines if not line.startswith("I")] == [
+        f"error: --workdir={work}: expected a workdir no other run is writing to, got one held by process 4242 "
+        f"(.run.lock); wait for it to end or choose another --workdir"], err[-3000:]
+  assert not os.path.exists(os.path.join(work, "results.json"))
