@@ -168,10 +168,11 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   # sqrt(lam) is always an eigenvector of eigenvalue 1 (Z's rows sum to 1); it is deflated rather than dropped
   # by rank, since a graph of several components has eigenvalue 1 several times.
   trivial = np.sqrt(lam) / np.linalg.norm(np.sqrt(lam))
-  m_mat = scale[:, None] * (z.T @ z) * scale[None, :] - np.outer(trivial, trivial)
+  linked = z.T @ z  # [m, m]: anchors j, k linked through the points near both
+  m_mat = scale[:, None] * linked * scale[None, :] - np.outer(trivial, trivial)
   vals, vecs = np.linalg.eigh(m_mat)  # ascending
   vals, vecs = vals[::-1][:r], vecs[:, ::-1][:, :r]
-  parts = _parts(z.T @ z, lam)
+  parts = _parts(linked, lam)
   if parts.shape[1] > 2:  # eigenvalue 1 repeats: its eigenspace's basis is the parts', not the solver's
     q = np.linalg.qr(np.concatenate([trivial[:, None], np.sqrt(lam)[:, None] * parts[:, :-1]], axis=1))[0]
     k = min(parts.shape[1] - 1, r)
