@@ -32,6 +32,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.weighted = ()  # of config.methods, also ranked by learned bit weights (EGD, hashjax.weighting.fit)
   config.models = ()  # saved models (hashjax.load_model paths) on the same protocol, scored beside the methods
   config.bits = (16, 32, 64)  # code lengths: --config.bits=16,32 (pca and itq: at most the input dimension)
+  config.unseen_database = False  # True: search only the database items outside the training subset
   config.radius = 2  # precision within Hamming radius 2 (distance <= 2)
   config.precision_k = 100  # tie-aware precision@100
   config.plots = False  # True: AP against code length, precision-recall and distance histograms as PNGs

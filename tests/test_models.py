@@ -377,6 +377,27 @@ def test_evaluate_writes_one_model_per_baseline_and_length(tmp_path):
   assert float(result["tie_aware_ap"]) == rows[0]["tie_aware_ap"]
 
 
+def test_evaluate_unseen_database_searches_only_the_items_no_method_was_fitted_on(tmp_path):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate, tasks  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits, config.unseen_database = ("itq",), (16,), True
+  rows = evaluate.evaluate(config, str(tmp_path))
+  protocol = tasks.load_protocol(config)
+  split = protocol.split
+  trained = set(split.train.tolist())
+  unseen = [i for i in split.database.tolist() if i not in trained]
+  assert 0 < len(unseen) < len(split.database)
+  model = hashjax.load_model(tmp_path / "models" / "itq-16")
+  result = hashjax.evaluate_codes(model.encode(protocol.features[split.query]),
+                                  model.encode(protocol.features[unseen]),
+                                  query_labels=protocol.labels[split.query], db_labels=protocol.labels[unseen],
+                                  num_bits=16, radius=config.radius, k=config.precision_k)
+  assert float(result["tie_aware_ap"]) == rows[0]["tie_aware_ap"]
+  assert float(result["tie_aware_precision_at_k"]) == rows[0]["tie_aware_precision_at_k"]
+
+
 def test_evaluate_scores_saved_models_and_learned_bit_weights_beside_the_baselines(tmp_path):
   _repo_on_path()
   from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
