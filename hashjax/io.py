@@ -52,7 +52,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 from io import BytesIO
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -70,9 +69,8 @@ LOCK_FILE = ".lock"
 _TMP = ".tmp-"
 _DATA = "data-"
 #: The names this module writes beside a manifest: its data folders (``data-`` and 16 hex digits) and temporary
-#: files and folders (``.tmp-`` and 16 hex digits, or the 8 characters of ``tempfile.mkstemp``). Nothing else in a
-#: saved directory is ever deleted.
-_OURS = re.compile(r"(\.tmp-([0-9a-f]{16}|[a-z0-9_]{8})|data-[0-9a-f]{16})")
+#: files and folders (``.tmp-`` and 16 hex digits). Nothing else in a saved directory is ever deleted.
+_OURS = re.compile(r"(\.tmp-|data-)[0-9a-f]{16}")
 _ATTEMPTS = 4  # optimistic reads before reading under the shared lock, which always succeeds
 
 
@@ -118,6 +116,8 @@ def _fsync_dir(path: str) -> None:
 def atomic_write_bytes(path: str, data: bytes) -> None:
   r"""Writes ``data`` to ``path`` atomically (same-directory temp file, fsync, ``os.replace``).
 
+  The file gets the mode ``open()`` would give it (0o666 less the umask).
+
   .. math:: \mathrm{path} \leftarrow \mathrm{data} \quad \text{(old or new, never partial)}
 
   >>> import os, tempfile
@@ -129,8 +129,8 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
   """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=_TMP, dir=directory)
-  os.close(fd)
+  tmp = os.path.join(directory, _TMP + secrets.token_hex(8))
+  os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask's mode, as open() gives
   try:
     write_synced(tmp, lambda f: f.write(data))
     os.replace(tmp, path)

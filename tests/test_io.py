@@ -278,3 +278,18 @@ def test_bad_array_names_and_headers_are_refused_before_anything_is_written(tmp_
   with pytest.raises(ValueError, match="header: expected JSON fields without NaN"):
     io.save_arrays(str(tmp_path / "b"), {"a": np.zeros(1)}, {"kind": float("nan")})
   assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_written_files_get_the_mode_open_gives_them_under_the_umask(tmp_path):
+  old = os.umask(0o022)
+  try:
+    io.atomic_write_json(str(tmp_path / "r.json"), {"a": 1})
+    path = io.save_arrays(str(tmp_path / "x"), {"w": np.eye(2)}, {"format": "demo"})
+    os.umask(0o027)
+    io.atomic_write_bytes(str(tmp_path / "g.bin"), b"abc")
+  finally:
+    os.umask(old)
+  mode = lambda p: os.stat(p).st_mode & 0o777
+  assert mode(tmp_path / "r.json") == 0o644  # readable by others, as open() would leave it
+  assert mode(os.path.join(path, io.MANIFEST)) == 0o644
+  assert mode(tmp_path / "g.bin") == 0o640
