@@ -50,7 +50,7 @@ _CLONE = "experiments and configs run from the root of the hashjax clone"
 
 #: ``--workdir``, one flag shared by every launcher (absl refuses a flag defined twice in a process).
 WORKDIR = flags.DEFINE_string("workdir", None, "Where the run writes its results, model and checkpoints "
-                              "(default: runs/<config name>).")
+                              "(default: runs/<config name>, or as the launcher's docstring says).")
 
 
 #: A problem with the command line or the config, told in one line (the launcher exits with status 2).
@@ -292,7 +292,7 @@ def _prog() -> str:
 
 def _flag_lines(config: bool) -> List[Tuple[str, str]]:
   lines = [("--config=PATH[:ARG]", "a configs/*.py file and its optional argument (required)")] if config else []
-  for flag in flags.FLAGS.get_key_flags_for_module(sys.argv[0]):
+  for flag in [flags.FLAGS[WORKDIR.name], *flags.FLAGS.get_key_flags_for_module(sys.argv[0])]:
     default = flag.default
     kind = "list" if "list" in flag.flag_type() else flag.flag_type()
     shown = (",".join(default) if isinstance(default, list) else f"<{kind}>" if default is None

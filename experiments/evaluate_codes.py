@@ -29,16 +29,20 @@ Printed, and with ``--workdir`` written to ``<workdir>/results.json``:
   tied items (:func:`deephash_ap_ties`): how much ties alone can move the reported number.
 
 ``--topk`` defaults to 1000 (DeepHash-pytorch's ImageNet setting; it uses 5000 for NUS-WIDE and COCO) and is
-clamped to ``N``. Memory stays ``O(N)`` per query for the DeepHash columns; multi-hot relevance is built in
-blocks of queries of at most ``2^24`` cells. Bad input (a missing key, a code value outside ``{-1, 1}`` /
+clamped to ``N``; ``--topk=-1`` is DeepHash-pytorch's ``topK=-1`` (its CIFAR-10 setting), which its slice
+``[0:-1]`` reads as every item but the last: ``k = N - 1``. The ``argsort`` column is the number a
+DeepHash-pytorch run printed only when the rows are in the order that run evaluated them (its database loader
+shuffles). Memory stays ``O(N)`` per query for the DeepHash columns; multi-hot relevance is built in blocks of
+queries of at most ``2^24`` cells. Bad input (a missing key, a code value outside ``{-1, 1}`` /
 ``{0, 1}``, mismatched shapes, labels of the wrong length) is refused in one line ``error: ...``, exit
-status 2.
+status 2; so is a file in which no query has a relevant database item.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import zipfile
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from absl import flags
@@ -55,7 +59,8 @@ _CODES = flags.DEFINE_string("codes", None, "The .npz file: query_codes, db_code
                              "(and num_bits for packed words) (required).")
 _NUM_BITS = flags.DEFINE_integer("num_bits", None, "Code length of packed uint32 codes (else the npz's "
                                  "num_bits key).")
-_TOPK = flags.DEFINE_integer("topk", 1000, "k of mAP@k and precision@k (clamped to the database size).")
+_TOPK = flags.DEFINE_integer("topk", 1000, "k of mAP@k and precision@k (clamped to the database size); -1: "
+                             "DeepHash-pytorch's topK=-1, every item but the last (N - 1).")
 
 KEYS = ("query_codes", "db_codes", "query_labels", "db_labels")
 
@@ -91,7 +96,8 @@ def _bits(name: str, x: np.ndarray) -> Tuple[np.ndarray, Optional[str]]:
     hint = " (packed words must be uint32)" if x.dtype.kind in "iu" else ""
     raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes{hint}, got the value {bad!r}")
   if neg.any() and zero.any():
-    raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got -1, 0 and 1 in one array")
+    raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got -1, 0 and 1 in one array (a sign of 0, "
+                      f"e.g. torch.sign(0.0), is 0: map it to 1 or -1)")
   return one.astype(np.uint8), "pm1" if neg.any() else "01" if zero.any() else None
 
 
@@ -101,12 +107,13 @@ def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
   for name, a in (("query_codes", q), ("db_codes", x)):
     if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
       raise ConfigError(f"{name}: expected a 2-D array [rows, bits] with at least one row, got shape {a.shape}")
+  packed = [a.dtype == np.uint32 for a in (q, x)]
+  if any(packed) and not all(packed):
+    (name, a), other = (("db_codes", x), "query_codes") if packed[0] else (("query_codes", q), "db_codes")
+    raise ConfigError(f"{name}: expected packed uint32 words like {other}, got dtype {a.dtype}")
   if q.shape[1] != x.shape[1]:
     raise ConfigError(f"db_codes: expected {q.shape[1]} columns like query_codes {q.shape}, got shape {x.shape}")
-  packed = [a.dtype == np.uint32 for a in (q, x)]
-  if any(packed):
-    if not all(packed):
-      raise ConfigError(f"db_codes: expected packed uint32 words like query_codes, got dtype {x.dtype}")
+  if all(packed):
     if num_bits is None:
       raise ConfigError("query_codes: packed uint32 words need their code length: --num_bits or a num_bits key "
                         "(uint32 arrays are read as packed words; store unpacked codes as another dtype)")
@@ -156,12 +163,27 @@ def _labels(data, num_q: int, num_db: int) -> Tuple[np.ndarray, np.ndarray, bool
 def load_codes(path: str, *, num_bits: Optional[int] = None) -> Codes:
   """Reads and checks the ``.npz`` at ``path`` (module docstring); ``num_bits``: the length of packed words
   (else the file's ``num_bits`` key). Raises ConfigError in one line naming the key and what was expected."""
+  if os.path.isdir(path):
+    raise ConfigError(f"--codes={path}: expected an .npz file, got a directory")
   if not os.path.isfile(path):
     raise ConfigError(f"--codes={path}: no such file")
   try:
-    data = dict(np.load(path, allow_pickle=False))
-  except (OSError, ValueError) as e:
+    archive = np.load(path, allow_pickle=False)
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
     raise ConfigError(f"--codes={path}: expected an .npz file, got {type(e).__name__}: {e}") from None
+  if isinstance(archive, np.ndarray):
+    raise ConfigError(f"--codes={path}: expected an .npz file (np.savez) with keys {', '.join(KEYS)}, got a .npy "
+                      f"array of shape {archive.shape}")
+  data = {}
+  with archive:
+    for key in archive.files:
+      try:
+        data[key] = archive[key]
+      except ValueError as e:  # an object array: pickled, never read
+        raise ConfigError(f"{key}: expected a numeric array, got an object array ({e}); store e.g. ragged label "
+                          f"lists as multi-hot rows") from None
+      except (OSError, EOFError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"--codes={path}: {key} could not be read ({type(e).__name__}: {e})") from None
   missing = [k for k in KEYS if k not in data]
   if missing:
     raise ConfigError(f"--codes={path}: no key {', '.join(missing)} (expected keys {', '.join(KEYS)}; "
@@ -177,6 +199,10 @@ def load_codes(path: str, *, num_bits: Optional[int] = None) -> Codes:
     raise ConfigError(f"--num_bits: expected a positive integer, got {num_bits}")
   q, x, num_bits = _words(data, num_bits)
   ql, xl, multi_hot, kind = _labels(data, q.shape[0], x.shape[0])
+  shared = (ql.sum(0) > 0) & (xl.sum(0) > 0) if multi_hot else np.isin(ql, xl)  # a label both sides hold
+  if not shared.any():
+    raise ConfigError("query_labels, db_labels: expected at least one query with a relevant database item (a "
+                      "label in common), got none: every AP would be undefined")
   return Codes(q, x, num_bits, ql, xl, multi_hot, kind)
 
 
@@ -365,9 +391,14 @@ _DEEPHASH = (("argsort", "ties in the order np.argsort leaves them, as CalcTopMa
 def evaluate_file(path: str, *, num_bits: Optional[int] = None, topk: int = 1000) -> Dict:
   """The results of the codes at ``path`` (module docstring): ``{"codes", "num_queries", "num_db", "num_bits",
   "labels", "tie_aware": evaluate_codes' dict, "deephash": deephash_map's dict}``."""
-  if topk < 1:
-    raise ConfigError(f"--topk: expected an integer >= 1 (clamped to the database size), got {topk}")
+  if topk < 1 and topk != -1:
+    raise ConfigError(f"--topk: expected an integer >= 1 (clamped to the database size) or -1, got {topk}")
   c = load_codes(path, num_bits=num_bits)
+  if topk == -1:  # DeepHash-pytorch's topK=-1: its slice [0:-1], every item but the last
+    if len(c.db_words) < 2:
+      raise ConfigError(f"--topk=-1: expected at least 2 database items (it ranks all but the last), got "
+                        f"{len(c.db_words)}")
+    topk = len(c.db_words) - 1
   return {"codes": path, "num_queries": len(c.query_words), "num_db": len(c.db_words), "num_bits": c.num_bits,
           "labels": c.labels, "tie_aware": tie_aware_table(c, k=topk), "deephash": deephash_map(c, topk=topk)}
 

@@ -200,14 +200,17 @@ def check_shape(name: str, x: Any, shape: tuple, *, like: str) -> None:
 
 
 def check_key(key: Any, *, name: str = "key") -> None:
-  """A ``jax.random`` key: typed ``key<impl>[]`` or raw ``uint32[k]``."""
+  """A ``jax.random`` key: typed ``key<impl>[]``, or raw ``uint32[k]`` of the default implementation's ``k``."""
   if not hasattr(key, "dtype") or not hasattr(key, "shape"):
     raise ValueError(f"{name}: expected a jax.random key (e.g. jax.random.key(0)), got {desc(key)}")
   if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
     if key.shape != ():
       raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
-  elif key.dtype != np.uint32 or key.ndim != 1 or key.shape[0] < 1:
-    raise ValueError(f"{name}: expected a jax.random key (jax.random.key(seed) or raw uint32 [k]), got {desc(key)}")
+  else:
+    raw = tuple(jax.random.key_data(jax.random.key(0)).shape)  # the default implementation's raw key
+    if key.dtype != np.uint32 or tuple(key.shape) != raw:
+      raise ValueError(f"{name}: expected a jax.random key (jax.random.key(seed), or raw uint32 {list(raw)} as "
+                       f"jax.random.PRNGKey gives), got {desc(key)}")
 
 
 def check_number(name: str, value: Any, *, low: Any = None, high: Any = None, low_open: bool = False,

@@ -645,3 +645,23 @@ def test_every_baseline_refuses_finite_features_whose_products_overflow(method):
   with pytest.raises(ValueError, match=r"^features: expected values whose squares sum to a finite float64, got an "
                      r"overflow \(largest magnitude .*e\+160\); scale the features down$"):
     baselines.fit(method, x, num_bits=4, key=KEY, labels=labels, **small)
+
+
+#: The baselines whose encoding computes squared distances (to anchors, pivots) in float32.
+_DISTANCE_METHODS = ("agh", "bre", "cosdish", "fasthash", "ksh", "machash", "sdh", "sph")
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e-21])
+@pytest.mark.parametrize("method", sorted(baselines.BASELINES))
+def test_features_at_scales_float32_cannot_square_are_refused_or_coded_as_at_unit_scale(method, scale):
+  x = np.random.default_rng(3).normal(size=(90, 6))
+  labels = np.repeat(np.arange(3), 30) if method in baselines.SUPERVISED else None
+  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh", "machash") else {}
+  small.update({"num_columns": 20} if method == "cosdish" else {})
+  fit = lambda f: baselines.fit(method, f, num_bits=4, key=KEY, labels=labels, **small)
+  if method in _DISTANCE_METHODS:
+    with pytest.raises(ValueError, match=r"^features: expected squared distances within float32's normal range"):
+      fit(x * scale)
+  else:  # a scale-free method: the same codes
+    np.testing.assert_array_equal(np.asarray(baselines.encode(method, fit(x * scale), x * scale)),
+                                  np.asarray(baselines.encode(method, fit(x), x)))

@@ -101,6 +101,7 @@ def test_sdh_objective_never_increases():
     ({"num_anchors": 181}, "num_anchors: expected at most the 180 training items"),
     ({"num_bits": 21}, "num_bits: expected at most num_anchors = 20"),
     ({"key": None}, "key: expected a jax.random key"),
+    ({"key": np.array([1, 2, 3], np.uint32)}, r"key: expected a jax.random key .* got dtype uint32 and shape \(3,\)"),
 ])
 def test_bad_inputs_are_refused(module, change, message, monkeypatch):
   def no_fitting(*args, **kwargs):

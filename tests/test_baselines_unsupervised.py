@@ -88,6 +88,14 @@ def test_spherical_matches_reference_iteration_and_balances_bits():
   assert np.mean(np.abs(overlaps - N / 4)) <= 0.1 * N / 4 and np.std(overlaps) <= 0.15 * N / 4
 
 
+@pytest.mark.parametrize("n", [2, 4, 5, 9])
+def test_spherical_pivots_of_a_few_points_start_apart(n):
+  """With fewer than 10 points each pivot starts at the mean of n // 2 of them, not of all (which is one point)."""
+  x = np.random.default_rng(n).normal(size=(n, 3))
+  params = spherical.fit(x, num_bits=4, key=jax.random.key(1), num_iters=0)
+  assert len(np.unique(np.asarray(params.pivots), axis=0)) > 1
+
+
 def test_agh_matches_reference_graph_and_spectral_constraints():
   # One Gaussian cloud: a connected anchor graph, whose eigenvalue 1 is simple.
   cloud = np.random.default_rng(1).normal(size=(N, 8)).astype(np.float32)

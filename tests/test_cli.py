@@ -271,6 +271,7 @@ def test_help_text_lists_a_configs_fields_or_the_launchers_configs():
                        spec="configs/baselines.py", overrides=[("bits", "8")])
   lines = [line.split("#")[0].strip() for line in text.splitlines()]
   assert text.startswith("Usage.") and "--config.methods=lsh,pca,itq,sh" in lines and "--config.bits=8" in lines
+  assert any(line.startswith("--workdir=") for line in lines)  # the flag every launcher shares
   text = cli.help_text(doc="Usage.", prog="python -m experiments.evaluate", takes_config=True)
   assert "configs/baselines.py" in text and "configs/talr_ap.py" not in text
 

@@ -205,6 +205,14 @@ def _bad(data):
       "topk": ({}, ["--topk=0"], ["--topk", "got 0"]),
       "uint64_labels": ({"db_labels": data["db_labels"].astype(np.uint64) + 2**63}, [],
                         ["db_labels", "within int64"]),
+      "packed_db_only": ({"db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8)))}, [f"--num_bits={BITS}"],
+                         ["query_codes: expected packed uint32 words like db_codes", "float32"]),
+      "object_array": ({"query_labels": np.array([[0]] * (Q - 1) + [[0, 1]], dtype=object)}, [],
+                       ["query_labels", "object array"]),
+      "sign_of_zero": ({"query_codes": np.where(np.arange(BITS) == 0, 0, q)}, [], ["query_codes", "a sign of 0"]),
+      "no_relevant": ({"query_labels": data["query_labels"] + 7}, [], ["query_labels, db_labels",
+                                                                     "at least one query with a relevant"]),
+      "topk_negative": ({}, ["--topk=-2"], ["--topk", "or -1", "got -2"]),
       "int_not_packed": ({"query_codes": np.asarray(codes.pack_bits((q > 0).astype(np.int8))).astype(np.int64),
                           "db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8))).astype(np.int64)}, [],
                          ["query_codes", "packed words must be uint32"]),
@@ -222,3 +230,34 @@ def test_each_bad_input_is_one_error_line_with_status_2(case, tmp_path, monkeypa
   assert len(lines) == 1 and lines[0].startswith("error: "), err
   for word in words:
     assert word in lines[0], (word, lines[0])
+
+
+def test_a_file_that_is_not_an_npz_of_arrays_is_one_error_line(tmp_path, monkeypatch, capsys):
+  good = _save(tmp_path, "good", _data())
+  with open(good, "rb") as f:
+    body = f.read()
+  files = {"empty": b"", "truncated": body[:100], "corrupt": body[:200] + bytes([body[200] ^ 0xFF]) + body[201:]}
+  paths = {}
+  for name, content in files.items():
+    paths[name] = str(tmp_path / f"{name}.npz")
+    with open(paths[name], "wb") as f:
+      f.write(content)
+  paths["npy"] = str(tmp_path / "array.npy")
+  np.save(paths["npy"], np.array([[1, 2], [3, 4]]))
+  paths["directory"] = str(tmp_path)
+  for name, path in paths.items():
+    code, out, err = _launch([f"--codes={path}"], monkeypatch, capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err + out, (name, err)
+    assert len(lines) == 1 and lines[0].startswith(f"error: --codes={path}: "), (name, err)
+  assert "got a directory" in lines[0]
+
+
+def test_topk_minus_one_is_deephash_pytorchs_every_item_but_the_last(tmp_path):
+  data = _data(5)
+  result = ec.evaluate_file(_save(tmp_path, "codes", data), topk=-1)
+  assert result["deephash"]["k"] == result["tie_aware"]["k"] == N - 1
+  one_hot = lambda y: np.eye(3)[y]
+  reference = _calc_top_map(data["query_codes"], data["db_codes"], one_hot(data["query_labels"]),
+                            one_hot(data["db_labels"]), -1)  # DeepHash's own slice [0:-1]
+  assert result["deephash"]["argsort"] == pytest.approx(reference, abs=1e-12)

@@ -19,6 +19,7 @@ import numpy as np
 
 from hashjax import _checks
 from hashjax import _encode
+from hashjax.baselines import _common
 
 
 def rbf(anchors: Any, scale: Any, x: Any, xp: Any = np) -> Any:
@@ -53,6 +54,7 @@ def fit(x: np.ndarray, num_anchors: Any, seed: Any) -> Tuple[np.ndarray, float]:
   scale = float(np.mean(np.sqrt(np.maximum(sq, 0.0))))
   if not scale > 0:
     raise ValueError("features: expected training points that differ from the anchors, got all distances 0")
+  _common.check_float32_distances(x, scale)
   return anchors, scale
 
 

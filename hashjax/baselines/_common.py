@@ -89,6 +89,18 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
   return x, dtype
 
 
+def check_float32_distances(x: np.ndarray, scale: float, *, name: str = "features") -> None:
+  """Refuses float64 training points ``x[n, d]`` (as encoding will see them) whose squared distances leave
+  float32's normal range, where encoding computes them: a squared norm past a quarter of float32's largest
+  number, or a typical distance ``scale`` whose square is below its smallest normal number."""
+  largest = float(np.max(np.sum(x * x, 1)))
+  f32 = np.finfo(np.float32)
+  if not (scale * scale >= float(f32.tiny) and 4.0 * largest <= float(f32.max)):
+    raise ValueError(f"{name}: expected squared distances within float32's normal range (encoding computes them "
+                     f"in float32), got a typical distance of {scale:.3g} and a largest norm of "
+                     f"{np.sqrt(largest):.3g}; rescale the features")
+
+
 def pca(features: np.ndarray, num_dirs: int) -> tuple:
   r"""``(mean[dim], projection[dim, num_dirs])`` in float64: the training mean and top principal directions.
 

@@ -156,6 +156,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   x, dtype = _common.host_features(features)
   mean = x.mean(axis=0)
   x = x - mean
+  _common.check_float32_distances(x, float(np.mean(np.linalg.norm(x, axis=1))))
   start = np.sort(np.asarray(jax.random.choice(key, n, (num_anchors,), replace=False)))
   anchors = _kmeans(x, x[start], kmeans_iters)
   sq = _sq_distances(x, anchors)

@@ -1,15 +1,16 @@
 r"""Spherical hashing (SpH; Heo, Lee, He, Chang & Yoon, CVPR 2012).
 
 Bit ``k`` of ``x`` says whether ``x`` lies inside the hypersphere of pivot ``p_k`` and radius ``r_k``,
-:math:`b_k(x) = [\|x - p_k\| \le r_k]`. The spheres are learned so that every bit splits the training set in
+:math:`b_k(x) = [\|x - p_k\| < r_k]`. The spheres are learned so that every bit splits the training set in
 half and every pair of bits overlaps on a quarter of it:
 
-.. math:: o_k = |\{x_i : \|x_i - p_k\| \le r_k\}| = \tfrac{n}{2}, \qquad
-   o_{kl} = |\{x_i : \|x_i - p_k\| \le r_k,\ \|x_i - p_l\| \le r_l\}| = \tfrac{n}{4}
+.. math:: o_k = |\{x_i : \|x_i - p_k\| < r_k\}| = \tfrac{n}{2}, \qquad
+   o_{kl} = |\{x_i : \|x_i - p_k\| < r_k,\ \|x_i - p_l\| < r_l\}| = \tfrac{n}{4}
 
 The paper's iteration, on the ``n`` training points:
 
-1. each pivot starts at the mean of 5 training points drawn at random from the key;
+1. each pivot starts at the mean of 5 training points drawn at random from the key (of ``n // 2`` when
+   ``n < 10``, so that the pivots differ);
 2. each radius is set so that half of the training points lie inside its sphere;
 3. pairs pull or push each other: the force on pivot ``k`` from pivot ``l`` is
    :math:`f_{k \leftarrow l} = \tfrac{1}{2} \frac{o_{kl} - n/4}{n/4} (p_k - p_l)`, and every pivot moves by the
@@ -47,7 +48,8 @@ Array = jax.Array
 
 #: Force updates run by :func:`fit` at most (the iteration usually stops earlier, at the thresholds).
 DEFAULT_NUM_ITERS = 100
-#: The paper's thresholds on the mean and the standard deviation of ``|o_kl - n/4|``, as fractions of ``n/4``.
+#: The paper's thresholds on the mean of ``|o_kl - n/4|`` and the standard deviation of ``o_kl``, as fractions of
+#: ``n/4``.
 DEFAULT_EPSILON_MEAN = 0.10
 DEFAULT_EPSILON_STDDEV = 0.15
 #: Training points averaged into each starting pivot.
@@ -88,7 +90,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_iters:
     key: a ``jax.random`` key for the starting pivots; None: ``jax.random.key(0)``.
     num_iters: force updates at most (``0`` keeps the starting pivots).
     epsilon_mean: stop when the mean of :math:`|o_{kl} - n/4|` is at most this fraction of ``n/4`` ...
-    epsilon_stddev: ... and its standard deviation at most this fraction of ``n/4``.
+    epsilon_stddev: ... and the standard deviation of :math:`o_{kl}` at most this fraction of ``n/4``.
 
   Returns:
     :class:`SphericalParams` with ``mean[dim]``, ``pivots[num_bits, dim]`` and ``radii[num_bits]``.
@@ -112,8 +114,9 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_iters:
   n = x.shape[0]
   mean = x.mean(axis=0)
   x = x - mean
-  # Each pivot: the mean of _START_POINTS distinct training points (a random order's first ones).
-  order = np.argsort(np.asarray(jax.random.uniform(key, (num_bits, n))), axis=1)[:, :min(_START_POINTS, n)]
+  _common.check_float32_distances(x, float(np.mean(np.linalg.norm(x, axis=1))))
+  # Each pivot: the mean of _START_POINTS distinct training points (a random order's first ones), or of n // 2.
+  order = np.argsort(np.asarray(jax.random.uniform(key, (num_bits, n))), axis=1)[:, :min(_START_POINTS, n // 2)]
   pivots = x[order].mean(axis=1)
   quarter = n / 4.0
   pairs = np.triu_indices(num_bits, 1)
