@@ -121,16 +121,26 @@ def test_agh_matches_reference_graph_and_spectral_constraints():
   y = np.asarray(agh.project(params, cloud), np.float64)
   np.testing.assert_allclose(y.mean(0), 0.0, atol=1e-3)
   np.testing.assert_allclose(y.T @ y / N, np.eye(r), atol=1e-3)
-  # Two layers: bit 2k is the sign of y_k, bit 2k + 1 whether y_k lies between the negative and positive means.
-  two = PARAMS["agh2"]
-  v = np.asarray(agh.project(two, X), np.float64)
-  y2 = v[:, 0::2]
-  upper = [col[col > 0].mean() for col in y2.T]
-  lower = [col[col <= 0].mean() for col in y2.T]
-  np.testing.assert_allclose(np.asarray(two.upper), upper, rtol=1e-4)
-  np.testing.assert_allclose(np.asarray(two.lower), lower, rtol=1e-4)
-  bits = np.asarray(agh.encode(two, X))
-  np.testing.assert_array_equal(bits[:, 1::2], (y2 > np.array(lower)) & (y2 < np.array(upper)))
+  # Two layers: bit 2k is the sign of y_k, bit 2k + 1 whether y_k lies between the thresholds b- < b+, which
+  # (the paper) balance the second-layer values yh = |y| - b+ 1_+ + b- 1_- and, so balanced, cut the fewest
+  # edges of A = Z Lambda^-1 Z^T: yh^T (I - A) yh is smallest along the balanced line (b+, b-) + t (n_-, n_+).
+  two = agh.fit(cloud, num_bits=2 * r, num_anchors=12, layers=2, key=jax.random.key(2))
+  y2 = np.asarray(agh.project(two, cloud), np.float64)[:, 0::2]
+  np.testing.assert_allclose(y2, y, atol=1e-5)  # the same eigenvectors
+  laplacian = np.eye(N) - z @ np.diag(1.0 / lam) @ z.T
+  upper, lower = np.asarray(two.upper, np.float64), np.asarray(two.lower, np.float64)
+  for k in range(r):
+    plus = y[:, k] > 0
+    cut = lambda bp, bm: (lambda yh: yh @ laplacian @ yh)(np.abs(y[:, k]) - bp * plus + bm * ~plus)
+    yh = np.abs(y[:, k]) - upper[k] * plus + lower[k] * ~plus
+    assert abs(yh.sum()) < 1e-3 * N, k
+    best = cut(upper[k], lower[k])
+    for t in (-0.1, -1e-3, 1e-3, 0.1):
+      assert cut(upper[k] + t * (~plus).sum() / N, lower[k] + t * plus.sum() / N) >= best - 1e-6, (k, t)
+  bits = np.asarray(agh.encode(two, cloud))
+  np.testing.assert_array_equal(bits[:, 0::2], y2 > 0)
+  np.testing.assert_array_equal(bits[:, 1::2], (y2 > lower) & (y2 < upper))
+  bits = np.asarray(agh.encode(PARAMS["agh2"], X))
   # An odd length: the last eigenvector gives its sign bit only.
   odd = agh.fit(X, num_bits=7, num_anchors=12, layers=2, num_nearest=3, key=jax.random.key(0))
   np.testing.assert_array_equal(np.asarray(agh.encode(odd, X)), bits[:, :7])
@@ -183,6 +193,26 @@ def test_agh_graph_in_parts_gives_the_parts_indicators_whatever_the_solver(monke
   monkeypatch.setattr(np.linalg, "eigh", rotated)
   again = agh.fit(X, num_bits=4, num_anchors=12, layers=1, key=key)
   np.testing.assert_array_equal(np.asarray(agh.encode(again, X)), np.asarray(agh.encode(params, X)))
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_agh_bits_where_an_eigenvector_vanishes_on_a_part_are_not_rounding(layers):
+  """On a graph in three parts (one per blob) an eigenvector is 0 on whole parts (an orthonormalised indicator on
+  the parts before its own, an eigenvector of another eigenvalue outside its part): there its values are exactly
+  0 and its bits constant, for the training points and for new points near them, never decided by rounding."""
+  params = agh.fit(X, num_bits=4 * layers, num_anchors=12, layers=layers, key=jax.random.key(0))
+  fresh = np.concatenate([c + 0.5 * np.random.default_rng(7).normal(size=(20, 8)) for c in _CENTRES])
+  vanishing = 0
+  for points, labels in ((X, Y), (fresh.astype(np.float32), np.repeat(np.arange(3), 20))):
+    y = np.asarray(agh.project(params, points), np.float64)[:, 0::layers]  # y_k: every layers-th value
+    bits = np.asarray(agh.encode(params, points)).reshape(len(points), 4, layers)
+    for blob in range(3):
+      for k in range(4):
+        on = y[labels == blob, k]
+        if np.abs(on).max() <= 1e-6 * np.abs(y[:, k]).max():  # 0 but for rounding: exactly 0, constant bits
+          vanishing += 1
+          assert (on == 0).all() and (bits[labels == blob, k] == bits[labels == blob, k][0]).all(), (blob, k)
+  assert vanishing >= 6  # three (blob, eigenvector) pairs in each set of points
 
 
 BAD_FITS = [

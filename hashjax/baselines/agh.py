@@ -24,9 +24,11 @@ neighbours close:
 
 One-layer AGH (``layers=1``) keeps ``r = num_bits`` eigenvectors, bit :math:`[y_k(x) > 0]`. Two-layer AGH
 (``layers=2``) keeps ``r = num_bits / 2`` and gives each two bits, ``2k`` and ``2k + 1``: the sign, and whether
-:math:`y_k(x)` lies between the means :math:`b_k^-` and :math:`b_k^+` of the negative and of the positive
-training values (a second cut of each half, where an eigenfunction varies most); with an odd ``num_bits`` the
-last of ``r = (num_bits + 1) / 2`` eigenvectors gives its sign bit only.
+:math:`y_k(x)` lies between the thresholds :math:`b_k^- < b_k^+` (a second cut of each half): the paper's, which
+keep the second-layer bits balanced on the training points and cut the fewest anchor-graph edges
+(:func:`_thresholds`); with an odd ``num_bits`` the last of ``r = (num_bits + 1) / 2`` eigenvectors gives its
+sign bit only. The paper's second-layer bit is 1 outside the thresholds, this one inside: the complement, which
+changes no Hamming distance.
 
 Departures from the paper: the ``s`` nearest anchors of a point are those at most as far as its ``s``-th
 nearest (more than ``s`` only on an exact tie of distances); the two bits of an eigenvector are adjacent
@@ -35,7 +37,10 @@ training point links some anchors to the others, the graph falls into ``c`` part
 eigenvectors, any basis of their span as good as another: beyond the deflated trivial one, its ``c - 1``
 eigenvectors are then the parts' indicators :math:`\Lambda^{1/2} \mathbf{1}_{part}`, in the order of each part's
 first anchor, orthonormalised against the trivial one and each other (Gram-Schmidt, by QR), so that the codes do
-not depend on the basis an eigensolver returns.
+not depend on the basis an eigensolver returns; on such a graph an eigenvector is often 0 on whole parts (an
+orthonormalised indicator on the parts before its own, an eigenvector of another eigenvalue outside its part),
+and it is set to exactly 0 there, so that those parts' bits are not decided by rounding; when no edge joins the
+two halves of an eigenvector, its second-layer thresholds are :math:`\pm 2 s / n` (:func:`_thresholds`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ DEFAULT_KMEANS_ITERS = 5
 
 #: The smallest eigenvalue (relative to the trivial 1) whose eigenvector still makes a hash function.
 _MIN_EIGENVALUE = 1e-10
+#: An eigenvector's largest magnitude on a part of the graph, relative to its largest, below which it is 0 there
+#: but for rounding.
+_ROUNDING = 1e-10
 
 
 class AGHParams(NamedTuple):
@@ -111,6 +119,29 @@ def _parts(linked: np.ndarray, lam: np.ndarray) -> np.ndarray:
   ``linked[j, k] > 0``), the parts in the order of their first anchor; an anchor no point links to is in none."""
   _, label = scipy.sparse.csgraph.connected_components(scipy.sparse.csr_matrix(linked > 0), directed=False)
   return (label[:, None] == np.unique(label[lam > 0])[None, :]).astype(np.float64)
+
+
+def _thresholds(y: np.ndarray, z: np.ndarray, lam: np.ndarray) -> tuple:
+  r"""``(upper[r2], lower[r2])``: the second-layer thresholds :math:`b^+, b^-` of training values ``y[n, r2]``.
+
+  With :math:`A = Z \Lambda^{-1} Z^\top`, :math:`L = I - A`, the halves :math:`+ = \{y > 0\}` (``n_1`` points)
+  and :math:`-` (``n_2``), the second-layer values :math:`\hat y = |y| - b^+ 1_+ + b^- 1_-` are balanced,
+  :math:`1^\top \hat y = 0`, and the cut :math:`\hat y^\top L \hat y` is smallest at
+  :math:`b^+ + b^- = c = 1_+^\top L |y| / 1_+^\top L 1_+` (0 when no edge joins the halves, where any ``c``
+  cuts alike):
+
+  .. math:: b^+ = (2 s + n_2 c) / n, \quad b^- = (n_1 c - 2 s) / n, \quad s = 1_+^\top y_+
+  """
+  n = y.shape[0]
+  positive = y > 0
+  n1 = positive.sum(0)
+  inv = np.where(lam > 0, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
+  linked = z.T @ positive  # [m, r2]: Z^T 1_+
+  s = np.sum(np.where(positive, y, 0.0), 0)
+  across = n1 - np.sum(linked * linked * inv[:, None], 0)  # 1_+^T L 1_+: the weight of edges joining the halves
+  pull = s - np.sum(linked * inv[:, None] * (z.T @ np.abs(y)), 0)  # 1_+^T L |y|
+  c = np.where(across > _ROUNDING * n1, pull / np.where(across > _ROUNDING * n1, across, 1.0), 0.0)
+  return (2.0 * s + (n - n1) * c) / n, (n1 * c - 2.0 * s) / n
 
 
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: int = 2,
@@ -178,16 +209,16 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
     q = np.linalg.qr(np.concatenate([trivial[:, None], np.sqrt(lam)[:, None] * parts[:, :-1]], axis=1))[0]
     k = min(parts.shape[1] - 1, r)
     vals[:k], vecs[:, :k] = 1.0, q[:, 1:k + 1]
+  if parts.shape[1] > 1:  # on a part where an eigenvector is 0 but for rounding, exactly 0 (its bits: not noise)
+    part_max = np.max(parts[:, :, None] * np.abs(vecs)[:, None, :], axis=0)  # [c, r]
+    vanishing = part_max <= _ROUNDING * np.max(np.abs(vecs), axis=0)
+    vecs = np.where(parts @ vanishing > 0, 0.0, vecs)
   informative = int(np.sum(vals > _MIN_EIGENVALUE))
   if informative < r:
     raise ValueError(f"num_bits: needs {r} eigenvectors, the anchor graph of these features has {informative}")
   vecs = _common.sign_fixed(vecs)
   projection = np.sqrt(n) * scale[:, None] * vecs / np.sqrt(vals)
-  # Y's columns sum to 0 and are not 0 (Y^T Y = n I): each has positive and non-positive values.
-  y = z @ projection[:, :num_bits - r]
-  positive = y > 0
-  upper = np.sum(np.where(positive, y, 0.0), 0) / np.sum(positive, 0)
-  lower = np.sum(np.where(positive, 0.0, y), 0) / np.sum(~positive, 0)
+  upper, lower = _thresholds(z @ projection[:, :num_bits - r], z, lam)
   arrays = (mean, anchors, bandwidth, num_nearest, projection, upper, lower)
   return AGHParams(*(jnp.asarray(a, jnp.int32 if i == 3 else dtype) for i, a in enumerate(arrays)))
 
