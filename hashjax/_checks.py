@@ -570,6 +570,7 @@ def check_class_labels(labels: Any, num_items: int, *, name: str = "labels", lik
   as ``int64[num_items]``."""
   if labels is None:
     raise ValueError(f"{name}: expected int class labels of shape ({num_items},) (a supervised method), got None")
+  check_concrete(name, labels, why="a fit reads them on the host; call it outside jax.jit")
   check_int_range(name, labels, -INT32_MAX - 1, INT32_MAX, what="class labels", shape=(num_items,), like=like)
   labels = np.asarray(labels).astype(np.int64)
   if np.unique(labels).size < 2:
@@ -577,10 +578,16 @@ def check_class_labels(labels: Any, num_items: int, *, name: str = "labels", lik
   return labels
 
 
-def check_key_rng(key: Any, *, name: str = "key") -> np.random.Generator:
-  """A ``jax.random`` key (as :func:`check_key`) turned into a numpy ``Generator`` seeded by its key data, for
-  fits that draw on the host."""
+def check_host_key(key: Any, *, name: str = "key") -> None:
+  """A concrete ``jax.random`` key (as :func:`check_key`), for fits that draw from it on the host."""
   check_key(key, name=name)
+  check_concrete(name, key, why="a fit draws from it on the host; call it outside jax.jit")
+
+
+def check_key_rng(key: Any, *, name: str = "key") -> np.random.Generator:
+  """A ``jax.random`` key (as :func:`check_host_key`) turned into a numpy ``Generator`` seeded by its key data,
+  for fits that draw on the host."""
+  check_host_key(key, name=name)
   return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
 
 

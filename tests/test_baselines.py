@@ -665,3 +665,32 @@ def test_features_at_scales_float32_cannot_square_are_refused_or_coded_as_at_uni
   else:  # a scale-free method: the same codes
     np.testing.assert_array_equal(np.asarray(baselines.encode(method, fit(x * scale), x * scale)),
                                   np.asarray(baselines.encode(method, fit(x), x)))
+
+
+@pytest.mark.parametrize("method", sorted(baselines.BASELINES))
+def test_features_beyond_float32_are_refused_by_fit_and_encode(method):
+  x = np.random.default_rng(3).normal(size=(90, 6))
+  labels = np.repeat(np.arange(3), 30) if method in baselines.SUPERVISED else None
+  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh", "machash") else {}
+  small.update({"num_columns": 20} if method == "cosdish" else {})
+  with pytest.raises(ValueError, match=r"^features: expected row norms within float32's range"):
+    baselines.fit(method, x * 1e39, num_bits=4, key=KEY, labels=labels, **small)
+  params = baselines.fit(method, x, num_bits=4, key=KEY, labels=labels, **small)
+  with pytest.raises(ValueError, match=r"^features: expected values within float32's range .* got 1.*e\+39$"):
+    baselines.encode(method, params, np.where(np.arange(6) == 2, 1e39, x[:3]))
+
+
+@pytest.mark.parametrize("method, traced", [(m, t) for m in sorted(baselines.BASELINES) for t in ("features", "key")]
+                         + [(m, "labels") for m in sorted(baselines.SUPERVISED)])
+def test_a_fit_under_jit_says_to_call_it_outside(method, traced):
+  x, labels, key = np.random.default_rng(3).normal(size=(90, 6)), np.repeat(np.arange(3), 30), KEY
+  args = {"features": x, "labels": labels if method in baselines.SUPERVISED else None, "key": key}
+
+  small = {"num_anchors": 12} if method in ("ksh", "sdh", "cosdish", "fasthash", "bre", "agh", "machash") else {}
+  small.update({"num_columns": 20} if method == "cosdish" else {})
+
+  def fit(value):
+    given = {**args, traced: value}
+    return baselines.fit(method, given["features"], num_bits=4, key=given["key"], labels=given["labels"], **small)
+  with pytest.raises(ValueError, match=rf"^{traced}: expected concrete arrays \(.*outside jax.jit"):
+    jax.jit(fit)(args[traced])

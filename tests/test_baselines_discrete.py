@@ -112,6 +112,22 @@ def test_fasthash_inference_starts_at_the_eigenvector_and_climbs():
   assert all(b >= a for a, b in zip(values, values[1:])), values
 
 
+def test_fasthash_block_whose_field_sums_to_zero_still_moves_when_that_gains():
+  # Whole classes as blocks: class 2's block [1, 2] meets a field summing to 0 from the items outside it, so either
+  # sign gains alike; with a positive gain it must move (to +1 or -1), not stay split.
+  labels = np.array([0, 1, 2, 1, 1, 2, 0, 1, 0, 0])
+  previous = np.array([[1, -1, 1], [-1, 1, 1], [-1, -1, 1], [1, -1, -1], [1, -1, 1], [1, -1, 1], [1, 1, -1],
+                       [1, 1, 1], [-1, -1, 1], [-1, -1, -1]], float)
+  onehot = np.eye(3)[labels]
+  m = 5 * _similarity(labels, -1.0) - previous @ previous.T
+  z = fasthash.infer_bit(onehot, previous, 5, np.random.default_rng(0), block_size=10, num_sweeps=5)
+  # No single block (a whole class) moved to either sign raises z^T M z: a block-wise local optimum.
+  for c in range(3):
+    for s in (1.0, -1.0):
+      moved = np.where(labels == c, s, z)
+      assert moved @ m @ moved <= z @ m @ z, (c, s)
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_bad_inputs_are_refused_before_fitting(module, monkeypatch):
   x, labels = _blobs()

@@ -84,6 +84,27 @@ def test_bre_step_is_the_best_point_along_the_entry():
   assert unbounded > 0  # the case this checks arises
 
 
+def test_bre_step_never_raises_the_objective_when_breakpoints_are_an_ulp_apart():
+  # One point's breakpoint moved an ulp past another's: the best interval may be that gap, whose midpoint rounds
+  # onto a breakpoint; the step taken must still not cost more than staying put.
+  from hashjax.baselines.bre import _best_step  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  for _ in range(3000):
+    n, b = int(rng.integers(4, 10)), int(rng.integers(1, 4))
+    k = rng.normal(size=n)
+    y = -rng.normal() * k  # every breakpoint at one t ...
+    j = rng.integers(0, n)
+    y[j] = np.nextafter(y[j], np.inf if k[j] < 0 else -np.inf)  # ... but one, an ulp away
+    y += rng.normal(size=n) * (rng.random(n) < 0.5)
+    basis = np.concatenate([np.ones((n, 1), np.int64), np.eye(2, dtype=np.int64)[rng.integers(0, 2, n)],
+                            rng.choice([-1, 1], size=(n, b - 1))], 1)
+    form = np.concatenate([[b], np.full(2, -2 * b), np.ones(b - 1)]).astype(np.int64)
+    cost = lambda s: ((basis.T @ s) ** 2) @ form  # pylint: disable=cell-var-from-loop
+    s = np.where(y > 0, 1, -1)
+    t = _best_step(y, k, basis, form, s)
+    assert cost(np.where(y + t * k > 0, 1, -1)) <= cost(s)
+
+
 @pytest.mark.parametrize("similar_weight", [1.0, 3.0])
 def test_splh_first_four_bits_match_a_reference(similar_weight):
   # Labels -3 / -1 / 1 (negative, not contiguous) and 20 of 30 items labelled: the pair matrix over the labelled

@@ -37,8 +37,14 @@ from hashjax import codes
 Array = jax.Array
 
 
+#: Why a fit's inputs must be concrete.
+_HOST = "a baseline's fit runs on the host in float64; call fit outside jax.jit (encode can be jitted)"
+
+
 def check_fit_features(features: Any, *, min_rows: int = 1, name: str = "features") -> None:
-  """Training ``features[N, dim]``: real, finite, ``N >= min_rows``, ``dim >= 1``."""
+  """Training ``features[N, dim]``: concrete (a fit runs on the host), real, finite, ``N >= min_rows``,
+  ``dim >= 1``."""
+  _checks.check_concrete(name, features, why=_HOST)
   _checks.check_real(name, features, shape_doc="[num_items, dim]")
   _checks.check_array(name, features, ndim=2, shape_doc="[num_items, dim]")
   if features.shape[0] < min_rows:
@@ -54,11 +60,17 @@ def check_subset_classes(name: str, labels: np.ndarray) -> None:
 
 def check_encode(params: Any, cls: type, module: str, features: Any) -> None:
   """``params`` of type ``cls`` (from ``hashjax.baselines.<module>.fit``) and features to encode ``[..., dim]``:
-  real, finite, last axis of the width the params were fit on."""
+  real, finite, within the params' dtype's range, last axis of the width the params were fit on."""
   _checks.check_type("params", params, cls, what=f"{cls.__name__} from hashjax.baselines.{module}.fit")
   dim = params.mean.shape[-1]
   _checks.check_real("features", features, shape_doc=f"[..., {dim}]", min_ndim=1)
   _checks.check_columns("features", features, dim, what="the width the params were fit on")
+  wider = np.dtype(features.dtype).itemsize > np.dtype(params.mean.dtype).itemsize
+  if wider and features.size and _checks.is_concrete(features):  # values the params' dtype cannot hold
+    largest = float(np.max(np.abs(np.asarray(features))))
+    if largest > float(np.finfo(params.mean.dtype).max):
+      raise ValueError(f"features: expected values within {np.dtype(params.mean.dtype).name}'s range (the params' "
+                       f"dtype), got {largest:.3g}")
 
 
 def check_pca_bits(num_bits: Any, dim: int) -> int:
@@ -76,8 +88,6 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
   multithreaded matrix products into different codes. The params come back in
   the features' float dtype (at least float32; float64 only when jax's x64 is on).
   """
-  _checks.check_concrete(name, features, why="a baseline's fit runs on the host in float64; call fit outside "
-                         "jax.jit (encode can be jitted)")
   dtype = np.dtype(features.dtype)
   dtype = jax.dtypes.canonicalize_dtype(np.promote_types(dtype, np.float32) if dtype.kind == "f" else np.float32)
   x = np.asarray(features, np.float64)
@@ -86,6 +96,10 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
     if not np.isfinite(4.0 * (flat @ flat)):  # a bound on every squared distance and product of the fits
       raise ValueError(f"{name}: expected values whose squares sum to a finite float64, got an overflow (largest "
                        f"magnitude {np.max(np.abs(x)):.3g}); scale the features down")
+  largest = float(np.sqrt(np.max(np.sum(x * x, 1))))
+  if largest > float(np.finfo(dtype).max) / 4:  # the params and encoding's projections are in dtype
+    raise ValueError(f"{name}: expected row norms within {np.dtype(dtype).name}'s range (the params' dtype), got "
+                     f"{largest:.3g}; scale the features down")
   return x, dtype
 
 

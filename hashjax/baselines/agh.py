@@ -176,7 +176,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   """
   _common.check_fit_features(features, min_rows=2)
   key = jax.random.key(0) if key is None else key
-  _checks.check_key(key)
+  _checks.check_host_key(key)
   layers = _checks.check_int_at_most("layers", layers, 2, what="2 (one or two layers)")
   n = features.shape[0]
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training points", low=2)

@@ -86,13 +86,17 @@ def _best_step(y: np.ndarray, k: np.ndarray, basis: np.ndarray, weights: np.ndar
   cost = np.where(np.r_[True, breaks[:-1] < breaks[1:], True], cost, np.iinfo(np.int64).max)
   best = int(np.argmin(cost))
   now = basis.T @ s
-  if cost[best] >= (now * now) @ weights:
+  current = (now * now) @ weights
+  if cost[best] >= current:
     return 0.0
-  if best == 0:
-    return float(breaks[0] - 1.0)
-  if best == breaks.size:
-    return float(breaks[-1] + 1.0)
-  return 0.5 * (breaks[best - 1] + breaks[best])
+  t = float(breaks[0] - 1.0 if best == 0 else breaks[-1] + 1.0 if best == breaks.size
+            else 0.5 * (breaks[best - 1] + breaks[best]))
+  # The signs t gives, costed: a midpoint of breakpoints an ulp apart rounds onto one, whose sign is then not the
+  # interval's.
+  signs = np.where(y + t * k > 0, 1, -1)
+  changed = signs != s
+  after = now + basis[changed].T @ (signs - s)[changed]
+  return t if (after * after) @ weights < current else 0.0
 
 
 def _descend(kernel: np.ndarray, onehot: np.ndarray, weights: np.ndarray, num_sweeps: int, rng) -> np.ndarray:

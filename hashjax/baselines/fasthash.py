@@ -83,11 +83,11 @@ def infer_bit(onehot: np.ndarray, previous: np.ndarray, num_bits: int, rng: np.r
       z_b, h_b = z[idx], previous[idx]
       inner = num_bits * z_b.sum() - h_b @ (h_b.T @ z_b)  # M_BB z_B: every pair in a block is similar
       field = num_bits * (2.0 * per_class[c] - total) - h_b @ along - inner  # from the items outside the block
-      s = np.sign(field.sum())
+      s = 1.0 if field.sum() >= 0 else -1.0  # a sum of 0: both signs gain alike
       ones_sum = h_b.sum(0)
       gain = (num_bits * idx.size ** 2 - ones_sum @ ones_sum + 2.0 * s * field.sum()) - (z_b @ inner
                                                                                          + 2.0 * field @ z_b)
-      if s != 0 and gain > 0:
+      if gain > 0:
         delta = s - z_b
         per_class[c] += delta.sum()
         total += delta.sum()

@@ -198,7 +198,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, solver: st
   _common.check_fit_features(features, min_rows=2)
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   if key is not None:
-    _checks.check_key(key)
+    _checks.check_host_key(key)
   solver = _checks.check_option("solver", solver, SOLVERS)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   tol = _checks.check_number("tol", tol, low=0)

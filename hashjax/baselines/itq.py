@@ -72,7 +72,7 @@ def fit(features: Array, *, num_bits: int, key: Any,
   """
   _common.check_fit_features(features, min_rows=2)
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
-  _checks.check_key(key)
+  _checks.check_host_key(key)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   x, dtype = _common.host_features(features)
   mean, projection = _common.pca(x, num_bits)

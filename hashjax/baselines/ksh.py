@@ -95,7 +95,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   labels = _checks.check_class_labels(labels, n)
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training items")
   num_bits = _checks.check_int_at_most("num_bits", num_bits, num_anchors, what=f"num_anchors = {num_anchors}")
-  _checks.check_key(key)
+  _checks.check_host_key(key)
   num_labelled = n if num_labelled is None else _checks.check_int_at_most(
       "num_labelled", num_labelled, n, what=f"the {n} training items")
   num_iters = _checks.check_int("num_iters", num_iters, low=0)

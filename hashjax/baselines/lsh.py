@@ -51,7 +51,7 @@ def fit(features: Array, *, num_bits: int, key: Any) -> LSHParams:
   """
   _common.check_fit_features(features)
   num_bits = _checks.check_num_bits(num_bits)
-  _checks.check_key(key)
+  _checks.check_host_key(key)
   x, dtype = _common.host_features(features)
   projection = jax.random.normal(key, (x.shape[1], num_bits), dtype=dtype)
   return LSHParams(mean=jnp.asarray(x.mean(axis=0), dtype), projection=projection)

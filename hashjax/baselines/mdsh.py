@@ -202,7 +202,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, sigma_scal
   _common.check_fit_features(features, min_rows=2)
   num_bits = _checks.check_num_bits(num_bits)
   if key is not None:
-    _checks.check_key(key)
+    _checks.check_host_key(key)
   sigma_scale = _checks.check_number("sigma_scale", sigma_scale, low=0, low_open=True)
   clip_percent = _checks.check_number("clip_percent", clip_percent, low=0, high=50, high_open=True)
   x, dtype = _common.host_features(features)

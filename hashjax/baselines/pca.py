@@ -50,7 +50,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> PCAPara
   _common.check_fit_features(features, min_rows=2)
   num_bits = _common.check_pca_bits(num_bits, features.shape[1])
   if key is not None:
-    _checks.check_key(key)
+    _checks.check_host_key(key)
   x, dtype = _common.host_features(features)
   mean, projection = _common.pca(x, num_bits)
   return PCAParams(mean=jnp.asarray(mean, dtype), projection=jnp.asarray(projection, dtype))

@@ -77,7 +77,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None) -> Spectra
   _common.check_fit_features(features, min_rows=2)
   num_bits = _checks.check_num_bits(num_bits)
   if key is not None:
-    _checks.check_key(key)
+    _checks.check_host_key(key)
   x, dtype = _common.host_features(features)
   num_dirs = min(num_bits, x.shape[1])
   mean, projection = _common.pca(x, num_dirs)

@@ -106,7 +106,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_iters:
   _common.check_fit_features(features, min_rows=2)
   num_bits = _checks.check_num_bits(num_bits)
   key = jax.random.key(0) if key is None else key
-  _checks.check_key(key)
+  _checks.check_host_key(key)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   epsilon_mean = _checks.check_number("epsilon_mean", epsilon_mean, low=0)
   epsilon_stddev = _checks.check_number("epsilon_stddev", epsilon_stddev, low=0)

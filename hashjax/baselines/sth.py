@@ -248,7 +248,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_neighb
   x, dtype, num_neighbors, metric = _check_graph(features, num_neighbors, metric)
   num_bits = _check_num_bits(num_bits, x.shape[0])
   if key is not None:
-    _checks.check_key(key)
+    _checks.check_host_key(key)
   svm_c = _checks.check_number("svm_c", svm_c, low=0, low_open=True)
   bits = _eigenmap(_graph(x, num_neighbors, metric), num_bits).bits
   mean = x.mean(axis=0)
