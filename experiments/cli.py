@@ -89,7 +89,7 @@ def workdir(default: str) -> str:
 def _take(path: str, real: str) -> int:
   """Locks ``path``'s :data:`RUN_LOCK` for this process (0), or the id of the process holding it (-1: unknown)."""
   os.makedirs(path, exist_ok=True)
-  fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+  fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, as open() gives
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:

@@ -175,7 +175,7 @@ def _remove(path: str) -> None:
 def _locked(path: str, *, shared: bool, create: bool) -> Iterator[None]:
   """Holds ``flock`` on ``path/.lock`` (created when ``create``; no lock when it is absent and not created)."""
   try:
-    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
+    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o666)
   except FileNotFoundError:
     yield
     return

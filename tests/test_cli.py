@@ -149,11 +149,12 @@ sys.stdin.read()
 def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
   work = str(tmp_path / "run")
   holder = subprocess.Popen([sys.executable, "-c", _HOLDER, ROOT, work], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.umask(0o002))
   try:
     assert holder.stdout.readline().strip() == "held"
     with open(os.path.join(work, cli.RUN_LOCK)) as f:
       assert f.read() == str(holder.pid)
+    assert os.stat(os.path.join(work, cli.RUN_LOCK)).st_mode & 0o777 == 0o664  # the umask's mode: a group's run
     done = subprocess.run([sys.executable, "-m", "experiments.evaluate", "--config=configs/baselines.py:runlocal",
                            "--config.methods=lsh", "--config.bits=8", f"--workdir={work}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

@@ -287,9 +287,12 @@ def test_written_files_get_the_mode_open_gives_them_under_the_umask(tmp_path):
     path = io.save_arrays(str(tmp_path / "x"), {"w": np.eye(2)}, {"format": "demo"})
     os.umask(0o027)
     io.atomic_write_bytes(str(tmp_path / "g.bin"), b"abc")
+    os.umask(0o002)  # a folder shared by a group: its members may take the lock to save
+    shared = io.save_arrays(str(tmp_path / "shared"), {"w": np.eye(2)}, {"format": "demo"})
   finally:
     os.umask(old)
   mode = lambda p: os.stat(p).st_mode & 0o777
   assert mode(tmp_path / "r.json") == 0o644  # readable by others, as open() would leave it
   assert mode(os.path.join(path, io.MANIFEST)) == 0o644
   assert mode(tmp_path / "g.bin") == 0o640
+  assert mode(os.path.join(shared, io.MANIFEST)) == mode(os.path.join(shared, io.LOCK_FILE)) == 0o664
