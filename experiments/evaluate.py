@@ -45,7 +45,8 @@ from hashjax import codes, io, load_model, models, weighting
 from hashjax.evaluate import evaluate_codes, evaluate_distances
 
 #: What a saved model of ``config.models`` must share with the run: the same queries (a model trained on a
-#: different split may have trained on this run's queries).
+#: different split may have trained on this run's queries); with ``config.unseen_database``, the same training
+#: items too (``train_per_class``), which that database leaves out.
 PROTOCOL_FIELDS = ("dataset", "seed", "queries_per_class")
 
 
@@ -61,18 +62,43 @@ def model_paths(path: str) -> List[str]:
   return found or [path]
 
 
-def saved_model(path: str, config: ml_collections.ConfigDict):
-  """``hashjax.load_model(path)``, refused when the config it records splits the data differently."""
-  model = load_model(path)
+def saved_model(path: str, config: ml_collections.ConfigDict, dim: int):
+  """``hashjax.load_model(path)``, refused (in one line) when it cannot be read, encodes another width than
+  ``dim``, or records a config that splits the data differently."""
+  try:
+    model = load_model(path)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"config.models: {path}: {e}") from None
+  if model.dim != dim:
+    raise ValueError(f"config.models: {path} encodes {model.dim} features, this run's dataset "
+                     f"{config.dataset} has {dim}")
   recorded = dict(model.config or {})
-  for field in PROTOCOL_FIELDS:
+  fields = PROTOCOL_FIELDS + (("train_per_class",) if config.unseen_database else ())
+  for field in fields:
     if field in recorded and recorded[field] != config[field]:
+      why = ("some of this run's unseen database items may be its training items" if field == "train_per_class"
+             else "its training items may be this run's queries")
       raise ValueError(f"config.models: {path} was trained with {field}={recorded[field]!r}, this run has "
-                       f"{config[field]!r}; its training items may be this run's queries")
-  if not all(field in recorded for field in PROTOCOL_FIELDS):
-    logging.warning("%s records no protocol (%s): it is assumed not to have trained on this run's queries",
-                    path, ", ".join(PROTOCOL_FIELDS))
+                       f"{config[field]!r}; {why}")
+  if not all(field in recorded for field in fields):
+    logging.warning("%s records no protocol (%s): it is assumed not to have trained on this run's queries%s",
+                    path, ", ".join(fields), " or unseen database items" if config.unseen_database else "")
   return model
+
+
+def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses (one line) a workdir whose ``models/`` holds a model of another split, which this run's
+  ``results.json`` would then sit beside; models of this split are replaced or kept."""
+  for path in model_paths(workdir) if os.path.isdir(os.path.join(workdir, "models")) else ():
+    try:
+      recorded = dict(load_model(path).config or {})
+    except (OSError, ValueError) as e:
+      raise cli.ConfigError(f"--workdir={workdir}: holds a model this run cannot read ({path}: {e}); choose "
+                            f"another --workdir") from None
+    for field in PROTOCOL_FIELDS + ("train_per_class",):
+      if field in recorded and recorded[field] != config[field]:
+        raise ValueError(f"config.{field}={config[field]!r}: --workdir={workdir} holds models of another split "
+                         f"({path}: {field}={recorded[field]!r}); choose another --workdir")
 
 
 def codes_row(method: str, num_bits: int, query_words, db_words, protocol: tasks.Protocol,
@@ -107,7 +133,7 @@ def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: 
                   workdir: str, mesh=None) -> List[Dict]:
   """Baseline ``method`` fitted on the training items and saved to ``<workdir>/models/<method>-<bits>`` (by
   process 0); its row, and with ``method`` in ``config.weighted`` the row of EGD bit weights learned on its
-  training codes. ``mesh``: the database split over its devices (:func:`experiments.fitting.encode_split`)."""
+  training codes, which are saved with the model. ``mesh``: the database split over its devices (:func:`experiments.fitting.encode_split`)."""
   x, labels, split = protocol.features, protocol.labels, protocol.split
   start = time.perf_counter()
   model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed,
@@ -115,16 +141,18 @@ def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: 
   query_words, db_words = fitting.encode_split(model.encode, x, split.query, split.database, mesh=mesh)
   seconds = time.perf_counter() - start
   model_dir = os.path.join("models", f"{method}-{num_bits}")
-  if jax.process_index() == 0:  # of several processes, the first writes
-    logging.info("model: %s", model.save(os.path.join(workdir, model_dir)))
   rows = [codes_row(method, num_bits, query_words, db_words, protocol, config, fit_encode_seconds=seconds,
                     model=model_dir)]
   if method in config.weighted:
     start = time.perf_counter()
     train_bits = codes.unpack_bits(model.encode(x[split.train]), num_bits)
     weights = np.asarray(weighting.fit(train_bits, labels[split.train], solver="egd", seed=config.seed))
+    model = models.from_baseline(method, model.params, train_features=x[split.train], config=model.config,
+                                 bit_weights=weights)  # saved with the model: config.models scores both rows
     rows.append(weighted_row(f"{method}+w", num_bits, query_words, db_words, weights, protocol, config,
                              fit_encode_seconds=seconds + time.perf_counter() - start, model=model_dir))
+  if jax.process_index() == 0:  # of several processes, the first writes
+    logging.info("model: %s", model.save(os.path.join(workdir, model_dir)))
   return rows
 
 
@@ -152,14 +180,19 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   if config.plots:
     plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
   mesh = fitting.device_mesh(config)
+  check_workdir_models(workdir, config)
   protocol = tasks.load_protocol(config)
   if config.unseen_database:  # search only the database items no method was fitted on
     split = protocol.split
     protocol = protocol._replace(split=split._replace(database=np.setdiff1d(split.database, split.train)))
+    if not len(protocol.split.database):
+      raise ValueError(f"config.unseen_database: expected database items outside the training subset, got none "
+                       f"(config.train_per_class={config.train_per_class} takes every one)")
   split = protocol.split
   logging.info("%s: %d queries, %d database items, %d training items, dim %d", protocol.name,
                len(split.query), len(split.database), len(split.train), protocol.features.shape[1])
-  learned = [(path, saved_model(path, config)) for entry in config.models for path in model_paths(entry)]
+  learned = [(path, saved_model(path, config, protocol.features.shape[1])) for entry in config.models
+             for path in model_paths(entry)]
   if mesh is not None and (config.weighted or config.plots or any(m.bit_weights is not None for _, m in learned)):
     raise ValueError(f"config.num_devices / config.num_processes: weighted rankings and plots read the whole "
                      f"database on one host; run them in one process on one device (got weighted="

@@ -86,8 +86,11 @@ def load_protocol(config: ml_collections.ConfigDict) -> Protocol:
   else:
     features, labels = load_dataset(config.dataset, tfds_split=config.get("tfds_split", "test"),
                                     data_dir=config.get("data_dir", None))
-  split = data.retrieval_split(labels, queries_per_class=config.queries_per_class,
-                               train_per_class=config.train_per_class, seed=config.seed)
+  try:
+    split = data.retrieval_split(labels, queries_per_class=config.queries_per_class,
+                                 train_per_class=config.train_per_class, seed=config.seed)
+  except ValueError as e:  # a split the dataset's classes cannot give: told in one line (experiments.cli)
+    raise ValueError(f"config.queries_per_class / train_per_class on {config.dataset}: {e}") from None
   return Protocol(features.astype(np.float32), labels.astype(np.int32), split, config.dataset, label_sets)
 
 

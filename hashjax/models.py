@@ -4,7 +4,11 @@ A :class:`Model` holds everything needed to turn features into packed codes
 the way training did: the kind of hash function and its settings, its
 parameters, the input preprocessing (a mapping's training ``mean`` and
 ``scale``; a baseline's own ``mean`` lives in its params), the code length,
-the feature width and value range seen in training, and the run's config::
+the feature width and value range seen in training, and the run's config.
+The features it encodes are those it was trained on, as they were given to it:
+a loader's scaling (``hashjax.data`` gives pixels in ``[0, 1]``) happens
+before, and ``encode`` warns when features fall far outside the training
+range::
 
   model = models.from_mapping(mapping, params, train_features=x_train, config=config)
   model.save("runs/my_run/model")
@@ -23,7 +27,8 @@ On disk a model is a directory saved by the protocol of :mod:`hashjax.io`
 The arrays are the params flattened by tree path (``params/kernel``,
 ``params/hidden_0/bias``, ``params/rotation``, ...), the mapping's
 preprocessing constants (``preprocess/mean``, ``preprocess/scale``) and, for a
-model with learned bit weights (kind ``"colgen"``), ``bit_weights``.
+model with learned bit weights (kind ``"colgen"``, or a baseline saved with
+the weights learned for its codes), ``bit_weights``.
 
 Format versions: 3 is the layout above, written for every kind. Versions 1
 (the mappings and baselines) and 2 (adding the ``"colgen"`` kind and its
@@ -227,7 +232,8 @@ class Model:
     config: the resolved run config as a plain dict, or None.
     mapping: the :mod:`hashjax.mappings` module with its preprocessing constants (None for the other kinds).
     bit_weights: ``float32[num_bits]``, non-negative learned bit weights for a weighted Hamming ranking
-      (:func:`hashjax.search.knn` with ``weights=``), or None for kinds that learn none.
+      (:func:`hashjax.search.knn` with ``weights=``): a colgen hash's, or those learned for a baseline's codes
+      (:func:`from_baseline`); None otherwise.
 
   >>> import jax, numpy as np
   >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
@@ -385,7 +391,8 @@ def from_mapping(mapping: Any, params: Any, *, train_features: Any, config: Any 
                params=params, feature_range=feature_range, config=config, mapping=mapping)
 
 
-def from_baseline(method: str, params: Any, *, train_features: Any, config: Any = None) -> Model:
+def from_baseline(method: str, params: Any, *, train_features: Any, config: Any = None,
+                  bit_weights: Any = None) -> Model:
   r"""A :class:`Model` of baseline ``method``'s fitted params.
 
   .. math:: \mathrm{Model}(\mathrm{encode}_{method}, \theta), \qquad \mathrm{range} = [\min X, \max X]
@@ -395,6 +402,8 @@ def from_baseline(method: str, params: Any, *, train_features: Any, config: Any 
     params: the params NamedTuple :func:`hashjax.baselines.fit` returned for ``method``.
     train_features: ``[N, dim]`` the features it was fitted on (for the width and value range).
     config: the run's config (a ``ml_collections.ConfigDict`` or a JSON-serialisable dict), or None.
+    bit_weights: ``float[num_bits]`` non-negative weights learned for the codes (:func:`hashjax.weighting.fit`),
+      or None.
 
   Returns:
     A :class:`Model` of kind ``method``; ``num_bits`` is read from the params.
@@ -412,18 +421,19 @@ def from_baseline(method: str, params: Any, *, train_features: Any, config: Any 
   dim, feature_range = _train_stats(train_features)
   _checks.check_columns("train_features", train_features, params.mean.shape[0], what="the width the params were fit on")
   return _baseline_model(method, params, dim=dim, feature_range=feature_range,
-                         config=None if config is None else _json_plain("config", config))
+                         config=None if config is None else _json_plain("config", config), bit_weights=bit_weights)
 
 
 def _baseline_model(method: str, params: Any, *, dim: int, feature_range: Tuple[float, float],
-                    config: Optional[Dict[str, Any]]) -> Model:
+                    config: Optional[Dict[str, Any]], bit_weights: Any = None) -> Model:
   cls = _BASELINE_PARAMS[method]
   params = cls(*(_checks.as_jax(a) for a in params))
   # The code length is what encode gives; tracing it computes nothing.
   bits = jax.eval_shape(lambda p, x: baselines.encode(method, p, x), params,
                         jax.ShapeDtypeStruct((1, dim), params.mean.dtype))
-  return Model(kind=method, num_bits=int(bits.shape[-1]), dim=dim, settings={}, params=params,
-               feature_range=feature_range, config=config)
+  num_bits = int(bits.shape[-1])
+  return Model(kind=method, num_bits=num_bits, dim=dim, settings={}, params=params, feature_range=feature_range,
+               config=config, bit_weights=None if bit_weights is None else _bit_weights(bit_weights, num_bits))
 
 
 def _named_params(cls: Any, kind: str, arrays: Dict[str, np.ndarray]) -> Any:
@@ -454,13 +464,18 @@ def _colgen_model(params: Any, bit_weights: Any, *, settings: Dict[str, Any], di
                 "bias": (num_bits,)} or num_bits < 1 or not scale > 0:
     raise ValueError(f"params: expected anchors (A, {dim}), scale () > 0, mean (D,), projection (D, B), bias (B,) with "
                      f"B >= 1 and D = A, or {dim} if A = 0; got shapes {shapes} and scale {scale!r}")
-  bit_weights = np.asarray(bit_weights)
-  _checks.check_real("bit_weights", bit_weights, shape_doc="[num_bits] of non-negative weights", shape=(num_bits,),
-                     like="params.projection's columns, one per bit", nonnegative="bit weights")
   settings = {**settings, "features": "linear" if anchors.shape[0] == 0 else "rbf"}
   return Model(kind="colgen", num_bits=int(num_bits), dim=int(dim), settings=settings,
                params=colgen_features.HashParams(*(_checks.as_jax(arrays[f]) for f in colgen_features.PARAM_FIELDS)),
-               feature_range=feature_range, config=config, bit_weights=bit_weights.astype(np.float32))
+               feature_range=feature_range, config=config, bit_weights=_bit_weights(bit_weights, num_bits))
+
+
+def _bit_weights(bit_weights: Any, num_bits: int) -> np.ndarray:
+  """Checked ``float32[num_bits]`` non-negative bit weights."""
+  bit_weights = np.asarray(bit_weights)
+  _checks.check_real("bit_weights", bit_weights, shape_doc="[num_bits] of non-negative weights", shape=(num_bits,),
+                     like="the model's bits", nonnegative="bit weights")
+  return bit_weights.astype(np.float32)
 
 
 def from_colgen(params: Any, bit_weights: Any, *, train_features: Any, method: str = "colgen",
@@ -555,7 +570,7 @@ def _resolve(path: str) -> str:
     return path
   if os.path.isdir(os.path.join(path, "model")):
     return os.path.join(path, "model")
-  several = _model_dirs(os.path.join(path, "models"))
+  several = _model_dirs(os.path.join(path, "models")) or _model_dirs(path)  # a run's workdir, or its models/
   if len(several) == 1:
     return several[0]
   if several:
@@ -674,7 +689,8 @@ def load_model(path: Any) -> Model:
     else:
       params = _named_params(_BASELINE_PARAMS[kind], kind, arrays)
       _checks.check_shape("params/mean", params.mean, (dim,), like="dim")
-      model = _baseline_model(kind, params, dim=dim, feature_range=feature_range, config=config)
+      model = _baseline_model(kind, params, dim=dim, feature_range=feature_range, config=config,
+                              bit_weights=arrays.get("bit_weights"))
   except (ValueError, TypeError) as e:
     raise ValueError(f"{meta_file}: does not describe a usable model: {e}") from None
   if model.num_bits != meta["num_bits"]:  # (every kind's model has the dim of the file)

@@ -275,8 +275,11 @@ def test_load_model_resolves_workdirs(digits, tmp_path):
   assert models.load_model(tmp_path / "models" / "pca-8").kind == "pca"
   model.save(tmp_path / "model")  # a training run's own model comes first
   assert models.load_model(str(tmp_path)).num_bits == 8
+  with pytest.raises(ValueError, match=r"models' holds 2 models; pass one of them: .*itq-8, .*pca-8$"):
+    models.load_model(tmp_path / "models")  # a run's models/ folder itself: its models are named
+  (tmp_path / "empty").mkdir()
   with pytest.raises(ValueError, match="holds no saved model"):
-    models.load_model(tmp_path / "models")
+    models.load_model(tmp_path / "empty")
   with pytest.raises(ValueError, match="does not exist"):
     models.load_model(tmp_path / "nowhere")
   (tmp_path / "other" / "model").mkdir(parents=True)
@@ -409,10 +412,11 @@ def test_evaluate_scores_saved_models_and_learned_bit_weights_beside_the_baselin
   config.models = (str(tmp_path / "first"),)  # a run's workdir: every model under its models/
   second = evaluate.evaluate(config, str(tmp_path / "second"))
   assert [r["method"] for r in first] == ["lsh", "itq", "itq+w"]
-  assert [r["method"] for r in second] == ["lsh", "itq-16", "lsh-16"]
-  # A saved model scores what it scored when it was fitted: the same queries and database.
+  assert [r["method"] for r in second] == ["lsh", "itq-16", "itq-16+w", "lsh-16"]  # weights saved with the model
+  # A saved model scores what it scored when it was fitted: the same queries and database, with its weights too.
   assert second[1]["tie_aware_ap"] == first[1]["tie_aware_ap"]
-  assert second[2]["tie_aware_ap"] == second[0]["tie_aware_ap"] == first[0]["tie_aware_ap"]
+  assert second[2]["tie_aware_ap"] == first[2]["tie_aware_ap"]
+  assert second[3]["tie_aware_ap"] == second[0]["tie_aware_ap"] == first[0]["tie_aware_ap"]
   weighted = first[2]
   assert weighted.get("precision_at_radius") is None  # real-valued distances: no Hamming radius
   # The weights: EGD on the training codes; the distances by a loop over the bits.
@@ -449,3 +453,48 @@ def test_evaluate_refuses_a_saved_model_of_another_split_and_weights_of_an_unrun
   config.weighted, config.methods = (), ("lsh", "ksh")  # 1,000 anchors from runlocal's 500 training items
   with pytest.raises(checks.ConfigError, match=r"config.methods: ksh draws 1000 anchors .* gives 500"):
     checks.check_baselines_fit(config)
+
+
+def test_evaluate_refuses_what_it_cannot_run_in_one_line_before_fitting(tmp_path, monkeypatch):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate, fitting  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits = ("lsh",), (16,)
+  evaluate.evaluate(config, str(tmp_path / "first"))
+  x = np.random.default_rng(0).random((40, 10), dtype=np.float32)
+  models.from_baseline("lsh", hashjax.baselines.fit("lsh", x, num_bits=8, key=jax.random.key(0)),
+                       train_features=x).save(tmp_path / "narrow")
+
+  def no_fitting(*args, **kwargs):
+    raise AssertionError("fitting started")
+  monkeypatch.setattr(fitting, "baseline_model", no_fitting)
+  cases = [
+      # a model of another width than the dataset's
+      ({"models": (str(tmp_path / "narrow"),)}, r"^config.models: .*narrow encodes 10 features, this run's "
+                                                 r"dataset digits has 64$"),
+      # a folder holding no model
+      ({"models": (str(tmp_path / "void"),)}, r"^config.models: .*void: path: .* holds no saved model"),
+      # the unseen database needs the model's training items to be this run's
+      ({"models": (str(tmp_path / "first" / "models" / "lsh-16"),), "unseen_database": True,
+        "train_per_class": 40}, r"^config.models: .* train_per_class=50, this run has 40; some of this run's unseen"),
+      # a split the classes cannot give
+      ({"train_per_class": 170}, r"^config.queries_per_class / train_per_class on digits: labels: class"),
+      # no database item outside the training subset: 40 items in each class, 10 queries and 30 training items
+      ({"dataset": f"npz:{tmp_path / 'even.npz'}", "queries_per_class": 10, "train_per_class": 30,
+        "unseen_database": True}, r"^config.unseen_database: expected database items outside the training subset"),
+  ]
+  (tmp_path / "void").mkdir()
+  np.savez(tmp_path / "even.npz", features=np.random.default_rng(1).random((120, 64), dtype=np.float32),
+           labels=np.repeat(np.arange(3), 40))
+  for change, message in cases:
+    run = config.copy_and_resolve_references()
+    run.update(change)
+    with pytest.raises(ValueError, match=message):
+      evaluate.evaluate(run, str(tmp_path / "second"))
+  # Into a workdir holding models of another split: refused before the data loads.
+  run = config.copy_and_resolve_references()
+  run.seed = 1
+  with pytest.raises(ValueError, match=r"^config.seed=1: --workdir=.*first holds models of another split "
+                                       r"\(.*lsh-16: seed=0\); choose another --workdir$"):
+    evaluate.evaluate(run, str(tmp_path / "first"))

@@ -410,7 +410,8 @@ def _check_relations(config: ml_collections.ConfigDict, kind: Optional[str]) -> 
       raise ConfigError(f"config.batch_per_class: expected at most the {left} training items per class of "
                         f"config.eval_split={c('eval_split')!r}, got {c('batch_per_class')}")
   if kind == "baselines" and not set(c("weighted") or ()) <= set(c("methods")):
-    raise _fail("config.weighted", f"methods among config.methods={list(c('methods'))}", c("weighted"))
+    raise _fail("config.weighted", f"methods among config.methods={list(c('methods'))} (--config.weighted= for "
+                f"none)", c("weighted"))
   if kind in ("baselines", "colgen") and not c("bits"):
     raise _fail("config.bits", "at least one code length", c("bits"))
   if kind == "colgen":
