@@ -148,8 +148,8 @@ sys.stdin.read()
 
 def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
   work = str(tmp_path / "run")
-  holder = subprocess.Popen([sys.executable, "-c", _HOLDER, ROOT, work], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.umask(0o002))
+  holder = subprocess.Popen([sys.executable, "-c", "import os; os.umask(0o002)\n" + _HOLDER, ROOT, work],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # a group's umask
   try:
     assert holder.stdout.readline().strip() == "held"
     with open(os.path.join(work, cli.RUN_LOCK)) as f:
