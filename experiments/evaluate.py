@@ -88,8 +88,13 @@ def saved_model(path: str, config: ml_collections.ConfigDict, dim: int):
 
 def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> None:
   """Refuses (one line) a workdir whose ``models/`` holds a model of another split, which this run's
-  ``results.json`` would then sit beside; models of this split are replaced or kept."""
-  for path in model_paths(workdir) if os.path.isdir(os.path.join(workdir, "models")) else ():
+  ``results.json`` would then sit beside; models of this split are replaced or kept (and a folder without a
+  ``model.json``, a killed first save, is saved over)."""
+  root = os.path.join(workdir, "models")
+  for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+    path = os.path.join(root, name)
+    if not os.path.isfile(os.path.join(path, models.MODEL_FILE)):
+      continue
     try:
       recorded = dict(load_model(path).config or {})
     except (OSError, ValueError) as e:
@@ -158,12 +163,16 @@ def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: 
 
 def model_rows(path: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict,
                mesh=None) -> List[Dict]:
-  """A saved model's row (named by its directory), and the row of its own bit weights when it has them."""
+  """A saved model's row (named by its directory), and the row of its own bit weights when it has them (not
+  over a ``mesh``: a weighted ranking reads the whole database on one host)."""
   x, split = protocol.features, protocol.split
   name = os.path.basename(os.path.normpath(path))
   query_words, db_words = fitting.encode_split(model.encode, x, split.query, split.database, mesh=mesh)
   rows = [codes_row(name, model.num_bits, query_words, db_words, protocol, config, model=path)]
-  if model.bit_weights is not None:
+  if model.bit_weights is not None and mesh is not None:
+    logging.warning("%s: its bit weights are not scored over several devices (a weighted ranking reads the "
+                    "whole database on one host); run one process on one device for its %s+w row", path, name)
+  elif model.bit_weights is not None:
     rows.append(weighted_row(f"{name}+w", model.num_bits, query_words, db_words, model.bit_weights, protocol,
                              config, model=path))
   return rows
@@ -193,11 +202,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
                len(split.query), len(split.database), len(split.train), protocol.features.shape[1])
   learned = [(path, saved_model(path, config, protocol.features.shape[1])) for entry in config.models
              for path in model_paths(entry)]
-  if mesh is not None and (config.weighted or config.plots or any(m.bit_weights is not None for _, m in learned)):
+  if mesh is not None and (config.weighted or config.plots):
     raise ValueError(f"config.num_devices / config.num_processes: weighted rankings and plots read the whole "
                      f"database on one host; run them in one process on one device (got weighted="
-                     f"{tuple(config.weighted)}, plots={config.plots}, models with bit weights: "
-                     f"{[p for p, m in learned if m.bit_weights is not None]})")
+                     f"{tuple(config.weighted)}, plots={config.plots})")
   rows = []
   for num_bits in config.bits:
     for method in config.methods:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+import zlib
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from absl import flags
@@ -160,6 +161,34 @@ def _labels(data, num_q: int, num_db: int) -> Tuple[np.ndarray, np.ndarray, bool
   return ql.astype(np.float32), xl.astype(np.float32), True, "multi-hot labels (relevant: a label in common)"
 
 
+def _read_npz(path: str) -> Dict[str, np.ndarray]:
+  """The arrays of the ``.npz`` file at ``path`` by key; ConfigError (one line) for a file that is not one."""
+  with open(path, "rb") as f:  # closed however the reading ends
+    try:
+      archive = np.load(f, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+      raise ConfigError(f"--codes={path}: expected an .npz file, got {type(e).__name__}: {e}") from None
+    if isinstance(archive, np.ndarray):
+      raise ConfigError(f"--codes={path}: expected an .npz file (np.savez) with keys {', '.join(KEYS)}, got a "
+                        f".npy array of shape {archive.shape}")
+    data = {}
+    with archive:
+      for key in archive.files:
+        try:
+          data[key] = archive[key]
+        except ValueError as e:
+          if "allow_pickle" in str(e):  # an object array: pickled, never read
+            raise ConfigError(f"{key}: expected a numeric array, got an object array; store e.g. ragged label "
+                              f"lists as multi-hot rows") from None
+          raise ConfigError(f"--codes={path}: {key} could not be read (ValueError: {e})") from None
+        except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+          kind = "zlib.error" if isinstance(e, zlib.error) else type(e).__name__
+          raise ConfigError(f"--codes={path}: {key} could not be read ({kind}: {e})") from None
+        if not isinstance(data[key], np.ndarray):  # a member that is not a .npy file comes back as bytes
+          raise ConfigError(f"--codes={path}: {key} is not a .npy array (np.savez writes one per key)")
+  return data
+
+
 def load_codes(path: str, *, num_bits: Optional[int] = None) -> Codes:
   """Reads and checks the ``.npz`` at ``path`` (module docstring); ``num_bits``: the length of packed words
   (else the file's ``num_bits`` key). Raises ConfigError in one line naming the key and what was expected."""
@@ -167,23 +196,7 @@ def load_codes(path: str, *, num_bits: Optional[int] = None) -> Codes:
     raise ConfigError(f"--codes={path}: expected an .npz file, got a directory")
   if not os.path.isfile(path):
     raise ConfigError(f"--codes={path}: no such file")
-  try:
-    archive = np.load(path, allow_pickle=False)
-  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-    raise ConfigError(f"--codes={path}: expected an .npz file, got {type(e).__name__}: {e}") from None
-  if isinstance(archive, np.ndarray):
-    raise ConfigError(f"--codes={path}: expected an .npz file (np.savez) with keys {', '.join(KEYS)}, got a .npy "
-                      f"array of shape {archive.shape}")
-  data = {}
-  with archive:
-    for key in archive.files:
-      try:
-        data[key] = archive[key]
-      except ValueError as e:  # an object array: pickled, never read
-        raise ConfigError(f"{key}: expected a numeric array, got an object array ({e}); store e.g. ragged label "
-                          f"lists as multi-hot rows") from None
-      except (OSError, EOFError, zipfile.BadZipFile) as e:
-        raise ConfigError(f"--codes={path}: {key} could not be read ({type(e).__name__}: {e})") from None
+  data = _read_npz(path)
   missing = [k for k in KEYS if k not in data]
   if missing:
     raise ConfigError(f"--codes={path}: no key {', '.join(missing)} (expected keys {', '.join(KEYS)}; "

@@ -69,8 +69,9 @@ LOCK_FILE = ".lock"
 _TMP = ".tmp-"
 _DATA = "data-"
 #: The names this module writes beside a manifest: its data folders (``data-`` and 16 hex digits) and temporary
-#: files and folders (``.tmp-`` and 16 hex digits). Nothing else in a saved directory is ever deleted.
-_OURS = re.compile(r"(\.tmp-|data-)[0-9a-f]{16}")
+#: files and folders (``.tmp-`` and 16 hex digits, or the 8 characters of ``tempfile.mkstemp``, which earlier
+#: versions used for a manifest's temporary file). Nothing else in a saved directory is ever deleted.
+_OURS = re.compile(r"(\.tmp-([0-9a-f]{16}|[a-z0-9_]{8})|data-[0-9a-f]{16})")
 _ATTEMPTS = 4  # optimistic reads before reading under the shared lock, which always succeeds
 
 

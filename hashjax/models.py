@@ -562,7 +562,8 @@ def _model_dirs(root: str) -> List[str]:
 
 
 def _resolve(path: str) -> str:
-  """The model directory of ``path``: itself, ``path/model``, or the one model under ``path/models``."""
+  """The model directory of ``path``: itself, ``path/model``, or the one model under ``path/models`` or, that
+  failing, directly under ``path``."""
   if not os.path.isdir(path):
     what = "does not exist" if not os.path.exists(path) else "is not a directory"
     raise ValueError(f"path: {path!r} {what}; expected a saved model's directory or a run's workdir")
@@ -645,7 +646,8 @@ def load_model(path: Any) -> Model:
   holding ``model/`` (what a training run writes), or a workdir whose
   ``models/`` holds exactly one model (``experiments.evaluate`` writes one per
   baseline and code length, ``models/<method>-<bits>``: with several, the
-  error lists them; pass one).
+  error lists them; pass one), or a folder such as that ``models/`` itself
+  whose subfolders hold exactly one model.
 
   Args:
     path: a directory (str or os.PathLike).

@@ -694,3 +694,13 @@ def test_a_fit_under_jit_says_to_call_it_outside(method, traced):
     return baselines.fit(method, given["features"], num_bits=4, key=given["key"], labels=given["labels"], **small)
   with pytest.raises(ValueError, match=rf"^{traced}: expected concrete arrays \(.*outside jax.jit"):
     jax.jit(fit)(args[traced])
+
+
+def test_points_that_coincide_fit_and_float64_encodings_are_not_held_to_float32():
+  params = baselines.fit("sph", np.ones((40, 5)), num_bits=4, key=KEY)  # every distance 0: float32 holds it
+  assert np.asarray(baselines.encode("sph", params, np.ones((2, 5)))).shape == (2, 4)
+  from hashjax.baselines import _common  # pylint: disable=g-import-not-at-top
+  big = np.full((3, 2), 1e30)
+  _common.check_float32_distances(big, 1e30, np.float64)  # an encoding in float64 (x64) squares 1e30 fine
+  with pytest.raises(ValueError, match="^features: expected squared distances within float32's normal range"):
+    _common.check_float32_distances(big, 1e30, np.float32)

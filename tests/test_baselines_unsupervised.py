@@ -93,7 +93,7 @@ def test_spherical_pivots_of_a_few_points_start_apart(n):
   """With fewer than 10 points each pivot starts at the mean of n // 2 of them, not of all (which is one point)."""
   x = np.random.default_rng(n).normal(size=(n, 3))
   params = spherical.fit(x, num_bits=4, key=jax.random.key(1), num_iters=0)
-  assert len(np.unique(np.asarray(params.pivots), axis=0)) > 1
+  assert np.ptp(np.asarray(params.pivots), axis=0).max() > 1e-3  # apart, not by the rounding of one mean
 
 
 def test_agh_matches_reference_graph_and_spectral_constraints():

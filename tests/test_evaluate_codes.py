@@ -4,10 +4,12 @@ References: every tie order enumerated (the range of DeepHash's AP@k), a loop wr
 CalcTopMap (its argsort value), and hashjax.metrics on the full distance and relevance matrices (multi-hot).
 """
 
+import io
 import itertools
 import json
 import os
 import sys
+import zipfile
 
 from absl import flags
 import numpy as np
@@ -242,6 +244,21 @@ def test_a_file_that_is_not_an_npz_of_arrays_is_one_error_line(tmp_path, monkeyp
     paths[name] = str(tmp_path / f"{name}.npz")
     with open(paths[name], "wb") as f:
       f.write(content)
+  data = _data()
+  np.savez_compressed(tmp_path / "packed.npz", **data)
+  with open(tmp_path / "packed.npz", "rb") as f:
+    packed = bytearray(f.read())
+  packed[120] ^= 0xFF  # inside the first member's compressed data
+  for name, change in (("not_npy", lambda b: b"garbage" + b[7:]), ("short", lambda b: b[:-40])):
+    paths[name] = str(tmp_path / f"{name}.npz")
+    with zipfile.ZipFile(paths[name], "w") as z:
+      for key, value in data.items():
+        buffer = io.BytesIO()
+        np.save(buffer, value)
+        z.writestr(key + ".npy", change(buffer.getvalue()) if key == "db_labels" else buffer.getvalue())
+  paths["compressed"] = str(tmp_path / "compressed.npz")
+  with open(paths["compressed"], "wb") as f:
+    f.write(bytes(packed))
   paths["npy"] = str(tmp_path / "array.npy")
   np.save(paths["npy"], np.array([[1, 2], [3, 4]]))
   paths["directory"] = str(tmp_path)

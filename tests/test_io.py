@@ -182,6 +182,8 @@ def test_a_crashed_or_killed_save_leaves_the_old_version_and_the_next_save_clear
   with open(os.path.join(path, ".tmp-0123456789abcdef", "x.npy"), "wb") as f:
     f.write(b"\x93NUMPY")
   os.makedirs(os.path.join(path, "data-fedcba9876543210"))
+  with open(os.path.join(path, ".tmp-ab3_x9zq"), "wb") as f:  # a manifest's temp file, as mkstemp named it
+    f.write(b"{")
   assert _which(load(path), (old, new)) == 0
   previous = _manifest(path, manifest)["data"]
   save(new, path)

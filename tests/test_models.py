@@ -498,3 +498,17 @@ def test_evaluate_refuses_what_it_cannot_run_in_one_line_before_fitting(tmp_path
   with pytest.raises(ValueError, match=r"^config.seed=1: --workdir=.*first holds models of another split "
                                        r"\(.*lsh-16: seed=0\); choose another --workdir$"):
     evaluate.evaluate(run, str(tmp_path / "first"))
+
+
+def test_evaluate_reruns_into_a_workdir_a_killed_first_save_left(tmp_path):
+  """A folder of models/ without a model.json (the first save was killed) is no model of another split."""
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits = ("lsh",), (16,)
+  (tmp_path / "models" / "lsh-16").mkdir(parents=True)
+  (tmp_path / "models" / "itq-16").mkdir()
+  rows = evaluate.evaluate(config, str(tmp_path))
+  assert [r["method"] for r in rows] == ["lsh"]
+  assert models.load_model(tmp_path / "models" / "lsh-16").kind == "lsh"

@@ -112,6 +112,20 @@ for name, cfg, module, replicated in (("talr", cfg_talr, talr, ()),
     out[f"{name}_{tag}_losses"] = np.asarray(losses)
     out[f"{name}_{tag}_devices"] = np.asarray(min(len(p.sharding.device_set) for p in leaves))
 error("train_batch", lambda: run(talr_ap.get_config("runlocal"), talr, (), mesh))  # 100 rows on 8 devices
+
+# experiments.evaluate over the 8 devices scores a saved baseline model that carries bit weights (its plain row:
+# a weighted ranking reads the whole database on one host), as one device scored it.
+import tempfile
+from configs import baselines as baselines_config
+from experiments import evaluate as evaluate_run
+cfg = baselines_config.get_config("runlocal")
+cfg.methods, cfg.bits, cfg.weighted = ("itq",), (8,), ("itq",)
+work = tempfile.mkdtemp()
+single = evaluate_run.evaluate(cfg, work + "/one")
+cfg.methods, cfg.weighted, cfg.num_devices, cfg.models = ("lsh",), (), 8, (work + "/one",)
+many = evaluate_run.evaluate(cfg, work + "/many")
+errors["evaluate_rows"] = [[r["method"], r["tie_aware_ap"]] for r in many]
+errors["evaluate_single"] = [[r["method"], r["tie_aware_ap"]] for r in single]
 np.savez(sys.argv[1], **out)
 with open(sys.argv[2], "w") as f:
   json.dump(errors, f)
@@ -223,6 +237,13 @@ def test_data_parallel_training_matches_one_device(results, name):
   np.testing.assert_allclose(out[f"{name}_sharded_params"], out[f"{name}_single_params"], rtol=1e-4, atol=1e-6)
   start = out[f"{name}_single_params"]
   assert out[f"{name}_single_losses"].shape == (2,) and np.isfinite(start).all()
+
+
+def test_evaluate_over_devices_scores_a_saved_model_with_bit_weights_by_its_codes(results):
+  _, errors = results
+  single, many = dict(map(tuple, errors["evaluate_single"])), errors["evaluate_rows"]
+  assert [name for name, _ in many] == ["lsh", "itq-8"] and set(single) == {"itq", "itq+w"}
+  assert many[1][1] == pytest.approx(single["itq"], abs=1e-6)
 
 
 def test_mesh_size_errors_name_the_argument(results):

@@ -35,9 +35,10 @@ def rbf(anchors: Any, scale: Any, x: Any, xp: Any = np) -> Any:
   return xp.exp(-xp.maximum(sq, 0.0) / (2.0 * scale * scale))
 
 
-def fit(x: np.ndarray, num_anchors: Any, seed: Any) -> Tuple[np.ndarray, float]:
+def fit(x: np.ndarray, num_anchors: Any, seed: Any, *, dtype: Any = np.float32) -> Tuple[np.ndarray, float]:
   r"""``(anchors[A, d], sigma)`` for float64 training points ``x[n, d]``: ``A`` of them drawn without
-  replacement (sorted by index), and the mean distance from the points to the anchors.
+  replacement (sorted by index), and the mean distance from the points to the anchors; ``dtype``: that of the
+  encoding, whose squared distances must fit it (:func:`hashjax.baselines._common.check_float32_distances`).
 
   .. math:: \sigma = \frac{1}{n A} \sum_{i, a} \|x_i - u_a\|
 
@@ -54,7 +55,7 @@ def fit(x: np.ndarray, num_anchors: Any, seed: Any) -> Tuple[np.ndarray, float]:
   scale = float(np.mean(np.sqrt(np.maximum(sq, 0.0))))
   if not scale > 0:
     raise ValueError("features: expected training points that differ from the anchors, got all distances 0")
-  _common.check_float32_distances(x, scale)
+  _common.check_float32_distances(x, scale, dtype)
   return anchors, scale
 
 

@@ -103,13 +103,16 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
   return x, dtype
 
 
-def check_float32_distances(x: np.ndarray, scale: float, *, name: str = "features") -> None:
+def check_float32_distances(x: np.ndarray, scale: float, dtype: Any, *, name: str = "features") -> None:
   """Refuses float64 training points ``x[n, d]`` (as encoding will see them) whose squared distances leave
-  float32's normal range, where encoding computes them: a squared norm past a quarter of float32's largest
-  number, or a typical distance ``scale`` whose square is below its smallest normal number."""
+  float32's normal range when encoding computes them in float32 (``dtype``): a squared norm past a quarter of
+  float32's largest number, or a typical distance ``scale > 0`` whose square is below its smallest normal
+  number (points that all coincide, ``scale = 0``, have distances float32 holds)."""
+  if np.dtype(dtype) != np.float32:
+    return
   largest = float(np.max(np.sum(x * x, 1)))
   f32 = np.finfo(np.float32)
-  if not (scale * scale >= float(f32.tiny) and 4.0 * largest <= float(f32.max)):
+  if not ((scale == 0 or scale * scale >= float(f32.tiny)) and 4.0 * largest <= float(f32.max)):
     raise ValueError(f"{name}: expected squared distances within float32's normal range (encoding computes them "
                      f"in float32), got a typical distance of {scale:.3g} and a largest norm of "
                      f"{np.sqrt(largest):.3g}; rescale the features")

@@ -188,7 +188,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   x, dtype = _common.host_features(features)
   mean = x.mean(axis=0)
   x = x - mean
-  _common.check_float32_distances(x, float(np.mean(np.linalg.norm(x, axis=1))))
+  _common.check_float32_distances(x, float(np.mean(np.linalg.norm(x, axis=1))), dtype)
   start = np.sort(np.asarray(jax.random.choice(key, n, (num_anchors,), replace=False)))
   anchors = _kmeans(x, x[start], kmeans_iters)
   sq = _sq_distances(x, anchors)
@@ -233,7 +233,7 @@ def _values(params: AGHParams, features: Array) -> Array:
   y = _encode.matmul(_weights(jnp.maximum(sq, 0.0), params.num_nearest, params.bandwidth, jnp), params.projection)
   r2 = params.upper.shape[0]
   first = y[..., :r2]
-  middle = jnp.where(first > 0, params.upper - first, first - params.lower)  # > 0 between the two means
+  middle = jnp.where(first > 0, params.upper - first, first - params.lower)  # > 0 between the two thresholds
   paired = jnp.stack([first, middle], axis=-1).reshape(*y.shape[:-1], 2 * r2)
   return jnp.concatenate([paired, y[..., r2:]], axis=-1)
 

@@ -168,7 +168,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_tra
     _common.check_subset_classes("num_train", labels)
   mean = x.mean(0)
   x = x - mean
-  anchors, scale = _anchors.fit(x, num_anchors, rng)
+  anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
   phi = _anchors.rbf(anchors, scale, x)
   offset = phi.mean(0)
   kernel = phi - offset

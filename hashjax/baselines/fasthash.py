@@ -151,7 +151,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
   x, dtype = _common.host_features(features)
   mean = x.mean(axis=0)
   x = x - mean
-  anchors, scale = _anchors.fit(x, num_anchors, rng)
+  anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
   phi = _anchors.rbf(anchors, scale, x)
   centre = phi.mean(axis=0)
   phi -= centre

@@ -103,7 +103,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   rng = np.random.default_rng(np.asarray(jax.random.bits(key, (4,))).tolist())
   mean = x.mean(0)
   x = x - mean
-  anchors, scale = _anchors.fit(x, num_anchors, rng)
+  anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
   kernel_mean = _anchors.rbf(anchors, scale, x).mean(0)
   subset = np.sort(rng.choice(x.shape[0], num_labelled, replace=False))
   _common.check_subset_classes("num_labelled", labels[subset])

@@ -263,7 +263,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, labels: An
   mean = x.mean(axis=0)
   x = x - mean
   if num_anchors:
-    anchors, scale = _anchors.fit(x, num_anchors, rng)
+    anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
     inputs = _anchors.rbf(anchors, scale, x)
   else:
     anchors, scale, inputs = np.zeros((0, x.shape[1])), 1.0, x

@@ -152,7 +152,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   rng = np.random.default_rng(np.asarray(jax.random.bits(key, (4,))).tolist())
   mean = x.mean(0)
   x = x - mean
-  anchors, scale = _anchors.fit(x, num_anchors, rng)
+  anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
   phi = _anchors.rbf(anchors, scale, x)
   kernel_mean = phi.mean(0)
   phi -= kernel_mean

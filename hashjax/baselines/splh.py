@@ -172,7 +172,7 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None, num_lab
   anchors, scale, offset = np.zeros((0, x.shape[1])), 1.0, np.zeros(0)
   z = x
   if num_anchors:
-    anchors, scale = _anchors.fit(x, num_anchors, rng)
+    anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
     phi = _anchors.rbf(anchors, scale, x)
     offset = phi.mean(0)
     z = phi - offset
