@@ -138,7 +138,8 @@ def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: 
                   workdir: str, mesh=None) -> List[Dict]:
   """Baseline ``method`` fitted on the training items and saved to ``<workdir>/models/<method>-<bits>`` (by
   process 0); its row, and with ``method`` in ``config.weighted`` the row of EGD bit weights learned on its
-  training codes, which are saved with the model. ``mesh``: the database split over its devices (:func:`experiments.fitting.encode_split`)."""
+  training codes, which are saved with the model. ``mesh``: the database split over its devices
+  (:func:`experiments.fitting.encode_split`)."""
   x, labels, split = protocol.features, protocol.labels, protocol.split
   start = time.perf_counter()
   model = fitting.baseline_model(method, x[split.train], num_bits=num_bits, seed=config.seed,
