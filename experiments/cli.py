@@ -71,6 +71,9 @@ def workdir(default: str) -> str:
   a multi-process run, which write nothing, take none, and stop with process 0 (its answer is broadcast); a
   process that holds the workdir already (a launcher's ``main`` called twice) keeps it.
   """
+  if WORKDIR.value == "":
+    raise ConfigError("--workdir: expected a directory, got an empty string (leave the flag out for the default "
+                      f"{default})")
   path = WORKDIR.value or default
   real = os.path.realpath(path)
   if real in _HELD:

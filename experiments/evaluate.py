@@ -91,6 +91,9 @@ def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> Non
   ``results.json`` would then sit beside; models of this split are replaced or kept (and a folder without a
   ``model.json``, a killed first save, is saved over)."""
   root = os.path.join(workdir, "models")
+  if os.path.isdir(root) and not os.access(root, os.W_OK | os.X_OK):
+    raise cli.ConfigError(f"--workdir={workdir}: expected a writable models/ folder for the fitted models, got "
+                          f"{root}, which is not writable; choose another --workdir")
   for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
     path = os.path.join(root, name)
     if not os.path.isfile(os.path.join(path, models.MODEL_FILE)):

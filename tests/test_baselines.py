@@ -704,3 +704,9 @@ def test_points_that_coincide_fit_and_float64_encodings_are_not_held_to_float32(
   _common.check_float32_distances(big, 1e30, np.float64)  # an encoding in float64 (x64) squares 1e30 fine
   with pytest.raises(ValueError, match="^features: expected squared distances within float32's normal range"):
     _common.check_float32_distances(big, 1e30, np.float32)
+
+
+def test_an_option_a_baseline_does_not_take_is_refused_naming_its_options():
+  x = np.random.default_rng(0).normal(size=(40, 6))
+  with pytest.raises(ValueError, match=r"^options: 'itq' has no option foo \(its options: num_iters\)$"):
+    baselines.fit("itq", x, num_bits=4, key=KEY, foo=1)

@@ -502,3 +502,14 @@ def test_dataset_shapes_come_from_headers(tmp_path):
   assert not checks.dataset_shape(config).known
   assert any("assumed" in line for line in checks.estimate_memory(config)[1])
   assert checks.available_memory() > 0
+
+
+def test_an_empty_workdir_flag_is_refused_not_read_as_the_default(tmp_path):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.FLAGS(["launcher", "--workdir="])
+  try:
+    with pytest.raises(cli.ConfigError, match=r"^--workdir: expected a directory, got an empty string \(leave the "
+                                              r"flag out for the default runs/x\)$"):
+      cli.workdir("runs/x")
+  finally:
+    flags.FLAGS.unparse_flags()

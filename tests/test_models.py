@@ -512,3 +512,16 @@ def test_evaluate_reruns_into_a_workdir_a_killed_first_save_left(tmp_path):
   rows = evaluate.evaluate(config, str(tmp_path))
   assert [r["method"] for r in rows] == ["lsh"]
   assert models.load_model(tmp_path / "models" / "lsh-16").kind == "lsh"
+
+
+def test_evaluate_refuses_a_models_folder_it_cannot_write_before_fitting(tmp_path, monkeypatch):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits = ("lsh",), (16,)
+  (tmp_path / "models").mkdir()
+  access = os.access
+  monkeypatch.setattr(os, "access", lambda p, mode: False if os.path.basename(p) == "models" else access(p, mode))
+  with pytest.raises(ValueError, match=r"^--workdir=.*: expected a writable models/ folder for the fitted models"):
+    evaluate.evaluate(config, str(tmp_path))

@@ -20,6 +20,7 @@ and :data:`BASELINES` maps a short name to its module. PCA, SH, MDSH, IsoHash an
 
 from __future__ import annotations
 
+import inspect
 from types import ModuleType
 from typing import Any, Optional
 
@@ -109,6 +110,10 @@ def fit(method: str, features: Array, *, num_bits: int, key: Optional[Any] = Non
   if method not in SUPERVISED and labels is not None:
     raise ValueError(f"labels: {method!r} is unsupervised and takes no labels (supervised: {list(SUPERVISED)}), "
                      f"got {_checks.desc(labels)}")
+  known = [p for p in inspect.signature(module.fit).parameters if p not in ("features", "num_bits", "key", "labels")]
+  unknown = sorted(set(options) - set(known))
+  if unknown:
+    raise ValueError(f"options: {method!r} has no option {', '.join(unknown)} (its options: {', '.join(known)})")
   supervision = {"labels": labels} if method in SUPERVISED else {}
   with _common.single_threaded_blas():
     return module.fit(features, num_bits=num_bits, key=key, **supervision, **options)
