@@ -54,12 +54,18 @@ def model_paths(path: str) -> List[str]:
   """The saved models a ``config.models`` entry names: a model's directory or a workdir with one model
   (:func:`hashjax.load_model` reads either), or every model under a run's ``models/`` (a colgen run's
   ``models/cghash-16``, ``-32``, ...), ordered by their directories' names."""
-  root = os.path.join(path, "models")
-  if os.path.isfile(os.path.join(path, models.MODEL_FILE)) or not os.path.isdir(root):
+  if os.path.isfile(os.path.join(path, models.MODEL_FILE)):
     return [path]
-  found = sorted(os.path.join(root, d) for d in os.listdir(root)
-                 if os.path.isfile(os.path.join(root, d, models.MODEL_FILE)))
-  return found or [path]
+  return run_models(path) or [path]
+
+
+def run_models(workdir: str) -> List[str]:
+  """The saved models under ``<workdir>/models/`` (folders holding a ``model.json``), ordered by name."""
+  root = os.path.join(workdir, "models")
+  if not os.path.isdir(root):
+    return []
+  return sorted(os.path.join(root, d) for d in os.listdir(root)
+                if os.path.isfile(os.path.join(root, d, models.MODEL_FILE)))
 
 
 def saved_model(path: str, config: ml_collections.ConfigDict, dim: int):
@@ -94,10 +100,7 @@ def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> Non
   if os.path.isdir(root) and not os.access(root, os.W_OK | os.X_OK):
     raise cli.ConfigError(f"--workdir={workdir}: expected a writable models/ folder for the fitted models, got "
                           f"{root}, which is not writable; choose another --workdir")
-  for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
-    path = os.path.join(root, name)
-    if not os.path.isfile(os.path.join(path, models.MODEL_FILE)):
-      continue
+  for path in run_models(workdir):
     try:
       recorded = dict(load_model(path).config or {})
     except (OSError, ValueError) as e:

@@ -207,7 +207,7 @@ def check_key(key: Any, *, name: str = "key") -> None:
     if key.shape != ():
       raise ValueError(f"{name}: expected a single jax.random key (shape ()), got shape {tuple(key.shape)}")
   else:
-    raw = tuple(jax.random.key_data(jax.random.key(0)).shape)  # the default implementation's raw key
+    raw = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape  # the default raw key's, no work
     if key.dtype != np.uint32 or tuple(key.shape) != raw:
       raise ValueError(f"{name}: expected a jax.random key (jax.random.key(seed), or raw uint32 {list(raw)} as "
                        f"jax.random.PRNGKey gives), got {desc(key)}")

@@ -701,9 +701,9 @@ def test_points_that_coincide_fit_and_float64_encodings_are_not_held_to_float32(
   assert np.asarray(baselines.encode("sph", params, np.ones((2, 5)))).shape == (2, 4)
   from hashjax.baselines import _common  # pylint: disable=g-import-not-at-top
   big = np.full((3, 2), 1e30)
-  _common.check_float32_distances(big, 1e30, np.float64)  # an encoding in float64 (x64) squares 1e30 fine
+  _common.check_float32_distances(big, np.float64, scale=1e30)  # an encoding in float64 (x64) squares 1e30 fine
   with pytest.raises(ValueError, match="^features: expected squared distances within float32's normal range"):
-    _common.check_float32_distances(big, 1e30, np.float32)
+    _common.check_float32_distances(big, np.float32, scale=1e30)
 
 
 def test_an_option_a_baseline_does_not_take_is_refused_naming_its_options():

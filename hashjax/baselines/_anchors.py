@@ -55,7 +55,7 @@ def fit(x: np.ndarray, num_anchors: Any, seed: Any, *, dtype: Any = np.float32) 
   scale = float(np.mean(np.sqrt(np.maximum(sq, 0.0))))
   if not scale > 0:
     raise ValueError("features: expected training points that differ from the anchors, got all distances 0")
-  _common.check_float32_distances(x, scale, dtype)
+  _common.check_float32_distances(x, dtype, scale=scale)
   return anchors, scale
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import numpy as np
@@ -67,7 +67,8 @@ def check_encode(params: Any, cls: type, module: str, features: Any) -> None:
   _checks.check_columns("features", features, dim, what="the width the params were fit on")
   wider = np.dtype(features.dtype).itemsize > np.dtype(params.mean.dtype).itemsize
   if wider and features.size and _checks.is_concrete(features):  # values the params' dtype cannot hold
-    largest = float(np.max(np.abs(np.asarray(features))))
+    values = np.asarray(features)
+    largest = max(float(values.max()), -float(values.min()))
     if largest > float(np.finfo(params.mean.dtype).max):
       raise ValueError(f"features: expected values within {np.dtype(params.mean.dtype).name}'s range (the params' "
                        f"dtype), got {largest:.3g}")
@@ -92,25 +93,29 @@ def host_features(features: Any, *, name: str = "features") -> tuple:
   dtype = jax.dtypes.canonicalize_dtype(np.promote_types(dtype, np.float32) if dtype.kind == "f" else np.float32)
   x = np.asarray(features, np.float64)
   with np.errstate(over="ignore"):
-    flat = x.ravel()
-    if not np.isfinite(4.0 * (flat @ flat)):  # a bound on every squared distance and product of the fits
+    norms = np.einsum("ij,ij->i", x, x)  # squared row norms
+    if not np.isfinite(4.0 * norms.sum()):  # a bound on every squared distance and product of the fits
       raise ValueError(f"{name}: expected values whose squares sum to a finite float64, got an overflow (largest "
                        f"magnitude {np.max(np.abs(x)):.3g}); scale the features down")
-  largest = float(np.sqrt(np.max(np.sum(x * x, 1))))
+  largest = float(np.sqrt(norms.max()))
   if largest > float(np.finfo(dtype).max) / 4:  # the params and encoding's projections are in dtype
     raise ValueError(f"{name}: expected row norms within {np.dtype(dtype).name}'s range (the params' dtype), got "
                      f"{largest:.3g}; scale the features down")
   return x, dtype
 
 
-def check_float32_distances(x: np.ndarray, scale: float, dtype: Any, *, name: str = "features") -> None:
+def check_float32_distances(x: np.ndarray, dtype: Any, *, scale: Optional[float] = None,
+                            name: str = "features") -> None:
   """Refuses float64 training points ``x[n, d]`` (as encoding will see them) whose squared distances leave
   float32's normal range when encoding computes them in float32 (``dtype``): a squared norm past a quarter of
-  float32's largest number, or a typical distance ``scale > 0`` whose square is below its smallest normal
-  number (points that all coincide, ``scale = 0``, have distances float32 holds)."""
+  float32's largest number, or a typical distance ``scale > 0`` (None: the mean norm of ``x``'s rows) whose
+  square is below its smallest normal number (points that all coincide, ``scale = 0``, have distances float32
+  holds)."""
   if np.dtype(dtype) != np.float32:
     return
-  largest = float(np.max(np.sum(x * x, 1)))
+  norms = np.einsum("ij,ij->i", x, x)
+  largest = float(norms.max())
+  scale = float(np.mean(np.sqrt(norms))) if scale is None else scale
   f32 = np.finfo(np.float32)
   if not ((scale == 0 or scale * scale >= float(f32.tiny)) and 4.0 * largest <= float(f32.max)):
     raise ValueError(f"{name}: expected squared distances within float32's normal range (encoding computes them "

@@ -188,7 +188,7 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
   x, dtype = _common.host_features(features)
   mean = x.mean(axis=0)
   x = x - mean
-  _common.check_float32_distances(x, float(np.mean(np.linalg.norm(x, axis=1))), dtype)
+  _common.check_float32_distances(x, dtype)
   start = np.sort(np.asarray(jax.random.choice(key, n, (num_anchors,), replace=False)))
   anchors = _kmeans(x, x[start], kmeans_iters)
   sq = _sq_distances(x, anchors)
