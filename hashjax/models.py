@@ -30,12 +30,15 @@ preprocessing constants (``preprocess/mean``, ``preprocess/scale``) and, for a
 model with learned bit weights (kind ``"colgen"``, or a baseline saved with
 the weights learned for its codes), ``bit_weights``.
 
-Format versions: 3 is the layout above, written for every kind. Versions 1
-(the mappings and baselines) and 2 (adding the ``"colgen"`` kind and its
-``bit_weights``) held ``model.json`` (listing each array's name, dtype and
-shape, no checksums) and ``arrays.npz`` directly in the directory; this module
-reads them too. A file that does not match its checksum, and parameters that
-hold NaN or inf (in any version), are refused with an error naming the file.
+Format versions: 3 is the layout above, written for every kind; 4 is the
+same layout for a baseline saved with bit weights, so that a hashjax that
+reads only version 3 refuses such a model rather than load it without its
+weights. Versions 1 (the mappings and baselines) and 2 (adding the
+``"colgen"`` kind and its ``bit_weights``) held ``model.json`` (listing each
+array's name, dtype and shape, no checksums) and ``arrays.npz`` directly in
+the directory; this module reads them too. A file that does not match its
+checksum, an array this module does not read, and parameters that hold NaN or
+inf (in any version), are refused with an error naming the file.
 
 All of it is plain data (JSON and NumPy arrays, read with ``allow_pickle=False``),
 so a saved model runs no code when loaded.
@@ -62,9 +65,9 @@ __all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "fro
 
 #: The ``format`` field of ``model.json``.
 FORMAT = "hashjax-model"
-#: The ``version`` of the format this module writes, the newest it reads (3: the save protocol of
-#: :mod:`hashjax.io`; 2: the ``"colgen"`` kind and ``bit_weights``; 1 and 2 store ``arrays.npz``).
-VERSION = 3
+#: The newest ``version`` of the format, written for a baseline with bit weights (4; every other model: 3, the
+#: save protocol of :mod:`hashjax.io`; 2: the ``"colgen"`` kind and ``bit_weights``; 1 and 2 store ``arrays.npz``).
+VERSION = 4
 #: ``Model.kind``: the mappings of :mod:`hashjax.mappings`, the baselines of :mod:`hashjax.baselines`, then the
 #: column-generation hashes of :mod:`hashjax.colgen` (CGHash, StructHash).
 KINDS = ("linear", "mlp", "cnn", *baselines.BASELINES, "colgen")
@@ -544,7 +547,9 @@ def save_model(model: Model, path: Any) -> str:
   ('hashjax-model', 3, 'sh', 6, 5)
   """
   _checks.check_type("model", model, Model, what="a hashjax.models.Model")
-  header = {"format": FORMAT, "version": VERSION, "kind": model.kind, "num_bits": model.num_bits, "dim": model.dim,
+  # The oldest version that holds the model: an older hashjax reads what it can read whole, and refuses the rest.
+  version = 4 if model.bit_weights is not None and model.kind != "colgen" else 3
+  header = {"format": FORMAT, "version": version, "kind": model.kind, "num_bits": model.num_bits, "dim": model.dim,
             "settings": model.settings, "feature_range": list(model.feature_range), "config": model.config}
   return io.save_arrays(_checks.check_path("path", path), model._arrays(), header,  # pylint: disable=protected-access
                         manifest=MODEL_FILE, legacy=(ARRAYS_FILE,), what="model")
@@ -610,7 +615,7 @@ def _check_meta(file: str, meta: Dict[str, Any]) -> None:
   if _KIND_VERSION.get(kind, 1) > version:
     raise ValueError(f"{file}: kind {kind!r} needs format version {_KIND_VERSION[kind]} or newer, got {version}")
   if (version < 3) == ("checksum" in meta):
-    raise ValueError(f"{file}: expected a checksum in format version 3 and none before, got version {version}")
+    raise ValueError(f"{file}: expected a checksum from format version 3 on and none before, got version {version}")
 
 
 def _read_npz(directory: str, meta: Dict[str, Any]) -> Dict[str, np.ndarray]:
@@ -676,6 +681,13 @@ def load_model(path: Any) -> Model:
     _checks.check_finite(f"{file}: array {entry['name']!r}", arrays[entry["name"]])
   kind, settings, dim = meta["kind"], meta["settings"], meta["dim"]
   feature_range, config = tuple(float(v) for v in meta["feature_range"]), meta["config"]
+  # A mapping's params are checked as a tree below; a baseline's or colgen's are the fields of their NamedTuple.
+  known = ({"preprocess/mean", "preprocess/scale"} if kind in _MAPPING_KINDS else
+           {"bit_weights", *(f"params/{f}" for f in _BASELINE_PARAMS.get(kind, colgen_features.HashParams)._fields)})
+  unread = sorted(n for n in arrays if n not in known and not (kind in _MAPPING_KINDS and n.startswith("params/")))
+  if unread:
+    raise ValueError(f"{meta_file}: array(s) {unread} are not part of a {kind!r} model (a newer hashjax may "
+                     f"have written them)")
   try:
     if kind in _MAPPING_KINDS:
       mapping = _build_mapping(kind, meta["num_bits"], settings, arrays.get("preprocess/mean"),

@@ -202,7 +202,7 @@ def test_old_layout_models_load_and_their_corrupt_files_are_named(digits, tmp_pa
   expect(f"{meta_file}: not valid JSON")
   with open(meta_file, "w") as f:
     json.dump({**meta, "version": 99}, f)
-  expect(f"{meta_file}: expected format 'hashjax-model' version 1..3 .*got format 'hashjax-model' version 99")
+  expect(f"{meta_file}: expected format 'hashjax-model' version 1..4 .*got format 'hashjax-model' version 99")
   with open(meta_file, "w") as f:
     json.dump({**meta, "format": "other"}, f)
   expect(f"{meta_file}: expected format 'hashjax-model'")
@@ -285,6 +285,35 @@ def test_load_model_resolves_workdirs(digits, tmp_path):
   (tmp_path / "other" / "model").mkdir(parents=True)
   with pytest.raises(ValueError, match=r"other/model/model.json: missing"):
     models.load_model(tmp_path / "other")
+
+
+def test_a_baseline_with_bit_weights_is_format_version_4_and_arrays_a_model_does_not_read_are_refused(digits,
+                                                                                                        tmp_path):
+  x, _ = digits
+  params = baselines.fit("itq", x, num_bits=8, key=jax.random.key(0))
+  weights = np.arange(8, dtype=np.float32)
+  saved = {"plain": models.from_baseline("itq", params, train_features=x),
+           "weighted": models.from_baseline("itq", params, train_features=x, bit_weights=weights),
+           "linear": _linear_model(x, num_bits=8)}
+  versions = {}
+  for name, model in saved.items():
+    with open(os.path.join(model.save(tmp_path / name), "model.json")) as f:
+      versions[name] = json.load(f)["version"]
+  # A hashjax that reads up to version 3 refuses the weighted model instead of loading it without its weights.
+  assert versions == {"plain": 3, "weighted": 4, "linear": 3}
+  np.testing.assert_array_equal(models.load_model(tmp_path / "weighted").bit_weights, weights)
+  for name, extra in (("plain", "params/offset"), ("linear", "bit_weights"), ("weighted", "preprocess/mean")):
+    path = str(tmp_path / name)
+    arrays, meta = _saved_arrays(path), _to_old_layout(path)
+    arrays[extra] = np.ones(8, np.float32)
+    meta["arrays"].append({"name": extra, "dtype": "float32", "shape": [8]})
+    with open(os.path.join(path, "arrays.npz"), "wb") as f:
+      np.savez(f, **arrays)
+    with open(os.path.join(path, "model.json"), "w") as f:
+      json.dump(meta, f)
+    with pytest.raises(ValueError, match=rf"{name}/model.json: array\(s\) \['{extra}'\] are not part of a "
+                                         rf"'{saved[name].kind}' model \(a newer hashjax may have written them\)$"):
+      models.load_model(path)
 
 
 # ----------------------------------------------------------------------------
