@@ -69,9 +69,9 @@ def test_ksh_refinement_never_loses_to_the_spectral_start():
   assert np.all(gain_r > 0) and loss_r < 6 ** 2 * 180 ** 2
 
 
-def _sdh_objective(phi, y, b, w, p, reg, penalty, ridge):
+def _sdh_objective(phi, y, b, w, p, c, reg, penalty, ridge):
   return (np.sum((y - b @ w) ** 2) + reg * np.sum(w ** 2)
-          + penalty * (np.sum((b - phi @ p) ** 2) + ridge * np.sum(p ** 2)))
+          + penalty * (np.sum((b - phi @ p - c) ** 2) + ridge * np.sum(p ** 2)))
 
 
 def test_sdh_objective_never_increases():
@@ -84,12 +84,14 @@ def test_sdh_objective_never_increases():
   values = [_sdh_objective(phi, y, *sdh.alternate(phi, y, start, num_iters=t, **options), **options)
             for t in range(5)]
   assert np.all(np.diff(values) <= 1e-9 * values[0]) and values[-1] < values[0]
-  codes, w, p = sdh.alternate(phi, y, start, num_iters=3, **options)
-  # The G- and F-steps are the ridge regressions on the final codes.
+  codes, w, p, c = sdh.alternate(phi, y, start, num_iters=3, **options)
+  # The G- and F-steps are the ridge regressions on the final codes (the F-step's intercept unpenalised).
   np.testing.assert_allclose(w, np.linalg.lstsq(np.vstack([codes, np.sqrt(0.5) * np.eye(5)]),
                                                 np.vstack([y, np.zeros((5, 3))]), rcond=None)[0], atol=1e-9)
-  np.testing.assert_allclose(p, np.linalg.lstsq(np.vstack([phi, np.sqrt(0.1) * np.eye(6)]),
-                                                np.vstack([codes, np.zeros((6, 5))]), rcond=None)[0], atol=1e-9)
+  design = np.vstack([np.c_[phi, np.ones(40)], np.c_[np.sqrt(0.1) * np.eye(6), np.zeros(6)]])
+  solution = np.linalg.lstsq(design, np.vstack([codes, np.zeros((6, 5))]), rcond=None)[0]
+  np.testing.assert_allclose(p, solution[:6], atol=1e-9)
+  np.testing.assert_allclose(c, solution[6], atol=1e-9)
 
 
 @pytest.mark.parametrize("module", [ksh, sdh], ids=["ksh", "sdh"])

@@ -2,22 +2,26 @@ r"""Supervised discrete hashing (SDH; Shen, Shen, Liu & Shen, CVPR 2015).
 
 Codes :math:`B \in \{-1, +1\}^{n \times b}` of the training items are learned jointly with a linear classifier
 ``W`` that reads the class from the code and a hash function :math:`F(x) = P^\top \bar\phi(x)` on RBF responses to
-``A`` anchors drawn from the training set (:mod:`hashjax.baselines._anchors`, centred on their training mean):
+``A`` anchors drawn from the training set (:mod:`hashjax.baselines._anchors`, centred on their training mean),
+plus an intercept ``c``:
 
-.. math:: \min_{B, W, P}\ \|Y - B W\|_F^2 + \lambda \|W\|_F^2 + \nu \big(\|B - \bar\Phi P\|_F^2
+.. math:: \min_{B, W, P, c}\ \|Y - B W\|_F^2 + \lambda \|W\|_F^2 + \nu \big(\|B - \bar\Phi P - 1 c^\top\|_F^2
    + \delta \|P\|_F^2\big),
 
 with ``Y`` the one-hot labels. From random codes, each outer iteration alternates three exact block
 minimisations, so the objective never increases:
 
 * the B-step, discrete cyclic coordinate descent: one bit column at a time,
-  :math:`b_k = \mathrm{sgn}(q_k - B_{\neg k} W_{\neg k} w_k)` with :math:`Q = Y W^\top + \nu \bar\Phi P`
-  (a zero keeps the previous bit), sweeping the bits until no bit changes or ``num_sweeps`` sweeps;
+  :math:`b_k = \mathrm{sgn}(q_k - B_{\neg k} W_{\neg k} w_k)` with :math:`Q = Y W^\top + \nu (\bar\Phi P + 1 c^\top)`
+  (a zero keeps the previous bit), sweeping the bits until no bit changes or :data:`NUM_SWEEPS` sweeps;
 * the G-step, ridge regression :math:`W = (B^\top B + \lambda I)^{-1} B^\top Y`;
-* the F-step, ridge regression :math:`P = (\bar\Phi^\top \bar\Phi + \delta I)^{-1} \bar\Phi^\top B`.
+* the F-step, ridge regression :math:`P = (\bar\Phi^\top \bar\Phi + \delta I)^{-1} \bar\Phi^\top B` and the
+  unpenalised intercept :math:`c = \bar B`, the codes' mean (:math:`\bar\Phi` is centred).
 
 The paper writes the F-step's ridge apart from the objective; here it is part of it, which is what makes every
-step exact. Items are hashed by :math:`\mathrm{sgn}(P^\top \bar\phi(x))`.
+step exact. The paper's :math:`F(x) = P^\top \phi(x)` has no intercept; the authors' code appends a column of
+ones to the kernel features, which is the intercept here (unpenalised), so that a bit whose training codes are
+unbalanced is still fitted. Items are hashed by :math:`\mathrm{sgn}(P^\top \bar\phi(x) + c)`.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ NUM_SWEEPS = 10
 
 class SDHParams(NamedTuple):
   """``mean[dim]`` (training mean), ``anchors[A, dim]`` (centred by ``mean``), ``scale`` (``float[]``, the RBF
-  width), ``projection[A, num_bits]`` (``P``) and ``bias[num_bits]`` (``-`` the kernel mean times ``P``)."""
+  width), ``projection[A, num_bits]`` (``P``) and ``bias[num_bits]`` (the intercept ``c`` less the kernel mean
+  times ``P``)."""
   mean: Array
   anchors: Array
   scale: Array
@@ -60,41 +65,43 @@ class SDHParams(NamedTuple):
 
 
 def _values(params: SDHParams, features: Array) -> Array:
-  """``features[..., dim]`` to ``P^T (phi(x) - mean phi)``, ``[..., num_bits]``."""
+  """``features[..., dim]`` to ``P^T (phi(x) - mean phi) + c``, ``[..., num_bits]``."""
   return _anchors.kernel_values(features, params.mean, params.anchors, params.scale, params.projection, params.bias)
 
 
 def alternate(phi: np.ndarray, targets: np.ndarray, codes: np.ndarray, *, num_iters: int, reg: float,
               penalty: float, ridge: float) -> tuple:
-  r"""SDH's alternation from ``codes``: ``(codes[n, b], classifier[b, c], projection[A, b])``, float64.
+  r"""SDH's alternation from ``codes``: ``(codes[n, b], classifier[b, C], projection[A, b], intercept[b])``,
+  float64.
 
-  .. math:: \min_{B, W, P}\ \|Y - B W\|_F^2 + \lambda \|W\|_F^2 + \nu (\|B - \Phi P\|_F^2 + \delta \|P\|_F^2)
+  .. math:: \min_{B, W, P, c}\ \|Y - B W\|_F^2 + \lambda \|W\|_F^2
+     + \nu (\|B - \Phi P - 1 c^\top\|_F^2 + \delta \|P\|_F^2)
 
-  The classifier and projection are first fitted to the given codes; each of ``num_iters`` iterations then
+  The classifier, projection and intercept are first fitted to the given codes; each of ``num_iters`` iterations then
   runs the B-, G- and F-steps (module docstring). Inputs are trusted (:func:`fit` checks them).
 
   Args:
-    phi: ``float64[n, A]`` centred kernel features :math:`\Phi`.
+    phi: ``float64[n, A]`` centred kernel features :math:`\Phi` (each column sums to 0).
     targets: ``float64[n, c]`` one-hot labels ``Y``.
     codes: ``float64[n, b]`` initial codes in ``{-1, +1}``.
     num_iters: outer iterations.
     reg, penalty, ridge: :math:`\lambda`, :math:`\nu`, :math:`\delta`.
 
-  One code bit starts with one item of class 1 on the wrong side; the B-step moves it over:
+  One code bit starts with one item of each class on the wrong side; the B-step moves both over:
 
   >>> phi = np.array([[0.5, -0.5], [0.4, -0.4], [-0.5, 0.5], [-0.4, 0.4]])
   >>> y = np.repeat(np.eye(2), 2, axis=0)
-  >>> b, w, p = alternate(phi, y, np.array([[1.0], [1.0], [1.0], [-1.0]]), num_iters=2, reg=1.0,
-  ...                     penalty=1e-5, ridge=0.01)
+  >>> b, w, p, c = alternate(phi, y, np.array([[1.0], [-1.0], [-1.0], [1.0]]), num_iters=2, reg=1.0,
+  ...                        penalty=1e-5, ridge=0.01)
   >>> b[:, 0].tolist()
   [1.0, 1.0, -1.0, -1.0]
   """
   codes, num_bits = codes.copy(), codes.shape[1]
   factor = scipy.linalg.cho_factor(phi.T @ phi + ridge * np.eye(phi.shape[1]))
   classifier = np.linalg.solve(codes.T @ codes + reg * np.eye(num_bits), codes.T @ targets)
-  projection = scipy.linalg.cho_solve(factor, phi.T @ codes)
+  projection, intercept = scipy.linalg.cho_solve(factor, phi.T @ codes), codes.mean(0)
   for _ in range(num_iters):
-    q = targets @ classifier.T + penalty * (phi @ projection)
+    q = targets @ classifier.T + penalty * (phi @ projection + intercept)
     for _ in range(NUM_SWEEPS):
       changed = False
       for k in range(num_bits):
@@ -107,8 +114,8 @@ def alternate(phi: np.ndarray, targets: np.ndarray, codes: np.ndarray, *, num_it
       if not changed:
         break
     classifier = np.linalg.solve(codes.T @ codes + reg * np.eye(num_bits), codes.T @ targets)
-    projection = scipy.linalg.cho_solve(factor, phi.T @ codes)
-  return codes, classifier, projection
+    projection, intercept = scipy.linalg.cho_solve(factor, phi.T @ codes), codes.mean(0)
+  return codes, classifier, projection, intercept
 
 
 def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
@@ -116,8 +123,8 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
         penalty: float = DEFAULT_PENALTY, ridge: float = DEFAULT_RIDGE) -> SDHParams:
   r"""Learns SDH's codes, classifier and kernel hash function from labelled ``features``.
 
-  .. math:: \min_{B \in \{\pm 1\}^{n \times b}, W, P}\ \|Y - B W\|_F^2 + \lambda \|W\|_F^2
-     + \nu (\|B - \bar\Phi P\|_F^2 + \delta \|P\|_F^2)
+  .. math:: \min_{B \in \{\pm 1\}^{n \times b}, W, P, c}\ \|Y - B W\|_F^2 + \lambda \|W\|_F^2
+     + \nu (\|B - \bar\Phi P - 1 c^\top\|_F^2 + \delta \|P\|_F^2)
 
   Args:
     features: ``[N, dim]`` finite training features.
@@ -158,15 +165,16 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   phi -= kernel_mean
   targets = (labels[:, None] == np.unique(labels)).astype(np.float64)
   codes = np.where(rng.standard_normal((x.shape[0], num_bits)) > 0, 1.0, -1.0)
-  _, _, projection = alternate(phi, targets, codes, num_iters=num_iters, reg=reg, penalty=penalty, ridge=ridge)
+  _, _, projection, intercept = alternate(phi, targets, codes, num_iters=num_iters, reg=reg, penalty=penalty,
+                                          ridge=ridge)
   return SDHParams(*(jnp.asarray(a, dtype) for a in (mean, anchors, np.float64(scale), projection,
-                                                      -kernel_mean @ projection)))
+                                                      intercept - kernel_mean @ projection)))
 
 
 def project(params: SDHParams, features: Array) -> Array:
   r"""The real values whose signs are the bits of :func:`encode` (``encode`` is ``binarize(project(...))``).
 
-  .. math:: F(x) = P^\top (\phi(x) - \bar\phi)
+  .. math:: F(x) = P^\top (\phi(x) - \bar\phi) + c
 
   Args:
     params: :class:`SDHParams` from :func:`fit`.
@@ -187,7 +195,7 @@ def project(params: SDHParams, features: Array) -> Array:
 def encode(params: SDHParams, features: Array) -> Array:
   r"""Hashes ``features`` by the signs of SDH's kernel hash function.
 
-  .. math:: b(x) = [P^\top (\phi(x) - \bar\phi) > 0]
+  .. math:: b(x) = [P^\top (\phi(x) - \bar\phi) + c > 0]
 
   Args:
     params: :class:`SDHParams` from :func:`fit`.
