@@ -130,7 +130,7 @@ def format_table(rows: List[Dict]) -> str:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.acdv_svm")
   results = train_and_evaluate(config, workdir)
   print(f"{results['num_train']} training and {results['num_test']} test images")
   print(format_table(results["rows"]))

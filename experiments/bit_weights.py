@@ -130,7 +130,7 @@ def format_table(rows: List[Dict]) -> str:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.bit_weights")
   results = train_and_evaluate(config, workdir)
   print(format_table(results["rows"]))
   print(f"results: {os.path.join(workdir, 'results.json')}")

@@ -13,7 +13,7 @@ Every launcher (``experiments.train``, ``evaluate``, ``tune``, ``nair_study``) h
   fit in memory (:func:`experiments.methods.checks.check_memory`, from :func:`~experiments.methods.checks.estimate_memory`);
 * checks that ``--workdir`` is a directory it can write to, or can create (:func:`check_workdir`), and the
   launcher's ``main`` holds it (:func:`workdir`): a second run into a workdir another run is writing to stops at
-  once;
+  once, and so does a run into the workdir of another launcher, whose results it would replace;
 * joins the processes of a config's ``num_processes``, ``process_id`` and ``coordinator_address`` (None: the
   ``JAX_*`` environment variables) before ``main`` (:func:`experiments.fitting.start_processes`);
 * reports each of these problems as one line ``error: ...`` with exit status 2, no traceback; so is a
@@ -44,6 +44,7 @@ import numpy as np
 
 from experiments import fitting, process
 from experiments.methods import checks
+from hashjax import _checks
 
 HELP_FLAGS = ("-h", "--help", "--helpfull", "--helpshort", "-?")
 _CLONE = "experiments and configs run from the root of the hashjax clone"
@@ -62,25 +63,37 @@ RUN_LOCK = ".run.lock"
 _HELD: Dict[str, int] = {}  # the workdirs (real paths) this process holds, and their open lock files
 
 
-def workdir(default: str) -> str:
+#: The launchers, as ``python -m`` names them; a workdir belongs to the first that wrote there (:func:`workdir`).
+LAUNCHERS = ("experiments.train", "experiments.evaluate", "experiments.evaluate_codes", "experiments.tune",
+             "experiments.colgen", "experiments.bit_weights", "experiments.localrank",
+             "experiments.localrank_synthetic", "experiments.nair_regression", "experiments.nair_study",
+             "experiments.tie_breaking", "experiments.acdv_svm")
+
+
+def workdir(default: str, *, launcher: str) -> str:
   """The run's workdir, ``--workdir`` or else ``default``, created and held for the rest of the process.
 
   Process 0 of a run takes an exclusive ``flock`` on ``<workdir>/.run.lock`` without waiting, so that a second
   run started into the same workdir stops at once with one line (status 2) rather than mixing its results and
-  models with the first's; the lock goes when the process ends (also when it is killed). The other processes of
-  a multi-process run, which write nothing, take none, and stop with process 0 (its answer is broadcast); a
+  models with the first's; the lock goes when the process ends (also when it is killed). The lock file keeps
+  the process id and the ``launcher`` (one of :data:`LAUNCHERS`) of the run that holds it or last held it, and a
+  run of another launcher is refused in one line too: it would replace that run's ``results.json`` with its own
+  (a lock file of a version that recorded no launcher lets any launcher in). The other processes of a
+  multi-process run, which write nothing, take none, and stop with process 0 (its answer is broadcast); a
   process that holds the workdir already (a launcher's ``main`` called twice) keeps it.
   """
-  if WORKDIR.value == "":
-    raise ConfigError("--workdir: expected a directory, got an empty string (leave the flag out for the default "
-                      f"{default})")
-  path = WORKDIR.value or default
+  _checks.check_option("launcher", launcher, LAUNCHERS)
+  path = check_workdir(WORKDIR.value if WORKDIR.value is not None else default)
   real = os.path.realpath(path)
   if real in _HELD:
     return path
-  holder = _take(path, real) if jax.process_index() == 0 else 0
+  holder = _take(path, real, launcher) if jax.process_index() == 0 else 0
   if jax.process_count() > 1:
     holder = int(multihost_utils.broadcast_one_to_all(np.int64(holder)))
+  if holder <= -2:
+    raise ConfigError(f"--workdir={path}: expected a workdir of {launcher} or a new one, got one holding the "
+                      f"results of {LAUNCHERS[-2 - holder]} ({RUN_LOCK}), which this run would replace; choose "
+                      f"another --workdir")
   if holder:
     raise ConfigError(f"--workdir={path}: expected a workdir no other run is writing to, got one held by "
                       f"{f'process {holder}' if holder > 0 else 'another process'} ({RUN_LOCK}); wait for it to end "
@@ -89,18 +102,27 @@ def workdir(default: str) -> str:
   return path
 
 
-def _take(path: str, real: str) -> int:
-  """Locks ``path``'s :data:`RUN_LOCK` for this process (0), or the id of the process holding it (-1: unknown)."""
+def _take(path: str, real: str, launcher: str) -> int:
+  """Locks ``path``'s :data:`RUN_LOCK` for this process and ``launcher`` (0); or the id of the process holding
+  it (-1: unknown); or, when it was last held by another launcher, ``-2 - `` that launcher's index in
+  :data:`LAUNCHERS`."""
   os.makedirs(path, exist_ok=True)
   fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, as open() gives
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    taken = True
   except BlockingIOError:
-    holder = os.read(fd, 32).decode("ascii", "replace").strip()
+    taken = False
+  fields = os.read(fd, 256).decode("ascii", "replace").split()  # "<process id> <launcher>"
+  if not taken:
     os.close(fd)
-    return int(holder) if holder.isdigit() and int(holder) > 0 else -1
+    return int(fields[0]) if fields and fields[0].isdigit() and int(fields[0]) > 0 else -1
+  owner = fields[1] if len(fields) > 1 else launcher
+  if owner != launcher and owner in LAUNCHERS:
+    os.close(fd)  # (closing releases the lock)
+    return -2 - LAUNCHERS.index(owner)
   os.ftruncate(fd, 0)
-  os.write(fd, str(os.getpid()).encode("ascii"))
+  os.pwrite(fd, f"{os.getpid()} {launcher}".encode("ascii"), 0)
   _HELD[real] = fd
   return 0
 
@@ -427,6 +449,9 @@ def check_workdir(path: str, *, flag: str = "--workdir") -> str:
   ...
   experiments.methods.checks.ConfigError: --workdir=...cli.py: expected a directory, got a file
   """
+  if path == "":
+    raise ConfigError(f"{flag}: expected a directory, got an empty string (leave the flag out for the launcher's "
+                      f"default)")
   if os.path.exists(path) and not os.path.isdir(path):
     raise ConfigError(f"{flag}={path}: expected a directory, got a file")
   existing = os.path.abspath(path)

@@ -210,7 +210,7 @@ def format_table(rows: List[Dict]) -> str:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.colgen")
   results = train_and_evaluate(config, workdir)
   print(format_table(results["rows"]))
   print(f"k = {config.precision_k}; results: {os.path.join(workdir, 'results.json')}")

@@ -60,12 +60,8 @@ def model_paths(path: str) -> List[str]:
 
 
 def run_models(workdir: str) -> List[str]:
-  """The saved models under ``<workdir>/models/`` (folders holding a ``model.json``), ordered by name."""
-  root = os.path.join(workdir, "models")
-  if not os.path.isdir(root):
-    return []
-  return sorted(os.path.join(root, d) for d in os.listdir(root)
-                if os.path.isfile(os.path.join(root, d, models.MODEL_FILE)))
+  """The saved models under ``<workdir>/models/`` (:func:`hashjax.models.list_models`), ordered by name."""
+  return models.list_models(os.path.join(workdir, "models"))
 
 
 def saved_model(path: str, config: ml_collections.ConfigDict, dim: int):
@@ -110,6 +106,33 @@ def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> Non
       if field in recorded and recorded[field] != config[field]:
         raise ValueError(f"config.{field}={config[field]!r}: --workdir={workdir} holds models of another split "
                          f"({path}: {field}={recorded[field]!r}); choose another --workdir")
+  for method in config.methods:  # where this run will save its models
+    for num_bits in config.bits:
+      try:
+        io.check_target(os.path.join(root, f"{method}-{num_bits}"), manifest=models.MODEL_FILE,
+                        legacy=(models.ARRAYS_FILE,), what="model")
+      except ValueError as e:
+        raise cli.ConfigError(f"--workdir={workdir}: cannot hold the fitted models: {e}") from None
+
+
+def row_names(paths: List[str], taken=()) -> List[str]:
+  """Each saved model's row name: its directory's name, or as many of its path's last parts as tell it from the
+  others and from the names ``taken`` (``runs/a/models/sdh-32`` and ``runs/b/models/sdh-32``: ``a/models/sdh-32``
+  and ``b/models/sdh-32``).
+
+  >>> row_names(["runs/a/models/sdh-32", "runs/b/models/sdh-32", "runs/talr"])
+  ['a/models/sdh-32', 'b/models/sdh-32', 'talr']
+  """
+  parts = [os.path.abspath(path).split(os.sep) for path in paths]
+  depth = [1] * len(paths)
+  while True:
+    names = ["/".join(p[-d:]) for p, d in zip(parts, depth)]
+    clashes = [i for i, name in enumerate(names) if names.count(name) > 1 or name in taken]
+    grown = [i for i in clashes if depth[i] < len(parts[i])]
+    if not grown:
+      return names
+    for i in grown:
+      depth[i] += 1
 
 
 def codes_row(method: str, num_bits: int, query_words, db_words, protocol: tasks.Protocol,
@@ -168,12 +191,11 @@ def baseline_rows(method: str, num_bits: int, protocol: tasks.Protocol, config: 
   return rows
 
 
-def model_rows(path: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict,
+def model_rows(path: str, name: str, model, protocol: tasks.Protocol, config: ml_collections.ConfigDict,
                mesh=None) -> List[Dict]:
-  """A saved model's row (named by its directory), and the row of its own bit weights when it has them (not
+  """A saved model's row, ``name`` (:func:`row_names`), and the row of its own bit weights when it has them (not
   over a ``mesh``: a weighted ranking reads the whole database on one host)."""
   x, split = protocol.features, protocol.split
-  name = os.path.basename(os.path.normpath(path))
   query_words, db_words = fitting.encode_split(model.encode, x, split.query, split.database, mesh=mesh)
   rows = [codes_row(name, model.num_bits, query_words, db_words, protocol, config, model=path)]
   if model.bit_weights is not None and mesh is not None:
@@ -197,6 +219,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
     plots.require_matplotlib()  # before any work: a missing matplotlib fails the run up front
   mesh = fitting.device_mesh(config)
   check_workdir_models(workdir, config)
+  paths = [path for entry in config.models for path in model_paths(entry)]
+  real = [os.path.realpath(path) for path in paths]
+  for i, path in enumerate(paths):
+    if real[i] in real[:i]:
+      raise ValueError(f"config.models: expected each model once, got {path} twice (named by two entries)")
   protocol = tasks.load_protocol(config)
   if config.unseen_database:  # search only the database items no method was fitted on
     split = protocol.split
@@ -207,8 +234,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   split = protocol.split
   logging.info("%s: %d queries, %d database items, %d training items, dim %d", protocol.name,
                len(split.query), len(split.database), len(split.train), protocol.features.shape[1])
-  learned = [(path, saved_model(path, config, protocol.features.shape[1])) for entry in config.models
-             for path in model_paths(entry)]
+  taken = {name for method in config.methods for name in (method, f"{method}+w")}
+  learned = [(path, name, saved_model(path, config, protocol.features.shape[1]))
+             for path, name in zip(paths, row_names(paths, taken))]
   if mesh is not None and (config.weighted or config.plots):
     raise ValueError(f"config.num_devices / config.num_processes: weighted rankings and plots read the whole "
                      f"database on one host; run them in one process on one device (got weighted="
@@ -217,10 +245,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   for num_bits in config.bits:
     for method in config.methods:
       rows += baseline_rows(method, num_bits, protocol, config, workdir, mesh)
-    for path, model in learned:
-      rows += model_rows(path, model, protocol, config, mesh) if model.num_bits == num_bits else []
-  for path, model in learned:
-    rows += model_rows(path, model, protocol, config, mesh) if model.num_bits not in config.bits else []
+    for path, name, model in learned:
+      rows += model_rows(path, name, model, protocol, config, mesh) if model.num_bits == num_bits else []
+  for path, name, model in learned:
+    rows += model_rows(path, name, model, protocol, config, mesh) if model.num_bits not in config.bits else []
   if jax.process_index() != 0:  # of several processes, the first writes
     return rows
   io.atomic_write_json(os.path.join(workdir, "results.json"),
@@ -232,7 +260,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.get("name", "baselines")))
+  workdir = cli.workdir(reporting.default_workdir(config.get("name", "baselines")),
+                        launcher="experiments.evaluate")
   rows = evaluate(config, workdir)
   print(reporting.format_table(rows))
   print(f"results: {os.path.join(workdir, 'results.json')}")

@@ -125,7 +125,8 @@ def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
       raise ConfigError(str(e)) from None
     return q, x, num_bits
   if num_bits is not None and num_bits != q.shape[1]:
-    raise ConfigError(f"num_bits: expected the codes' {q.shape[1]} columns, got {num_bits}")
+    hint = f" (packed words must be uint32, not {q.dtype})" if q.dtype.kind in "iu" and q.dtype.itemsize > 1 else ""
+    raise ConfigError(f"num_bits: expected the codes' {q.shape[1]} columns{hint}, got {num_bits}")
   (qb, qkind), (xb, xkind) = _bits("query_codes", q), _bits("db_codes", x)
   if None not in (qkind, xkind) and qkind != xkind:
     want, got = ("{-1, 1}", "0") if qkind == "pm1" else ("{0, 1}", "-1")
@@ -436,10 +437,14 @@ def format_report(result: Dict) -> str:
 
 
 def main():
+  # --workdir is optional here: taken (created and held) before the work, when given.
+  workdir = cli.WORKDIR.value
+  if workdir is not None:
+    workdir = cli.workdir(workdir, launcher="experiments.evaluate_codes")
   result = evaluate_file(_CODES.value, num_bits=_NUM_BITS.value, topk=_TOPK.value)
   print(format_report(result))
-  if cli.WORKDIR.value:
-    path = os.path.join(cli.WORKDIR.value, "results.json")
+  if workdir is not None:
+    path = os.path.join(workdir, "results.json")
     io.atomic_write_json(path, result)
     print(f"results: {path}")
 

@@ -539,7 +539,7 @@ def format_tables(results: Dict) -> str:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.localrank")
   results = train_and_evaluate(config, workdir)
   print(format_tables(results))
   print(f"results: {os.path.join(workdir, 'results.json')}")

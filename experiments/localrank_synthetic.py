@@ -177,7 +177,7 @@ def format_tables(results: Dict) -> str:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.localrank_synthetic")
   results = train_and_evaluate(config, workdir)
   print(format_tables(results))
   print(f"{results['seconds']:.1f} s; results: {os.path.join(workdir, 'results.json')}")

@@ -183,7 +183,7 @@ def format_table(rows: List[Dict]) -> str:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.nair_regression")
   results = train_and_evaluate(config, workdir)
   print("kNN regression error (mean squared error of the kNN estimate / variance of the query targets), "
         f"k = {config.k}, mean (sd over seeds {list(config.seeds)}):")

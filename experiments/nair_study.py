@@ -616,7 +616,7 @@ def study_flags() -> Dict:
 
 def workdir() -> str:
   """``--workdir``, by default ``runs/nair_study`` (held by this process: :func:`experiments.cli.workdir`)."""
-  return cli.workdir("runs/nair_study")
+  return cli.workdir("runs/nair_study", launcher="experiments.nair_study")
 
 
 def main():

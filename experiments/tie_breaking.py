@@ -128,7 +128,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict:
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.tie_breaking")
   results = train_and_evaluate(config, workdir)
   print(format_summary(results["summary"]))
   print(f"results: {os.path.join(workdir, 'results.json')}")

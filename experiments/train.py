@@ -18,7 +18,7 @@ from experiments import cli, methods, reporting
 
 
 def main(config):
-  workdir = cli.workdir(reporting.default_workdir(config.name))
+  workdir = cli.workdir(reporting.default_workdir(config.name), launcher="experiments.train")
   results = methods.train_and_evaluate(config, workdir)
   print(reporting.format_table(results["rows"], columns=results["columns"]))
   s = results["summary"]

@@ -33,7 +33,8 @@ _SPLIT = flags.DEFINE_enum("split", "validation", ["validation", "validation_hel
 
 
 def main(config):
-  rows = methods.tune(config, _GRID.value, cli.workdir(reporting.default_workdir("tune_" + config.name)),
+  rows = methods.tune(config, _GRID.value, cli.workdir(reporting.default_workdir("tune_" + config.name),
+                                                     launcher="experiments.tune"),
                       split=_SPLIT.value)
   key = config.target_metric  # best first: the lowest error, else the highest score
   for row in sorted(rows, key=lambda r: r[key] if key.endswith("error") else -r[key]):

@@ -59,8 +59,8 @@ import numpy as np
 
 from hashjax import _checks
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "write_synced", "save_arrays", "load_arrays", "MANIFEST",
-           "LOCK_FILE"]
+__all__ = ["atomic_write_bytes", "atomic_write_json", "write_synced", "check_target", "save_arrays", "load_arrays",
+           "MANIFEST", "LOCK_FILE"]
 
 #: The manifest's default file name.
 MANIFEST = "manifest.json"
@@ -197,6 +197,35 @@ def _current_data(file: str) -> Optional[str]:
   return data if isinstance(data, str) else None
 
 
+def check_target(path: str, *, manifest: str = MANIFEST, legacy: Sequence[str] = (), what: str = "index") -> None:
+  r"""Refuses (``ValueError`` naming ``path``) a directory :func:`save_arrays` would not save to: a file, a path
+  below a file, or a directory holding anything but a saved object's files (its manifest, data folders, lock,
+  leftovers of killed saves and ``legacy`` files).
+
+  .. math:: \mathrm{path} \notin \mathrm{files}, \qquad \mathrm{listdir}(\mathrm{path}) \subseteq \mathrm{ours}
+
+  >>> import os, tempfile
+  >>> root = tempfile.mkdtemp()
+  >>> check_target(os.path.join(root, "new"))  # a path that does not exist yet: fine
+  >>> open(os.path.join(root, "notes.txt"), "w").close()
+  >>> check_target(root, what="model")
+  Traceback (most recent call last):
+  ...
+  ValueError: ...: holds files that are not a saved model (['notes.txt']); choose a new or empty directory
+  """
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    where = "exists and is not a directory" if existing == os.path.abspath(path) else f"is below the file {existing}"
+    raise ValueError(f"{path}: {where}; refusing to replace it with a {what}")
+  ours = {manifest, LOCK_FILE, *legacy}
+  others = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else ())
+                  if n not in ours and not _OURS.fullmatch(n))
+  if others:
+    raise ValueError(f"{path}: holds files that are not a saved {what} ({others[:3]}); choose a new or empty directory")
+
+
 def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any], *, manifest: str = MANIFEST,
                 legacy: Sequence[str] = (), what: str = "index") -> str:
   r"""Saves ``header`` and ``arrays`` to the directory ``path`` by the protocol of the module docstring.
@@ -228,8 +257,7 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
   >>> header["kind"], arrays["a/b"].tolist(), arrays["scale"].shape
   ('demo', [0, 1, 2], ())
   """
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise ValueError(f"{path}: exists and is not a directory; refusing to replace it with a {what}")
+  check_target(path, manifest=manifest, legacy=legacy, what=what)
   files = [name.replace("/", ".") + ".npy" for name in arrays]
   if len(set(files)) != len(files):
     raise ValueError(f"arrays: expected names that map to distinct files ('/' becomes '.'), got {sorted(arrays)}")
@@ -237,11 +265,6 @@ def save_arrays(path: str, arrays: Dict[str, np.ndarray], header: Dict[str, Any]
     json.dumps(header, allow_nan=False)
   except (TypeError, ValueError) as e:
     raise ValueError(f"header: expected JSON fields without NaN or inf, got {e}") from None
-  ours = {manifest, LOCK_FILE, *legacy}
-  others = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else ())
-                  if n not in ours and not _OURS.fullmatch(n))
-  if others:
-    raise ValueError(f"{path}: holds files that are not a saved {what} ({others[:3]}); choose a new or empty directory")
   os.makedirs(path, exist_ok=True)
   file = os.path.join(path, manifest)
   with _locked(path, shared=False, create=True):

@@ -61,7 +61,7 @@ from hashjax import _checks, baselines, codes, io, mappings
 from hashjax.colgen import features as colgen_features
 
 __all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "from_colgen", "save_model",
-           "load_model", "FORMAT", "VERSION", "KINDS", "MODEL_FILE", "ARRAYS_FILE"]
+           "load_model", "list_models", "FORMAT", "VERSION", "KINDS", "MODEL_FILE", "ARRAYS_FILE"]
 
 #: The ``format`` field of ``model.json``.
 FORMAT = "hashjax-model"
@@ -559,11 +559,29 @@ def save_model(model: Model, path: Any) -> str:
 # Loading.
 
 
-def _model_dirs(root: str) -> List[str]:
-  if not os.path.isdir(root):
+def list_models(folder: Any) -> List[str]:
+  r"""The saved models directly under ``folder``: its subfolders that hold a ``model.json``, but for hidden
+  ones (a name starting with ``.``), by name; none when ``folder`` is not a directory.
+
+  .. math:: \{\, f/d : f/d/\mathrm{model.json} \text{ exists},\ d \ne .\ast \,\}
+
+  ``experiments.evaluate`` writes a run's models to ``<workdir>/models/<method>-<bits>``, so
+  ``list_models("<workdir>/models")`` lists them; :func:`load_model` reads the same list.
+
+  >>> import jax, os, tempfile, numpy as np
+  >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
+  >>> model = from_baseline("pca", baselines.fit("pca", x, num_bits=4), train_features=x)
+  >>> root = tempfile.mkdtemp()
+  >>> for name in ("pca-4", ".old", "pca-8"):
+  ...   _ = model.save(os.path.join(root, name))
+  >>> [os.path.basename(p) for p in list_models(root)]
+  ['pca-4', 'pca-8']
+  """
+  folder = os.fspath(folder)
+  if not os.path.isdir(folder):
     return []
-  return sorted(os.path.join(root, d) for d in os.listdir(root)
-                if not d.startswith(".") and os.path.isfile(os.path.join(root, d, MODEL_FILE)))
+  return sorted(os.path.join(folder, d) for d in os.listdir(folder)
+                if not d.startswith(".") and os.path.isfile(os.path.join(folder, d, MODEL_FILE)))
 
 
 def _resolve(path: str) -> str:
@@ -576,7 +594,7 @@ def _resolve(path: str) -> str:
     return path
   if os.path.isdir(os.path.join(path, "model")):
     return os.path.join(path, "model")
-  several = _model_dirs(os.path.join(path, "models")) or _model_dirs(path)  # a run's workdir, or its models/
+  several = list_models(os.path.join(path, "models")) or list_models(path)  # a run's workdir, or its models/
   if len(several) == 1:
     return several[0]
   if several:

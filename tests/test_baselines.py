@@ -678,6 +678,8 @@ def test_features_beyond_float32_are_refused_by_fit_and_encode(method):
   params = baselines.fit(method, x, num_bits=4, key=KEY, labels=labels, **small)
   with pytest.raises(ValueError, match=r"^features: expected values within float32's range .* got 1.*e\+39$"):
     baselines.encode(method, params, np.where(np.arange(6) == 2, 1e39, x[:3]))
+  with pytest.raises(ValueError, match=r"^features: expected values within float32's range .* got -2e\+39$"):
+    baselines.encode(method, params, np.where(np.arange(6) == 2, -2e39, x[:3]))  # the value, with its sign
 
 
 @pytest.mark.parametrize("method, traced", [(m, t) for m in sorted(baselines.BASELINES) for t in ("features", "key")]

@@ -140,7 +140,8 @@ sys.path.insert(0, sys.argv[1])
 from absl import flags
 from experiments import cli
 flags.FLAGS(["holder", "--workdir=" + sys.argv[2]])
-assert cli.workdir("unused") == sys.argv[2] == cli.workdir("unused")  # taken once, kept on a second call
+launcher = sys.argv[3] if len(sys.argv) > 3 else "experiments.evaluate"
+assert cli.workdir("unused", launcher=launcher) == sys.argv[2] == cli.workdir("unused", launcher=launcher)  # kept
 print("held", flush=True)
 sys.stdin.read()
 """
@@ -153,7 +154,7 @@ def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
   try:
     assert holder.stdout.readline().strip() == "held"
     with open(os.path.join(work, cli.RUN_LOCK)) as f:
-      assert f.read() == str(holder.pid)
+      assert f.read() == f"{holder.pid} experiments.evaluate"
     assert os.stat(os.path.join(work, cli.RUN_LOCK)).st_mode & 0o777 == 0o664  # the umask's mode: a group's run
     done = subprocess.run([sys.executable, "-m", "experiments.evaluate", "--config=configs/baselines.py:runlocal",
                            "--config.methods=lsh", "--config.bits=8", f"--workdir={work}"], cwd=ROOT,
@@ -168,6 +169,31 @@ def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
   again = subprocess.run([sys.executable, "-c", _HOLDER, ROOT, work], input="", capture_output=True, text=True,
                          timeout=120)
   assert again.returncode == 0 and again.stdout.strip() == "held", again.stderr  # the lock went with its process
+
+
+def test_a_workdir_of_another_launcher_is_refused_and_its_results_kept(tmp_path):
+  work = str(tmp_path / "run")
+
+  def hold(launcher):
+    return subprocess.run([sys.executable, "-c", _HOLDER, ROOT, work, launcher], input="", capture_output=True,
+                          text=True, timeout=120)
+
+  assert hold("experiments.train").returncode == 0
+  with open(os.path.join(work, "results.json"), "w") as f:
+    f.write("{}")  # what the training run wrote
+  refused = hold("experiments.evaluate")
+  assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == (
+      f"experiments.methods.checks.ConfigError: --workdir={work}: expected a workdir of experiments.evaluate or a "
+      f"new one, got one holding the results of experiments.train (.run.lock), which this run would replace; "
+      f"choose another --workdir")
+  with open(os.path.join(work, cli.RUN_LOCK)) as f:
+    assert f.read().split()[1] == "experiments.train"  # unchanged: the workdir is still the training run's
+  assert hold("experiments.train").stdout.strip() == "held"  # its own launcher comes back
+  with open(os.path.join(work, cli.RUN_LOCK), "w") as f:
+    f.write("12345")  # a lock file that names no launcher (an older version's) lets any launcher in
+  assert hold("experiments.evaluate").stdout.strip() == "held"
+  with open(os.path.join(work, cli.RUN_LOCK)) as f:
+    assert f.read().split()[1] == "experiments.evaluate"
 
 
 def test_list_valued_fields_take_comma_separated_values(runs, tmp_path_factory):
@@ -509,7 +535,7 @@ def test_an_empty_workdir_flag_is_refused_not_read_as_the_default(tmp_path):
   flags.FLAGS(["launcher", "--workdir="])
   try:
     with pytest.raises(cli.ConfigError, match=r"^--workdir: expected a directory, got an empty string \(leave the "
-                                              r"flag out for the default runs/x\)$"):
-      cli.workdir("runs/x")
+                                              r"flag out for the launcher's default\)$"):
+      cli.workdir("runs/x", launcher="experiments.train")
   finally:
     flags.FLAGS.unparse_flags()

@@ -122,6 +122,9 @@ def test_the_command_prints_the_table_and_the_deephash_range(tmp_path, monkeypat
   assert d["pessimistic"] <= d["tie_aware"] <= d["optimistic"]
   assert d["optimistic"] - d["pessimistic"] > 0.05  # the ties matter here
   assert t["pessimistic_ap"] <= t["tie_aware_ap"] <= t["optimistic_ap"]
+  code, out, err = _launch([f"--codes={path}", "--workdir="], monkeypatch, capsys)  # not "no workdir"
+  assert (code, out, err.strip()) == (2, "", "error: --workdir: expected a directory, got an empty string (leave "
+                                             "the flag out for the launcher's default)")
 
 
 def test_pm1_01_packed_and_one_hot_inputs_give_the_same_results(tmp_path):
@@ -218,6 +221,9 @@ def _bad(data):
       "int_not_packed": ({"query_codes": np.asarray(codes.pack_bits((q > 0).astype(np.int8))).astype(np.int64),
                           "db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8))).astype(np.int64)}, [],
                          ["query_codes", "packed words must be uint32"]),
+      "int_packed_with_bits": ({"query_codes": np.asarray(codes.pack_bits((q > 0).astype(np.int8))).astype(np.int32),
+                                "db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8))).astype(np.int32)},
+                               [f"--num_bits={BITS}"], ["num_bits", "packed words must be uint32, not int32"]),
   }
 
 

@@ -527,6 +527,50 @@ def test_evaluate_refuses_what_it_cannot_run_in_one_line_before_fitting(tmp_path
   with pytest.raises(ValueError, match=r"^config.seed=1: --workdir=.*first holds models of another split "
                                        r"\(.*lsh-16: seed=0\); choose another --workdir$"):
     evaluate.evaluate(run, str(tmp_path / "first"))
+  # Where a model would be saved, a folder of other files, or a models/ that is a file: refused before fitting.
+  (tmp_path / "notes" / "models" / "lsh-16").mkdir(parents=True)
+  (tmp_path / "notes" / "models" / "lsh-16" / "notes.txt").write_text("mine")
+  (tmp_path / "flat").mkdir()
+  (tmp_path / "flat" / "models").write_text("")
+  for work, message in (("notes", r"lsh-16: holds files that are not a saved model \(\['notes.txt'\]\)"),
+                        ("flat", r"models/lsh-16: is below the file .*flat/models; refusing to replace it")):
+    with pytest.raises(ValueError, match=rf"^--workdir=.*{work}: cannot hold the fitted models: .*{message}"):
+      evaluate.evaluate(config, str(tmp_path / work))
+  assert (tmp_path / "notes" / "models" / "lsh-16" / "notes.txt").read_text() == "mine"
+  # The same saved model named twice (a run's workdir and its model's folder).
+  run = config.copy_and_resolve_references()
+  run.models = (str(tmp_path / "first"), str(tmp_path / "first" / "models" / "lsh-16"))
+  with pytest.raises(ValueError, match=r"^config.models: expected each model once, got .*first/models/lsh-16 twice"):
+    evaluate.evaluate(run, str(tmp_path / "second"))
+
+
+def test_evaluate_names_saved_models_of_one_folder_name_apart(tmp_path):
+  _repo_on_path()
+  from configs import baselines as baselines_config  # pylint: disable=g-import-not-at-top
+  from experiments import evaluate  # pylint: disable=g-import-not-at-top
+  from experiments.methods import checks  # pylint: disable=g-import-not-at-top
+  config = baselines_config.get_config("runlocal")
+  config.methods, config.bits, config.weighted = ("lsh",), (16,), ()
+  x = np.random.default_rng(0).random((40, 64), dtype=np.float32)
+  for run, num_bits in (("a", 16), ("b", 16), ("c", 8)):
+    models.from_baseline("pca", hashjax.baselines.fit("pca", x, num_bits=num_bits),
+                         train_features=x).save(tmp_path / run / "models" / "pca")
+  (tmp_path / "d" / "models" / ".old").mkdir(parents=True)  # a hidden folder: not one of the run's models
+  (tmp_path / "d" / "models" / ".old" / "model.json").write_text("{}")
+  models.from_baseline("pca", hashjax.baselines.fit("pca", x, num_bits=8),
+                       train_features=x).save(tmp_path / "d" / "models" / "lsh")
+  config.models = tuple(str(tmp_path / run / "models" / "pca") for run in "abc") + (str(tmp_path / "d"),)
+  rows = evaluate.evaluate(config, str(tmp_path / "out"))
+  # Each named by as much of its path as tells it apart; d's model is "lsh", the name of a method of the run.
+  assert [(r["method"], r["bits"]) for r in rows] == [
+      ("lsh", 16), ("a/models/pca", 16), ("b/models/pca", 16), ("c/models/pca", 8), ("models/lsh", 8)]
+  assert rows[1]["tie_aware_ap"] == rows[2]["tie_aware_ap"]  # the same model, saved twice
+  for field, value, message in (("methods", ("lsh", "itq", "lsh"), "expected distinct names, got 'lsh' twice"),
+                                ("bits", (16, 32, 16), "expected distinct code lengths, got 16 twice")):
+    run = config.copy_and_resolve_references()
+    run[field] = value
+    with pytest.raises(checks.ConfigError, match=rf"^config.{field}: {message}$"):
+      checks.check_config(run)
 
 
 def test_evaluate_reruns_into_a_workdir_a_killed_first_save_left(tmp_path):

@@ -166,6 +166,15 @@ def _bool(name, v):
   _checks.check_bool(name, v)
 
 
+def _distinct(name: str, values, what: str) -> None:
+  """Each of ``values`` once: a list naming one twice would give two rows of one name."""
+  seen = set()
+  for value in values:
+    if value in seen:
+      raise ConfigError(f"{name}: expected distinct {what}, got {value!r} twice")
+    seen.add(value)
+
+
 def _names(options, *, nonempty: bool):
   def check(name, v):
     if not isinstance(v, (tuple, list)) or (nonempty and not v):
@@ -174,6 +183,7 @@ def _names(options, *, nonempty: bool):
     for item in v:
       if item not in options:
         raise _fail(name, f"names from {sorted(options)}", item)
+    _distinct(name, v, "names")
   return check
 
 
@@ -181,6 +191,7 @@ def _ints(low: int, nonempty: bool = False):
   def check(name, v):
     if not isinstance(v, (tuple, list)) or (nonempty and not v) or not all(_checks.is_int(x) and x >= low for x in v):
       raise _fail(name, f"a {'non-empty ' if nonempty else ''}list of ints >= {low} (--{name}=1,2)", v)
+    _distinct(name, v, "values")
   return check
 
 
@@ -203,6 +214,7 @@ def _bits(name, v):
   if isinstance(v, (tuple, list)):  # several code lengths (evaluate, colgen, bit_weights)
     if not all(_checks.is_int(b) and b >= 1 for b in v):
       raise _fail(name, "code lengths >= 1 (one, or a list: --config.bits=16,32)", v)
+    _distinct(name, v, "code lengths")
   else:
     _checks.check_int(name, v, low=1)
 
@@ -220,6 +232,10 @@ def _folders(name, v):
   for path in v:
     if not isinstance(path, str) or not os.path.isdir(path):
       raise ConfigError(f"{name}: expected saved models (directories), got {path!r}, which is not one")
+  real = [os.path.realpath(path) for path in v]
+  for i, path in enumerate(v):
+    if real[i] in real[:i]:
+      raise ConfigError(f"{name}: expected distinct directories, got {path!r} twice ({v[real.index(real[i])]!r})")
 
 
 def _train_neighbors(name, v):

@@ -68,10 +68,10 @@ def check_encode(params: Any, cls: type, module: str, features: Any) -> None:
   wider = np.dtype(features.dtype).itemsize > np.dtype(params.mean.dtype).itemsize
   if wider and features.size and _checks.is_concrete(features):  # values the params' dtype cannot hold
     values = np.asarray(features)
-    largest = max(float(values.max()), -float(values.min()))
-    if largest > float(np.finfo(params.mean.dtype).max):
+    low, high = float(values.min()), float(values.max())
+    if max(high, -low) > float(np.finfo(params.mean.dtype).max):
       raise ValueError(f"features: expected values within {np.dtype(params.mean.dtype).name}'s range (the params' "
-                       f"dtype), got {largest:.3g}")
+                       f"dtype), got {high if high >= -low else low:.3g}")
 
 
 def check_pca_bits(num_bits: Any, dim: int) -> int:
