@@ -58,7 +58,8 @@ WORKDIR = flags.DEFINE_string("workdir", None, "Where the run writes its results
 ConfigError = checks.ConfigError
 format_value = checks.format_value
 
-#: The file in a workdir whose lock the run writing there holds (its process 0), with that process's id.
+#: The file in a workdir whose lock the run writing there holds (its process 0), with that process's id and its
+#: launcher (``"<process id> <launcher>"``, of the run that holds it or last held it).
 RUN_LOCK = ".run.lock"
 _HELD: Dict[str, int] = {}  # the workdirs (real paths) this process holds, and their open lock files
 
@@ -77,8 +78,9 @@ def workdir(default: str, *, launcher: str) -> str:
   run started into the same workdir stops at once with one line (status 2) rather than mixing its results and
   models with the first's; the lock goes when the process ends (also when it is killed). The lock file keeps
   the process id and the ``launcher`` (one of :data:`LAUNCHERS`) of the run that holds it or last held it, and a
-  run of another launcher is refused in one line too: it would replace that run's ``results.json`` with its own
-  (a lock file of a version that recorded no launcher lets any launcher in). The other processes of a
+  run of another launcher is refused in one line too, while that run holds the workdir or once it has written
+  its ``results.json``, which this run would replace (a lock file of a version that recorded no launcher lets
+  any launcher in). The other processes of a
   multi-process run, which write nothing, take none, and stop with process 0 (its answer is broadcast); a
   process that holds the workdir already (a launcher's ``main`` called twice) keeps it.
   """
@@ -104,8 +106,8 @@ def workdir(default: str, *, launcher: str) -> str:
 
 def _take(path: str, real: str, launcher: str) -> int:
   """Locks ``path``'s :data:`RUN_LOCK` for this process and ``launcher`` (0); or the id of the process holding
-  it (-1: unknown); or, when it was last held by another launcher, ``-2 - `` that launcher's index in
-  :data:`LAUNCHERS`."""
+  it (-1: unknown); or, when a run of another launcher holds it or has left its results there, ``-2 -`` that
+  launcher's index in :data:`LAUNCHERS`."""
   os.makedirs(path, exist_ok=True)
   fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, as open() gives
   try:
@@ -114,13 +116,14 @@ def _take(path: str, real: str, launcher: str) -> int:
   except BlockingIOError:
     taken = False
   fields = os.read(fd, 256).decode("ascii", "replace").split()  # "<process id> <launcher>"
+  owner = fields[1] if len(fields) > 1 and fields[1] in LAUNCHERS else launcher
+  # Another launcher's workdir: while its run holds it, or once that run has written its results.
+  if owner != launcher and (not taken or os.path.exists(os.path.join(path, "results.json"))):
+    os.close(fd)  # (closing releases the lock)
+    return -2 - LAUNCHERS.index(owner)
   if not taken:
     os.close(fd)
     return int(fields[0]) if fields and fields[0].isdigit() and int(fields[0]) > 0 else -1
-  owner = fields[1] if len(fields) > 1 else launcher
-  if owner != launcher and owner in LAUNCHERS:
-    os.close(fd)  # (closing releases the lock)
-    return -2 - LAUNCHERS.index(owner)
   os.ftruncate(fd, 0)
   os.pwrite(fd, f"{os.getpid()} {launcher}".encode("ascii"), 0)
   _HELD[real] = fd

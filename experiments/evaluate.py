@@ -93,9 +93,6 @@ def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> Non
   ``results.json`` would then sit beside; models of this split are replaced or kept (and a folder without a
   ``model.json``, a killed first save, is saved over)."""
   root = os.path.join(workdir, "models")
-  if os.path.isdir(root) and not os.access(root, os.W_OK | os.X_OK):
-    raise cli.ConfigError(f"--workdir={workdir}: expected a writable models/ folder for the fitted models, got "
-                          f"{root}, which is not writable; choose another --workdir")
   for path in run_models(workdir):
     try:
       recorded = dict(load_model(path).config or {})
@@ -116,9 +113,9 @@ def check_workdir_models(workdir: str, config: ml_collections.ConfigDict) -> Non
 
 
 def row_names(paths: List[str], taken=()) -> List[str]:
-  """Each saved model's row name: its directory's name, or as many of its path's last parts as tell it from the
-  others and from the names ``taken`` (``runs/a/models/sdh-32`` and ``runs/b/models/sdh-32``: ``a/models/sdh-32``
-  and ``b/models/sdh-32``).
+  """Each saved model's row name: its directory's name, or as many of its path's last parts as tell it (and its
+  ``+w`` row) from the others and from the names ``taken`` (``runs/a/models/sdh-32`` and ``runs/b/models/sdh-32``:
+  ``a/models/sdh-32`` and ``b/models/sdh-32``).
 
   >>> row_names(["runs/a/models/sdh-32", "runs/b/models/sdh-32", "runs/talr"])
   ['a/models/sdh-32', 'b/models/sdh-32', 'talr']
@@ -127,7 +124,9 @@ def row_names(paths: List[str], taken=()) -> List[str]:
   depth = [1] * len(paths)
   while True:
     names = ["/".join(p[-d:]) for p, d in zip(parts, depth)]
-    clashes = [i for i, name in enumerate(names) if names.count(name) > 1 or name in taken]
+    rows = [{name, f"{name}+w"} for name in names]  # a model with bit weights has a "+w" row too
+    clashes = [i for i, own in enumerate(rows)
+               if own & set(taken) or any(own & other for j, other in enumerate(rows) if j != i)]
     grown = [i for i in clashes if depth[i] < len(parts[i])]
     if not grown:
       return names
@@ -220,9 +219,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   mesh = fitting.device_mesh(config)
   check_workdir_models(workdir, config)
   paths = [path for entry in config.models for path in model_paths(entry)]
-  real = [os.path.realpath(path) for path in paths]
-  for i, path in enumerate(paths):
-    if real[i] in real[:i]:
+  real = []
+  for path in paths:  # the directory load_model reads: a training run's workdir and its model/ are one model
+    try:
+      real.append(os.path.realpath(models.model_dir(path)))
+    except ValueError as e:
+      raise ValueError(f"config.models: {path}: {e}") from None
+    if real[-1] in real[:-1]:
       raise ValueError(f"config.models: expected each model once, got {path} twice (named by two entries)")
   protocol = tasks.load_protocol(config)
   if config.unseen_database:  # search only the database items no method was fitted on

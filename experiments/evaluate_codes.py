@@ -125,7 +125,8 @@ def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
       raise ConfigError(str(e)) from None
     return q, x, num_bits
   if num_bits is not None and num_bits != q.shape[1]:
-    hint = f" (packed words must be uint32, not {q.dtype})" if q.dtype.kind in "iu" and q.dtype.itemsize > 1 else ""
+    words = q.dtype.kind in "iu" and not np.all((q == -1) | (q == 0) | (q == 1))  # integers that are not bits
+    hint = f" (packed words must be uint32, not {q.dtype})" if words else ""
     raise ConfigError(f"num_bits: expected the codes' {q.shape[1]} columns{hint}, got {num_bits}")
   (qb, qkind), (xb, xkind) = _bits("query_codes", q), _bits("db_codes", x)
   if None not in (qkind, xkind) and qkind != xkind:

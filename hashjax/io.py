@@ -198,8 +198,9 @@ def _current_data(file: str) -> Optional[str]:
 
 
 def check_target(path: str, *, manifest: str = MANIFEST, legacy: Sequence[str] = (), what: str = "index") -> None:
-  r"""Refuses (``ValueError`` naming ``path``) a directory :func:`save_arrays` would not save to: a file, a path
-  below a file, or a directory holding anything but a saved object's files (its manifest, data folders, lock,
+  r"""Refuses (``ValueError`` naming ``path``) a directory :func:`save_arrays` could not or would not save to: a
+  file (or a link to none), a path below a file, a directory (or the nearest existing one above ``path``) that is
+  not writable, or a directory holding anything but a saved object's files (its manifest, data folders, lock,
   leftovers of killed saves and ``legacy`` files).
 
   .. math:: \mathrm{path} \notin \mathrm{files}, \qquad \mathrm{listdir}(\mathrm{path}) \subseteq \mathrm{ours}
@@ -214,11 +215,14 @@ def check_target(path: str, *, manifest: str = MANIFEST, legacy: Sequence[str] =
   ValueError: ...: holds files that are not a saved model (['notes.txt']); choose a new or empty directory
   """
   existing = os.path.abspath(path)
-  while not os.path.exists(existing):
+  while not os.path.lexists(existing):
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
     where = "exists and is not a directory" if existing == os.path.abspath(path) else f"is below the file {existing}"
     raise ValueError(f"{path}: {where}; refusing to replace it with a {what}")
+  if not os.access(existing, os.W_OK | os.X_OK):
+    where = "" if existing == os.path.abspath(path) else f" ({existing}, where it would be created)"
+    raise ValueError(f"{path}: expected a writable directory for the {what}, got one that is not writable{where}")
   ours = {manifest, LOCK_FILE, *legacy}
   others = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else ())
                   if n not in ours and not _OURS.fullmatch(n))

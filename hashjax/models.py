@@ -61,7 +61,7 @@ from hashjax import _checks, baselines, codes, io, mappings
 from hashjax.colgen import features as colgen_features
 
 __all__ = ["Model", "FeatureRangeWarning", "from_mapping", "from_baseline", "from_colgen", "save_model",
-           "load_model", "list_models", "FORMAT", "VERSION", "KINDS", "MODEL_FILE", "ARRAYS_FILE"]
+           "load_model", "list_models", "model_dir", "FORMAT", "VERSION", "KINDS", "MODEL_FILE", "ARRAYS_FILE"]
 
 #: The ``format`` field of ``model.json``.
 FORMAT = "hashjax-model"
@@ -584,9 +584,25 @@ def list_models(folder: Any) -> List[str]:
                 if not d.startswith(".") and os.path.isfile(os.path.join(folder, d, MODEL_FILE)))
 
 
-def _resolve(path: str) -> str:
-  """The model directory of ``path``: itself, ``path/model``, or the one model under ``path/models`` or, that
-  failing, directly under ``path``."""
+def model_dir(path: Any) -> str:
+  r"""The directory of the model :func:`load_model` reads for ``path``: ``path`` itself when it holds a
+  ``model.json``, else ``path/model`` (a training run's workdir), else the one model of ``path/models`` (a
+  run's ``models/`` folder) or, that failing, directly under ``path``.
+
+  .. math:: \mathrm{load\_model}(p) = \mathrm{load\_model}(\mathrm{model\_dir}(p))
+
+  Raises:
+    ValueError: ``path`` is not a directory, holds no saved model, or holds several (they are listed).
+
+  >>> import jax, os, tempfile, numpy as np
+  >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
+  >>> workdir = tempfile.mkdtemp()
+  >>> model = from_baseline("pca", baselines.fit("pca", x, num_bits=4), train_features=x)
+  >>> _ = model.save(os.path.join(workdir, "model"))
+  >>> model_dir(workdir) == os.path.join(workdir, "model")
+  True
+  """
+  path = _checks.check_path("path", path)
   if not os.path.isdir(path):
     what = "does not exist" if not os.path.exists(path) else "is not a directory"
     raise ValueError(f"path: {path!r} {what}; expected a saved model's directory or a run's workdir")
@@ -680,7 +696,7 @@ def load_model(path: Any) -> Model:
 
   Raises:
     ValueError: naming the file and what is wrong with it (missing, not JSON, another format or a newer
-      version, a missing or mis-shaped array, a truncated archive).
+      version, a missing or mis-shaped array, an array the model's kind does not read, a truncated archive).
 
   >>> import jax, os, tempfile, numpy as np
   >>> x = np.random.default_rng(0).random((20, 5), dtype=np.float32)
@@ -690,7 +706,7 @@ def load_model(path: Any) -> Model:
   >>> bool((load_model(workdir).encode(x) == model.encode(x)).all())
   True
   """
-  directory = _resolve(_checks.check_path("path", path))
+  directory = model_dir(path)
   meta_file = os.path.join(directory, MODEL_FILE)
   meta, arrays = io.load_arrays(directory, manifest=MODEL_FILE, check=_check_meta,
                                 read_legacy=functools.partial(_read_npz, directory))

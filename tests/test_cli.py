@@ -163,6 +163,8 @@ def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
     assert _one_error_line((done.returncode, done.stdout, done.stderr)) == (
         f"error: --workdir={work}: expected a workdir no other run is writing to, got one held by process "
         f"{holder.pid} (.run.lock); wait for it to end or choose another --workdir")
+    other = _hold(work, "experiments.train")  # another launcher: waiting would not help
+    assert other.stderr.strip().splitlines()[-1] == _refused_for(work, "experiments.train", "experiments.evaluate")
   finally:
     holder.communicate("", timeout=60)
   assert holder.returncode == 0
@@ -171,27 +173,33 @@ def test_a_workdir_another_run_is_writing_to_is_refused_until_it_ends(tmp_path):
   assert again.returncode == 0 and again.stdout.strip() == "held", again.stderr  # the lock went with its process
 
 
-def test_a_workdir_of_another_launcher_is_refused_and_its_results_kept(tmp_path):
+def _hold(work, launcher):
+  """Takes ``work`` for ``launcher`` in a process of its own, which then ends."""
+  return subprocess.run([sys.executable, "-c", _HOLDER, ROOT, work, launcher], input="", capture_output=True,
+                        text=True, timeout=120)
+
+
+def _refused_for(work, launcher, owner):
+  return (f"experiments.methods.checks.ConfigError: --workdir={work}: expected a workdir of {launcher} or a new "
+          f"one, got one holding the results of {owner} (.run.lock), which this run would replace; choose another "
+          f"--workdir")
+
+
+def test_a_workdir_of_another_launcher_is_refused_once_it_holds_results(tmp_path):
   work = str(tmp_path / "run")
-
-  def hold(launcher):
-    return subprocess.run([sys.executable, "-c", _HOLDER, ROOT, work, launcher], input="", capture_output=True,
-                          text=True, timeout=120)
-
-  assert hold("experiments.train").returncode == 0
+  for launcher in ("experiments.train", "experiments.evaluate", "experiments.train"):  # no results yet: taken over
+    assert _hold(work, launcher).stdout.strip() == "held"
   with open(os.path.join(work, "results.json"), "w") as f:
     f.write("{}")  # what the training run wrote
-  refused = hold("experiments.evaluate")
-  assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == (
-      f"experiments.methods.checks.ConfigError: --workdir={work}: expected a workdir of experiments.evaluate or a "
-      f"new one, got one holding the results of experiments.train (.run.lock), which this run would replace; "
-      f"choose another --workdir")
+  refused = _hold(work, "experiments.evaluate")
+  assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == _refused_for(
+      work, "experiments.evaluate", "experiments.train")
   with open(os.path.join(work, cli.RUN_LOCK)) as f:
     assert f.read().split()[1] == "experiments.train"  # unchanged: the workdir is still the training run's
-  assert hold("experiments.train").stdout.strip() == "held"  # its own launcher comes back
+  assert _hold(work, "experiments.train").stdout.strip() == "held"  # its own launcher comes back
   with open(os.path.join(work, cli.RUN_LOCK), "w") as f:
     f.write("12345")  # a lock file that names no launcher (an older version's) lets any launcher in
-  assert hold("experiments.evaluate").stdout.strip() == "held"
+  assert _hold(work, "experiments.evaluate").stdout.strip() == "held"
   with open(os.path.join(work, cli.RUN_LOCK)) as f:
     assert f.read().split()[1] == "experiments.evaluate"
 
@@ -455,6 +463,18 @@ def test_check_config_of_the_evaluate_launcher():
     checks.check_run(config)
   config.methods = ("lsh", "sh")  # random projections and spectral modes: any length
   checks.check_run(config)
+  # A list naming one thing twice would give two rows (or runs) of one name.
+  folder = os.path.dirname(os.path.abspath(__file__))
+  for field, value, message in (
+      ("methods", ("lsh", "sh", "lsh"), "expected distinct names, got 'lsh' twice"),
+      ("bits", (16, 32, 16), "expected distinct code lengths, got 16 twice"),
+      ("models", (folder, os.path.join(folder, ".")), f"expected distinct directories, got '{folder}/.' twice "
+                                                      f"\\('{folder}'\\)"),
+      ("seeds", (0, 1, 0), "expected distinct values, got 0 twice")):
+    run = config.copy_and_resolve_references()
+    run[field] = value
+    with pytest.raises(checks.ConfigError, match=rf"^config.{field}: {message}$"):
+      checks.check_config(run)
 
 
 def test_train_and_evaluate_checks_before_it_loads_data(tmp_path, monkeypatch):

@@ -224,6 +224,9 @@ def _bad(data):
       "int_packed_with_bits": ({"query_codes": np.asarray(codes.pack_bits((q > 0).astype(np.int8))).astype(np.int32),
                                 "db_codes": np.asarray(codes.pack_bits((x > 0).astype(np.int8))).astype(np.int32)},
                                [f"--num_bits={BITS}"], ["num_bits", "packed words must be uint32, not int32"]),
+      "int_codes_wrong_bits": ({"query_codes": q.astype(np.int64), "db_codes": x.astype(np.int64)},
+                               [f"--num_bits={BITS + 1}"], [f"num_bits: expected the codes' {BITS} columns, got "
+                                                            f"{BITS + 1}"]),  # ±1 codes: no hint about words
   }
 
 

@@ -537,11 +537,17 @@ def test_evaluate_refuses_what_it_cannot_run_in_one_line_before_fitting(tmp_path
     with pytest.raises(ValueError, match=rf"^--workdir=.*{work}: cannot hold the fitted models: .*{message}"):
       evaluate.evaluate(config, str(tmp_path / work))
   assert (tmp_path / "notes" / "models" / "lsh-16" / "notes.txt").read_text() == "mine"
-  # The same saved model named twice (a run's workdir and its model's folder).
-  run = config.copy_and_resolve_references()
-  run.models = (str(tmp_path / "first"), str(tmp_path / "first" / "models" / "lsh-16"))
-  with pytest.raises(ValueError, match=r"^config.models: expected each model once, got .*first/models/lsh-16 twice"):
-    evaluate.evaluate(run, str(tmp_path / "second"))
+  # The same saved model named twice: a run's workdir and its model's folder, a training run's workdir and its
+  # model/.
+  x64 = np.random.default_rng(0).random((40, 64), dtype=np.float32)
+  models.from_baseline("pca", hashjax.baselines.fit("pca", x64, num_bits=16),
+                       train_features=x64).save(tmp_path / "trained" / "model")
+  for named in ((tmp_path / "first", tmp_path / "first" / "models" / "lsh-16"),
+                (tmp_path / "trained", tmp_path / "trained" / "model")):
+    run = config.copy_and_resolve_references()
+    run.models = tuple(str(p) for p in named)
+    with pytest.raises(ValueError, match=rf"^config.models: expected each model once, got {named[1]} twice"):
+      evaluate.evaluate(run, str(tmp_path / "second"))
 
 
 def test_evaluate_names_saved_models_of_one_folder_name_apart(tmp_path):
@@ -595,6 +601,18 @@ def test_evaluate_refuses_a_models_folder_it_cannot_write_before_fitting(tmp_pat
   config.methods, config.bits = ("lsh",), (16,)
   (tmp_path / "models").mkdir()
   access = os.access
-  monkeypatch.setattr(os, "access", lambda p, mode: False if os.path.basename(p) == "models" else access(p, mode))
-  with pytest.raises(ValueError, match=r"^--workdir=.*: expected a writable models/ folder for the fitted models"):
+  # models/ read-only (lsh-16 would be made there), then models/lsh-16 itself read-only
+  for folder, where in (("models", r" \(.*models, where it would be created\)"), ("lsh-16", "")):
+    if folder == "lsh-16":
+      (tmp_path / "models" / "lsh-16").mkdir()
+    with monkeypatch.context() as m:  # as a read-only folder answers
+      m.setattr(os, "access", lambda p, mode, f=folder: False if os.path.basename(p) == f else access(p, mode))
+      with pytest.raises(ValueError, match=rf"^--workdir=.*: cannot hold the fitted models: .*models/lsh-16: "
+                                           rf"expected a writable directory for the model, got one that is not "
+                                           rf"writable{where}$"):
+        evaluate.evaluate(config, str(tmp_path))
+  (tmp_path / "models" / "lsh-16").rmdir()
+  (tmp_path / "models" / "lsh-16").symlink_to(tmp_path / "nowhere")  # a link to nothing: no folder to save into
+  with pytest.raises(ValueError, match=r"^--workdir=.*: cannot hold the fitted models: .*models/lsh-16: exists "
+                                       r"and is not a directory"):
     evaluate.evaluate(config, str(tmp_path))

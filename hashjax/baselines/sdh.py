@@ -20,8 +20,8 @@ minimisations, so the objective never increases:
 
 The paper writes the F-step's ridge apart from the objective; here it is part of it, which is what makes every
 step exact. The paper's :math:`F(x) = P^\top \phi(x)` has no intercept; the authors' code appends a column of
-ones to the kernel features, which is the intercept here (unpenalised), so that a bit whose training codes are
-unbalanced is still fitted. Items are hashed by :math:`\mathrm{sgn}(P^\top \bar\phi(x) + c)`.
+ones to the kernel features, and here that intercept is left out of the ridge, so that a bit whose training
+codes are unbalanced is still fitted. Items are hashed by :math:`\mathrm{sgn}(P^\top \bar\phi(x) + c)`.
 """
 
 from __future__ import annotations
