@@ -7,6 +7,7 @@ score against the weighted Hamming distance of hashjax.codes; and the codes' qua
 affinity of uniform data.
 """
 
+import fractions
 import functools
 import itertools
 
@@ -40,7 +41,8 @@ def _blobs():
 def _brute_modes(spread, num_bits, max_mode):
   """Every mode vector in {0..max_mode}^p but 0, sorted by (sum_i (K_i / s_i)^2, lexicographically larger first)."""
   cands = [k for k in itertools.product(range(max_mode + 1), repeat=len(spread)) if any(k)]
-  cost = [sum((ki / si) ** 2 for ki, si in zip(k, spread)) for k in cands]
+  cost = [sum(fractions.Fraction(ki) ** 2 / fractions.Fraction(si) ** 2 for ki, si in zip(k, spread))
+          for k in cands]  # exact: equal costs tie
   order = sorted(range(len(cands)), key=lambda j: (cost[j], tuple(-v for v in cands[j])))
   return np.array([cands[j] for j in order[:num_bits]])
 
@@ -107,7 +109,8 @@ def test_one_d_modes_are_eigenvectors_of_the_uniform_densitys_laplacian():
 
 # ----------------------------------------------------------------------------- the chosen modes
 
-@pytest.mark.parametrize("spread,num_bits", [((4.0, 1.5, 1.0), 20), ((1.0, 1.0, 3.0), 15), ((2.0, 0.7), 12)])
+@pytest.mark.parametrize("spread,num_bits", [((4.0, 1.5, 1.0), 20), ((1.0, 1.0, 3.0), 15), ((2.0, 0.7), 12),
+                                             ((1.0, 7.0), 8), ((1.0, 6.0), 30), ((3.0, 5.0, 7.0), 40)])  # ties
 def test_top_modes_match_a_brute_force_enumeration(spread, num_bits):
   np.testing.assert_array_equal(mdsh.top_modes(np.array(spread), num_bits), _brute_modes(spread, num_bits, 12))
 

@@ -246,6 +246,13 @@ def test_bad_fit_inputs():
     sth.laplacian_eigenmap(x, num_bits=20, num_neighbors=3)
   with pytest.raises(ValueError, match="num_neighbors: expected at most"):
     sth.knn_graph(x, num_neighbors=20)
+  # Every item linked to every other: any basis of the one repeated eigenvalue would do, so no codes are learned.
+  assert sth.knn_graph(x, num_neighbors=19).nnz == 20 * 19
+  for fit in (lambda: sth.fit(x, num_bits=10, num_neighbors=19),
+              lambda: sth.laplacian_eigenmap(x, num_bits=2, num_neighbors=19)):
+    with pytest.raises(ValueError, match=r"^num_neighbors: expected a graph in which some items are not linked, got "
+                                         r"one that links each of the 20 items to every other \(a complete graph"):
+      fit()
 
 
 def test_bad_encode_inputs():

@@ -195,6 +195,34 @@ def test_agh_graph_in_parts_gives_the_parts_indicators_whatever_the_solver(monke
   np.testing.assert_array_equal(np.asarray(agh.encode(again, X)), np.asarray(agh.encode(params, X)))
 
 
+def test_spherical_hashing_fits_the_same_with_jax_x64_on():
+  """The start is drawn in float32 whatever jax_enable_x64 says: one key, one fit."""
+  plain = spherical.fit(X, num_bits=8, key=jax.random.key(3))
+  with jax.enable_x64(True):
+    wide = spherical.fit(X, num_bits=8, key=jax.random.key(3))
+  for a, b in zip(plain, wide):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_agh_second_layer_of_an_eigenvector_whose_halves_are_whole_parts_is_constant():
+  """The parts' indicators (the first two eigenvectors on three blobs) split no part: no second cut is better
+  than another, so the second-layer bit is 1 for every point, training or new, and not a copy of the sign bit
+  or rounding; the eigenvectors that live on one blob keep the balanced cut of their halves."""
+  params = agh.fit(X, num_bits=8, num_anchors=12, layers=2, key=jax.random.key(0))
+  fresh = np.concatenate([c + 0.5 * np.random.default_rng(7).normal(size=(20, 8)) for c in _CENTRES])
+  bound = np.abs(np.asarray(params.projection, np.float64)).max(0)
+  np.testing.assert_allclose(np.asarray(params.upper)[:2], 2 * bound[:2], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(params.lower)[:2], -2 * bound[:2], rtol=1e-6)
+  for points in (X, fresh.astype(np.float32)):
+    bits = np.asarray(agh.encode(params, points))
+    assert (bits[:, [1, 3]] == 1).all()
+  y = np.asarray(agh.project(params, X), np.float64)[:, 4::2]  # eigenvectors 2 and 3
+  second = np.asarray(agh.encode(params, X))[:, [5, 7]]
+  for k in range(2):
+    on = y[:, k] != 0  # their own blob
+    assert 0 < second[on, k].mean() < 1, k
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_agh_bits_where_an_eigenvector_vanishes_on_a_part_are_not_rounding(layers):
   """On a graph in three parts (one per blob) an eigenvector is 0 on whole parts (an orthonormalised indicator on

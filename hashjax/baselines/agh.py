@@ -40,7 +40,8 @@ first anchor, orthonormalised against the trivial one and each other (Gram-Schmi
 not depend on the basis an eigensolver returns; on such a graph an eigenvector is often 0 on whole parts (an
 orthonormalised indicator on the parts before its own, an eigenvector of another eigenvalue outside its part),
 and it is set to exactly 0 there, so that those parts' bits are not decided by rounding; when no edge joins the
-two halves of an eigenvector, its second-layer thresholds are :math:`\pm 2 s / n` (:func:`_thresholds`).
+two halves of an eigenvector (each half whole parts), no second cut is better than another and its second-layer
+bit is 1 for every point (:func:`_thresholds`).
 """
 
 from __future__ import annotations
@@ -121,16 +122,20 @@ def _parts(linked: np.ndarray, lam: np.ndarray) -> np.ndarray:
   return (label[:, None] == np.unique(label[lam > 0])[None, :]).astype(np.float64)
 
 
-def _thresholds(y: np.ndarray, z: np.ndarray, lam: np.ndarray) -> tuple:
+def _thresholds(y: np.ndarray, z: np.ndarray, lam: np.ndarray, bound: np.ndarray) -> tuple:
   r"""``(upper[r2], lower[r2])``: the second-layer thresholds :math:`b^+, b^-` of training values ``y[n, r2]``.
 
   With :math:`A = Z \Lambda^{-1} Z^\top`, :math:`L = I - A`, the halves :math:`+ = \{y > 0\}` (``n_1`` points)
   and :math:`-` (``n_2``), the second-layer values :math:`\hat y = |y| - b^+ 1_+ + b^- 1_-` are balanced,
   :math:`1^\top \hat y = 0`, and the cut :math:`\hat y^\top L \hat y` is smallest at
-  :math:`b^+ + b^- = c = 1_+^\top L |y| / 1_+^\top L 1_+` (0 when no edge joins the halves, where any ``c``
-  cuts alike):
+  :math:`b^+ + b^- = c = 1_+^\top L |y| / 1_+^\top L 1_+`:
 
   .. math:: b^+ = (2 s + n_2 c) / n, \quad b^- = (n_1 c - 2 s) / n, \quad s = 1_+^\top y_+
+
+  When no edge joins the halves, each is a union of the graph's parts and every pair of thresholds cuts alike
+  (none cuts an edge), so none is chosen: the thresholds are :math:`\pm 2\,` ``bound`` (``bound[r2]``: the
+  largest :math:`|y|` of any point, :math:`\max_j |W_{jk}|`), beyond every point's value, and the second-layer
+  bit is 1 for every point, rather than decided by rounding or copying the sign bit.
   """
   n = y.shape[0]
   positive = y > 0
@@ -140,8 +145,10 @@ def _thresholds(y: np.ndarray, z: np.ndarray, lam: np.ndarray) -> tuple:
   s = np.sum(np.where(positive, y, 0.0), 0)
   across = n1 - np.sum(linked * linked * inv[:, None], 0)  # 1_+^T L 1_+: the weight of edges joining the halves
   pull = s - np.sum(linked * inv[:, None] * (z.T @ np.abs(y)), 0)  # 1_+^T L |y|
-  c = np.where(across > _ROUNDING * n1, pull / np.where(across > _ROUNDING * n1, across, 1.0), 0.0)
-  return (2.0 * s + (n - n1) * c) / n, (n1 * c - 2.0 * s) / n
+  joined = across > _ROUNDING * n1
+  c = np.where(joined, pull / np.where(joined, across, 1.0), 0.0)
+  return (np.where(joined, (2.0 * s + (n - n1) * c) / n, 2.0 * bound),
+          np.where(joined, (n1 * c - 2.0 * s) / n, -2.0 * bound))
 
 
 def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: int = 2,
@@ -219,7 +226,8 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
     raise ValueError(f"num_bits: needs {r} eigenvectors, the anchor graph of these features has {informative}")
   vecs = _common.sign_fixed(vecs)
   projection = np.sqrt(n) * scale[:, None] * vecs / np.sqrt(vals)
-  upper, lower = _thresholds(z @ projection[:, :num_bits - r], z, lam)
+  # y(x) = W^T z(x), z(x) >= 0 summing to 1: |y_k(x)| <= max_j |W_jk| for every point
+  upper, lower = _thresholds(z @ projection[:, :num_bits - r], z, lam, np.abs(projection[:, :num_bits - r]).max(0))
   arrays = (mean, anchors, bandwidth, num_nearest, projection, upper, lower)
   return AGHParams(*(jnp.asarray(a, jnp.int32 if i == 3 else dtype) for i, a in enumerate(arrays)))
 

@@ -55,6 +55,7 @@ MDSH is deterministic and ignores ``key``.
 
 from __future__ import annotations
 
+import fractions
 import heapq
 from typing import Any, NamedTuple, Optional
 
@@ -106,8 +107,9 @@ def top_modes(spread: Any, num_bits: int) -> np.ndarray:
      K \in \mathbb{N}^p \setminus \{0\} \Big\}
 
   A best-first search: every vector's predecessors (one mode lower on one direction) cost less, so the vectors
-  come out of a heap in increasing cost. Ties: the lexicographically larger vector first. A side of 0 has
-  infinite cost.
+  come out of a heap in increasing cost, computed exactly (as fractions of the sides' float values, so that
+  equal costs tie, whatever rounding would say). Ties: the lexicographically larger vector first. A side of 0
+  has infinite cost.
 
   Args:
     spread: ``float[p]`` finite sides ``s_i >= 0`` of the box.
@@ -118,23 +120,27 @@ def top_modes(spread: Any, num_bits: int) -> np.ndarray:
 
   >>> top_modes(np.array([4.0, 1.0]), 6).tolist()
   [[1, 0], [2, 0], [3, 0], [4, 0], [0, 1], [1, 1]]
+  >>> top_modes(np.array([1.0, 7.0]), 8).tolist()[-2:]  # (0, 7) and (1, 0) both cost 1: the larger first
+  [[1, 0], [0, 7]]
   """
   _checks.check_real("spread", spread, ndim=1, shape_doc="[p] box sides", nonnegative="box sides")
   spread = np.asarray(spread, np.float64)
   num_bits = _checks.check_num_bits(num_bits)
   p = spread.shape[0]
-  with np.errstate(divide="ignore"):
-    unit = np.where(spread > 0, 1.0 / np.where(spread > 0, spread, 1.0) ** 2, np.inf)  # cost of mode k: k^2 unit
+  # The cost of mode k on side i is k^2 unit_i: exact fractions; (1, 0) is infinite (a side of 0), (0, c) finite.
+  unit = [fractions.Fraction(1) / fractions.Fraction(float(side)) ** 2 if side > 0 else None for side in spread]
   start = (0,) * p
-  heap, seen, out = [(0.0, start)], {start}, []
+  heap, seen, out = [((0, fractions.Fraction(0)), start)], {start}, []
   while len(out) < num_bits + 1:  # +1: the constant vector comes out first
-    cost, neg = heapq.heappop(heap)
+    (infinite, cost), neg = heapq.heappop(heap)
     out.append(neg)
     for i in range(p):
       child = neg[:i] + (neg[i] - 1,) + neg[i + 1:]  # stored negated: the heap breaks ties by larger K first
       if child not in seen:
         seen.add(child)
-        heapq.heappush(heap, (sum(k * k * float(unit[j]) for j, k in enumerate(child) if k), child))
+        more = infinite or unit[i] is None  # mode k on side i adds (k^2 - (k - 1)^2) unit_i
+        heapq.heappush(heap, ((1, fractions.Fraction(0)) if more else (0, cost + (-2 * child[i] - 1) * unit[i]),
+                              child))
   return -np.array(out[1:], np.int32).reshape(num_bits, p)
 
 

@@ -115,8 +115,10 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_iters:
   mean = x.mean(axis=0)
   x = x - mean
   _common.check_float32_distances(x, dtype)
-  # Each pivot: the mean of _START_POINTS distinct training points (a random order's first ones), or of n // 2.
-  order = np.argsort(np.asarray(jax.random.uniform(key, (num_bits, n))), axis=1)[:, :min(_START_POINTS, n // 2)]
+  # Each pivot: the mean of _START_POINTS distinct training points (a random order's first ones), or of n // 2;
+  # the order drawn in float32 whatever jax_enable_x64 says, so that one key gives one start.
+  draws = np.asarray(jax.random.uniform(key, (num_bits, n), jnp.float32))
+  order = np.argsort(draws, axis=1)[:, :min(_START_POINTS, n // 2)]
   pivots = x[order].mean(axis=1)
   quarter = n / 4.0
   pairs = np.triu_indices(num_bits, 1)

@@ -26,7 +26,8 @@ weight 1, repeated until one component remains: the eigenvectors of eigenvalue 0
 any basis of its component indicators, so its codes would be the solver's choice. The eigenproblem is solved as
 the top eigenvectors of :math:`D^{-1/2} W D^{-1/2}` with the trivial one deflated to eigenvalue -2: by ARPACK
 (``scipy.sparse.linalg.eigsh``, a fixed start vector, to machine precision) above :data:`DENSE_MAX_ROWS`
-training items, a dense ``scipy.linalg.eigh`` up to it (and for ``num_bits >= N / 2``). The SVMs' intercepts
+training items, a dense ``scipy.linalg.eigh`` up to it (and for ``num_bits >= N / 2``). A complete graph (each
+item linked to every other) is refused: every non-trivial eigenvector shares one eigenvalue. The SVMs' intercepts
 are regularised like their weights (liblinear's); a bit constant on the training set (possible only when more than
 half of an eigenvector's entries equal its largest) gets :math:`w_j = 0, c_j = -1`. STH is deterministic and
 ignores ``key``.
@@ -139,8 +140,13 @@ def _graph(x: np.ndarray, num_neighbors: int, metric: str) -> scipy.sparse.csr_m
 
 
 def _eigenmap(graph: scipy.sparse.csr_matrix, num_bits: int) -> Eigenmap:
-  """:class:`Eigenmap` of a connected symmetric graph."""
+  """:class:`Eigenmap` of a connected symmetric graph that is not complete."""
   n = graph.shape[0]
+  if graph.nnz == n * (n - 1):
+    raise ValueError(f"num_neighbors: expected a graph in which some items are not linked, got one that links each "
+                     f"of the {n} items to every other (a complete graph: its non-trivial eigenvectors share one "
+                     f"eigenvalue, so any basis of them is a solution and none says which items are near); use "
+                     f"fewer neighbours")
   degree = np.asarray(graph.sum(axis=1)).ravel()
   root = np.sqrt(degree)
   scaled = scipy.sparse.diags(1.0 / root) @ graph @ scipy.sparse.diags(1.0 / root)
@@ -148,7 +154,8 @@ def _eigenmap(graph: scipy.sparse.csr_matrix, num_bits: int) -> Eigenmap:
   # D^-1/2 W D^-1/2 has eigenvalues in [-1, 1], the trivial one 1: moved to -2, it can never be among the top.
   if n <= DENSE_MAX_ROWS or 2 * num_bits >= n:
     dense = scaled.toarray() - 3.0 * np.outer(trivial, trivial)
-    mu, v = scipy.linalg.eigh(dense, subset_by_index=[n - num_bits, n - 1])
+    mu, v = scipy.linalg.eigh(dense, driver="evd")  # (all of them: robust where eigenvalues repeat)
+    mu, v = mu[n - num_bits:], v[:, n - num_bits:]
   else:
     op = scipy.sparse.linalg.LinearOperator((n, n), dtype=np.float64,
                                             matvec=lambda u: scaled @ u - 3.0 * trivial * (trivial @ u))
