@@ -151,12 +151,11 @@ def fit(features: Array, *, num_bits: int, key: Any, labels: Any = None,
   labels = _checks.check_class_labels(labels, n)
   num_anchors = _checks.check_int_at_most("num_anchors", num_anchors, n, what=f"the {n} training items")
   num_bits = _checks.check_int_at_most("num_bits", num_bits, num_anchors, what=f"num_anchors = {num_anchors}")
-  _checks.check_host_key(key)
+  rng = _checks.check_key_rng(key)
   num_iters = _checks.check_int("num_iters", num_iters, low=0)
   reg, penalty, ridge = (_checks.check_number(name, value, low=0, low_open=True)
                          for name, value in (("reg", reg), ("penalty", penalty), ("ridge", ridge)))
   x, dtype = _common.host_features(features)
-  rng = np.random.default_rng(np.asarray(jax.random.bits(key, (4,))).tolist())
   mean = x.mean(0)
   x = x - mean
   anchors, scale = _anchors.fit(x, num_anchors, rng, dtype=dtype)
