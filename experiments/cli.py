@@ -64,7 +64,7 @@ RUN_LOCK = ".run.lock"
 _HELD: Dict[str, int] = {}  # the workdirs (real paths) this process holds, and their open lock files
 
 
-#: The launchers, as ``python -m`` names them; a workdir belongs to the first that wrote there (:func:`workdir`).
+#: The launchers, as ``python -m`` names them; a workdir belongs to the one whose output it holds (:func:`workdir`).
 LAUNCHERS = ("experiments.train", "experiments.evaluate", "experiments.evaluate_codes", "experiments.tune",
              "experiments.colgen", "experiments.bit_weights", "experiments.localrank",
              "experiments.localrank_synthetic", "experiments.nair_regression", "experiments.nair_study",
@@ -78,11 +78,12 @@ def workdir(default: str, *, launcher: str) -> str:
   run started into the same workdir stops at once with one line (status 2) rather than mixing its results and
   models with the first's; the lock goes when the process ends (also when it is killed). The lock file keeps
   the process id and the ``launcher`` (one of :data:`LAUNCHERS`) of the run that holds it or last held it, and a
-  run of another launcher is refused in one line too, while that run holds the workdir or once it has written
-  its ``results.json``, which this run would replace (a lock file of a version that recorded no launcher lets
-  any launcher in). The other processes of a
-  multi-process run, which write nothing, take none, and stop with process 0 (its answer is broadcast); a
-  process that holds the workdir already (a launcher's ``main`` called twice) keeps it.
+  run of another launcher is refused in one line too, while that run holds the workdir or once it has left any
+  output there (results, checkpoints, models: anything but the lock file), which this run would replace or mix
+  with its own; a workdir it left empty is taken over (a lock file of a version that recorded no launcher lets
+  any launcher in). The other processes of a multi-process run, which write nothing, take none, and stop with
+  process 0 (its answer is broadcast); a process that holds the workdir already (a launcher's ``main`` called
+  twice) keeps it.
   """
   _checks.check_option("launcher", launcher, LAUNCHERS)
   path = check_workdir(WORKDIR.value if WORKDIR.value is not None else default)
@@ -93,9 +94,9 @@ def workdir(default: str, *, launcher: str) -> str:
   if jax.process_count() > 1:
     holder = int(multihost_utils.broadcast_one_to_all(np.int64(holder)))
   if holder <= -2:
-    raise ConfigError(f"--workdir={path}: expected a workdir of {launcher} or a new one, got one holding the "
-                      f"results of {LAUNCHERS[-2 - holder]} ({RUN_LOCK}), which this run would replace; choose "
-                      f"another --workdir")
+    raise ConfigError(f"--workdir={path}: expected a workdir of {launcher} or a new one, got a workdir of "
+                      f"{LAUNCHERS[-2 - holder]} ({RUN_LOCK}), whose output this run would replace or mix with "
+                      f"its own; choose another --workdir")
   if holder:
     raise ConfigError(f"--workdir={path}: expected a workdir no other run is writing to, got one held by "
                       f"{f'process {holder}' if holder > 0 else 'another process'} ({RUN_LOCK}); wait for it to end "
@@ -106,7 +107,7 @@ def workdir(default: str, *, launcher: str) -> str:
 
 def _take(path: str, real: str, launcher: str) -> int:
   """Locks ``path``'s :data:`RUN_LOCK` for this process and ``launcher`` (0); or the id of the process holding
-  it (-1: unknown); or, when a run of another launcher holds it or has left its results there, ``-2 -`` that
+  it (-1: unknown); or, when a run of another launcher holds it or has left any output there, ``-2 -`` that
   launcher's index in :data:`LAUNCHERS`."""
   os.makedirs(path, exist_ok=True)
   fd = os.open(os.path.join(path, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o666)  # less the umask, as open() gives
@@ -117,8 +118,8 @@ def _take(path: str, real: str, launcher: str) -> int:
     taken = False
   fields = os.read(fd, 256).decode("ascii", "replace").split()  # "<process id> <launcher>"
   owner = fields[1] if len(fields) > 1 and fields[1] in LAUNCHERS else launcher
-  # Another launcher's workdir: while its run holds it, or once that run has written its results.
-  if owner != launcher and (not taken or os.path.exists(os.path.join(path, "results.json"))):
+  # Another launcher's workdir: while its run holds it, or once that run has left output (anything but the lock).
+  if owner != launcher and (not taken or set(os.listdir(path)) - {RUN_LOCK}):
     os.close(fd)  # (closing releases the lock)
     return -2 - LAUNCHERS.index(owner)
   if not taken:

@@ -119,6 +119,8 @@ def row_names(paths: List[str], taken=()) -> List[str]:
 
   >>> row_names(["runs/a/models/sdh-32", "runs/b/models/sdh-32", "runs/talr"])
   ['a/models/sdh-32', 'b/models/sdh-32', 'talr']
+  >>> row_names(["runs/x/sdh-32", "runs/y/sdh-32+w"])  # sdh-32's weighted row would be sdh-32+w
+  ['x/sdh-32', 'y/sdh-32+w']
   """
   parts = [os.path.abspath(path).split(os.sep) for path in paths]
   depth = [1] * len(paths)

@@ -181,22 +181,22 @@ def _hold(work, launcher):
 
 def _refused_for(work, launcher, owner):
   return (f"experiments.methods.checks.ConfigError: --workdir={work}: expected a workdir of {launcher} or a new "
-          f"one, got one holding the results of {owner} (.run.lock), which this run would replace; choose another "
-          f"--workdir")
+          f"one, got a workdir of {owner} (.run.lock), whose output this run would replace or mix with its own; "
+          f"choose another --workdir")
 
 
-def test_a_workdir_of_another_launcher_is_refused_once_it_holds_results(tmp_path):
+def test_a_workdir_of_another_launcher_is_refused_once_it_holds_output(tmp_path):
   work = str(tmp_path / "run")
-  for launcher in ("experiments.train", "experiments.evaluate", "experiments.train"):  # no results yet: taken over
+  for launcher in ("experiments.train", "experiments.evaluate", "experiments.train"):  # nothing written: taken over
     assert _hold(work, launcher).stdout.strip() == "held"
-  with open(os.path.join(work, "results.json"), "w") as f:
-    f.write("{}")  # what the training run wrote
-  refused = _hold(work, "experiments.evaluate")
-  assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == _refused_for(
-      work, "experiments.evaluate", "experiments.train")
+  os.makedirs(os.path.join(work, "checkpoints", "100"))  # a killed training run's: no results.json yet
+  for other in ("experiments.evaluate", "experiments.tune"):
+    refused = _hold(work, other)
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == _refused_for(
+        work, other, "experiments.train")
   with open(os.path.join(work, cli.RUN_LOCK)) as f:
     assert f.read().split()[1] == "experiments.train"  # unchanged: the workdir is still the training run's
-  assert _hold(work, "experiments.train").stdout.strip() == "held"  # its own launcher comes back
+  assert _hold(work, "experiments.train").stdout.strip() == "held"  # its own launcher comes back (and resumes)
   with open(os.path.join(work, cli.RUN_LOCK), "w") as f:
     f.write("12345")  # a lock file that names no launcher (an older version's) lets any launcher in
   assert _hold(work, "experiments.evaluate").stdout.strip() == "held"

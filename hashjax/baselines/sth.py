@@ -27,7 +27,9 @@ any basis of its component indicators, so its codes would be the solver's choice
 the top eigenvectors of :math:`D^{-1/2} W D^{-1/2}` with the trivial one deflated to eigenvalue -2: by ARPACK
 (``scipy.sparse.linalg.eigsh``, a fixed start vector, to machine precision) above :data:`DENSE_MAX_ROWS`
 training items, a dense ``scipy.linalg.eigh`` up to it (and for ``num_bits >= N / 2``). A complete graph (each
-item linked to every other) is refused: every non-trivial eigenvector shares one eigenvalue. The SVMs' intercepts
+item linked to every other) is refused: every non-trivial eigenvector shares one eigenvalue. Other graphs whose
+kept eigenvalues repeat (nearly complete ones, on a few items) leave the basis of that eigenspace, and so those
+bits, to the solver, as the paper's method does. The SVMs' intercepts
 are regularised like their weights (liblinear's); a bit constant on the training set (possible only when more than
 half of an eigenvector's entries equal its largest) gets :math:`w_j = 0, c_j = -1`. STH is deterministic and
 ignores ``key``.
