@@ -13,7 +13,7 @@ Every launcher (``experiments.train``, ``evaluate``, ``tune``, ``nair_study``) h
   fit in memory (:func:`experiments.methods.checks.check_memory`, from :func:`~experiments.methods.checks.estimate_memory`);
 * checks that ``--workdir`` is a directory it can write to, or can create (:func:`check_workdir`), and the
   launcher's ``main`` holds it (:func:`workdir`): a second run into a workdir another run is writing to stops at
-  once, and so does a run into the workdir of another launcher, whose results it would replace;
+  once, and so does a run into the workdir of another launcher, whose output it would replace or mix with its own;
 * joins the processes of a config's ``num_processes``, ``process_id`` and ``coordinator_address`` (None: the
   ``JAX_*`` environment variables) before ``main`` (:func:`experiments.fitting.start_processes`);
 * reports each of these problems as one line ``error: ...`` with exit status 2, no traceback; so is a
