@@ -86,16 +86,22 @@ class Codes(NamedTuple):
 # --------------------------------------------------------------------------- reading the .npz
 
 
+def _not_bits(x: np.ndarray) -> np.ndarray:
+  """Where ``x`` holds a value other than -1, 0 and 1."""
+  return (x != -1) & (x != 0) & (x != 1)
+
+
 def _bits(name: str, x: np.ndarray) -> Tuple[np.ndarray, Optional[str]]:
   """``{0, 1}`` bits of ``{-1, 1}`` or ``{0, 1}`` codes and their kind ("pm1" / "01"; ``None`` when every entry
   is 1, which reads the same either way)."""
   if x.dtype.kind not in "biuf":
     raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got dtype {x.dtype}")
-  neg, zero, one = (x == -1), (x == 0), (x == 1)
-  if not np.all(neg | zero | one):
-    bad = x[~(neg | zero | one)].ravel()[0].item()
+  other = _not_bits(x)
+  if other.any():
+    bad = x[other].ravel()[0].item()
     hint = " (packed words must be uint32)" if x.dtype.kind in "iu" else ""
     raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes{hint}, got the value {bad!r}")
+  neg, zero, one = (x == -1), (x == 0), (x == 1)
   if neg.any() and zero.any():
     raise ConfigError(f"{name}: expected {{-1, 1}} or {{0, 1}} codes, got -1, 0 and 1 in one array (a sign of 0, "
                       f"e.g. torch.sign(0.0), is 0: map it to 1 or -1)")
@@ -125,7 +131,7 @@ def _words(data, num_bits: Optional[int]) -> Tuple[np.ndarray, np.ndarray, int]:
       raise ConfigError(str(e)) from None
     return q, x, num_bits
   if num_bits is not None and num_bits != q.shape[1]:
-    words = q.dtype.kind in "iu" and not np.all((q == -1) | (q == 0) | (q == 1))  # integers that are not bits
+    words = q.dtype.kind in "iu" and _not_bits(q).any()  # integers that are not bits
     hint = f" (packed words must be uint32, not {q.dtype})" if words else ""
     raise ConfigError(f"num_bits: expected the codes' {q.shape[1]} columns{hint}, got {num_bits}")
   (qb, qkind), (xb, xkind) = _bits("query_codes", q), _bits("db_codes", x)

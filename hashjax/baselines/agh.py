@@ -226,8 +226,9 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, layers: in
     raise ValueError(f"num_bits: needs {r} eigenvectors, the anchor graph of these features has {informative}")
   vecs = _common.sign_fixed(vecs)
   projection = np.sqrt(n) * scale[:, None] * vecs / np.sqrt(vals)
+  second = projection[:, :num_bits - r]  # the eigenvectors with a second-layer bit
   # y(x) = W^T z(x), z(x) >= 0 summing to 1: |y_k(x)| <= max_j |W_jk| for every point
-  upper, lower = _thresholds(z @ projection[:, :num_bits - r], z, lam, np.abs(projection[:, :num_bits - r]).max(0))
+  upper, lower = _thresholds(z @ second, z, lam, np.abs(second).max(0))
   arrays = (mean, anchors, bandwidth, num_nearest, projection, upper, lower)
   return AGHParams(*(jnp.asarray(a, jnp.int32 if i == 3 else dtype) for i, a in enumerate(arrays)))
 

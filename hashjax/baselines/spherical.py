@@ -126,7 +126,8 @@ def fit(features: Array, *, num_bits: int, key: Optional[Any] = None, num_iters:
     dist = _distances(x, pivots)
     inside = (dist < _radii(dist)).astype(np.float64)
     excess = (inside.T @ inside - quarter) / quarter  # [b, b]: (o_kl - n/4) / (n/4)
-    if num_bits < 2 or (np.abs(excess[pairs]).mean() <= epsilon_mean and excess[pairs].std() <= epsilon_stddev):
+    over = excess[pairs]
+    if num_bits < 2 or (np.abs(over).mean() <= epsilon_mean and over.std() <= epsilon_stddev):
       break
     np.fill_diagonal(excess, 0.0)
     # sum_l 0.5 excess_kl (p_k - p_l) / b
